@@ -1,0 +1,149 @@
+"""PPO: proximal policy optimization with the clipped surrogate and GAE.
+
+Schulman et al. 2017, "Proximal Policy Optimization Algorithms",
+https://arxiv.org/abs/1707.06347 (clipped objective, §3; adaptive KL penalty, §4).
+Implementation details follow "The 37 Implementation Details of PPO" (Huang et al. 2022):
+per-minibatch advantage normalisation, optional value clipping, global grad-norm clip.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from hierl.algorithms.trainer import Trainer, TrainerConfig
+from hierl.postprocessing import bootstrap_needed, compute_advantages
+from hierl.sample_batch import SampleBatch
+from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
+
+
+@dataclasses.dataclass
+class PPOConfig(TrainerConfig):
+    """PPO settings.  The defaults solve the classic-control tasks without flags."""
+
+    lr: float = 1e-3
+    """Learning rate (Adam)."""
+    num_envs_per_evaluator: int = 8
+    """Sub-envs per evaluator."""
+    train_batch_size: int = 512
+    """Environment steps per iteration."""
+    num_sgd_iter: int = 10
+    """Epochs over each train batch."""
+    sgd_minibatch_size: int = 128
+    """Rows per SGD minibatch."""
+    lambda_: float = 0.95
+    """GAE lambda."""
+    use_gae: bool = True
+    """Use GAE advantages (else bootstrapped returns minus V(s))."""
+    clip_param: float = 0.2
+    """Surrogate clipping epsilon."""
+    vf_clip_param: float | None = None
+    """Clip value updates to ``vf_preds ± vf_clip_param`` (None: no value clipping)."""
+    vf_loss_coeff: float = 0.5
+    """Weight of the value loss."""
+    entropy_coeff: float = 0.0
+    """Weight of the entropy bonus."""
+    kl_coeff: float = 0.0
+    """Initial KL penalty coefficient; > 0 turns on the adaptive KL penalty."""
+    kl_target: float = 0.01
+    """Target KL for the adaptive penalty (coefficient x1.5 above 2x, x0.5 below 0.5x)."""
+    normalize_advantages: bool = True
+    """Standardise advantages within each minibatch."""
+    grad_clip: float | None = 0.5
+    """Global gradient-norm clip."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.check("clip_param", self.clip_param > 0, "must be > 0")
+        self.check("lambda_", 0.0 <= self.lambda_ <= 1.0, "must be in [0, 1]")
+        self.check("kl_coeff", self.kl_coeff >= 0, "must be >= 0")
+        self.check("kl_target", self.kl_target > 0, "must be > 0")
+        self.check("vf_clip_param", self.vf_clip_param is None or self.vf_clip_param > 0, "> 0")
+
+
+class PPOPolicy(TorchPolicyGraph):
+    """PPO's act (Gaussian/categorical), GAE postprocessing and clipped-surrogate loss."""
+
+    def __init__(self, observation_space, action_space, config: PPOConfig, model=None):
+        super().__init__(observation_space, action_space, config, model)
+        self.kl_coeff = config.kl_coeff
+
+    def postprocess_trajectory(self, batch, other_agent_batches=None):
+        """GAE; bootstraps from V(final obs) unless the segment ended in termination."""
+        last = self.value(batch[SampleBatch.NEW_OBS][-1:])[0] if bootstrap_needed(batch) else 0.0
+        cfg = self.config
+        return compute_advantages(batch, last, cfg.gamma, cfg.lambda_, use_gae=cfg.use_gae)
+
+    def loss(self, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Clipped surrogate + value loss - entropy bonus (+ adaptive KL penalty)."""
+        cfg = self.config
+        dist_inputs, values = self.model(batch[SampleBatch.OBS])
+        dist = self.dist_class(dist_inputs)
+        logp = dist.logp(batch[SampleBatch.ACTIONS])
+        ratio = torch.exp(logp - batch[SampleBatch.ACTION_LOGP])
+        adv = batch[SampleBatch.ADVANTAGES]
+        if cfg.normalize_advantages and adv.numel() > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        surrogate = torch.min(
+            ratio * adv, torch.clamp(ratio, 1 - cfg.clip_param, 1 + cfg.clip_param) * adv
+        )
+        policy_loss = -surrogate.mean()
+        targets = batch[SampleBatch.VALUE_TARGETS]
+        vf_loss = (values - targets) ** 2
+        if cfg.vf_clip_param:
+            old = batch[SampleBatch.VF_PREDS]
+            clipped = old + torch.clamp(values - old, -cfg.vf_clip_param, cfg.vf_clip_param)
+            vf_loss = torch.max(vf_loss, (clipped - targets) ** 2)
+        vf_loss = 0.5 * vf_loss.mean()
+        entropy = dist.entropy().mean()
+        old_dist = self.dist_class(batch[SampleBatch.ACTION_DIST_INPUTS])
+        kl = old_dist.kl(dist).mean()
+        total = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
+        if self.kl_coeff > 0:
+            total = total + self.kl_coeff * kl
+        with torch.no_grad():
+            clip_frac = ((ratio - 1).abs() > cfg.clip_param).float().mean()
+        return total, {
+            "policy_loss": policy_loss.detach(),
+            "vf_loss": vf_loss.detach(),
+            "entropy": entropy.detach(),
+            "kl": kl.detach(),
+            "clip_frac": clip_frac,
+            "kl_coeff": self.kl_coeff,
+        }
+
+    def update_kl(self, sampled_kl: float) -> float:
+        """Adapt the KL coefficient towards ``kl_target`` (PPO paper §4); returns it."""
+        if self.kl_coeff > 0:
+            if sampled_kl > 2.0 * self.config.kl_target:
+                self.kl_coeff *= 1.5
+            elif sampled_kl < 0.5 * self.config.kl_target:
+                self.kl_coeff *= 0.5
+        return self.kl_coeff
+
+    def get_state(self) -> dict[str, Any]:
+        """Adds the current KL coefficient."""
+        return {**super().get_state(), "kl_coeff": self.kl_coeff}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restores the KL coefficient too."""
+        super().set_state(state)
+        self.kl_coeff = float(state.get("kl_coeff", self.kl_coeff))
+
+
+class PPOTrainer(Trainer):
+    """PPO on the ``local`` optimizer (minibatch SGD epochs on the driver)."""
+
+    name = "PPO"
+    config_class = PPOConfig
+    policy_class = PPOPolicy
+
+    def after_optimizer_step(self, learner_stats: dict[str, float]) -> None:
+        """Adapt the KL coefficient from the epoch-mean KL and broadcast it."""
+        if self.config.kl_coeff > 0 and "kl" in learner_stats:
+            coeff = self.get_policy().update_kl(learner_stats["kl"])
+            if self.evaluators.remote_evaluators:
+                self.evaluators.foreach_evaluator(lambda ev: setattr(ev.policy, "kl_coeff", coeff))

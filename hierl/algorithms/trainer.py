@@ -1,0 +1,376 @@
+"""Trainer: config + evaluators + a named optimizer + ``train()``.
+
+Each ``train()`` is one short logical iteration under central control, returning a flat
+result dict, so a trainer nests anywhere: as a Ray actor in another algorithm, a step
+of a self-play loop, or a Ray Tune trial.  A new algorithm is a PolicyGraph plus a
+Trainer subclass naming its config class, policy class and the optimizers it supports::
+
+    class MyTrainer(Trainer):
+        name = "MY_ALGO"
+        config_class = TrainerConfig
+        policy_class = MyPolicy
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from hierl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from hierl.config import Config, ConfigError
+from hierl.evaluators import EvaluatorSet
+from hierl.evaluators.policy_evaluator import seed_everything
+from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S
+from hierl.evaluators.sampler import _batch_obs
+from hierl.models import ModelConfig, to_env_action
+from hierl.optimizers import PolicyOptimizer, get_optimizer_class
+from hierl.policy_graph import PolicyGraph, Weights
+
+CHECKPOINT_KIND = "hierl-trainer"
+
+
+@dataclasses.dataclass
+class TrainerConfig(Config):
+    """Settings shared by every algorithm.  Algorithm configs subclass this."""
+
+    env: Any = None
+    """Gymnasium id, a name given to ``hierl.register_env``, or an env creator callable."""
+    env_config: dict = dataclasses.field(default_factory=dict)
+    """Keyword arguments for the env creator (``gym.make`` kwargs for Gymnasium ids)."""
+    num_evaluators: int = 0
+    """Remote evaluator actors; 0 samples in the driver process (no Ray needed)."""
+    num_envs_per_evaluator: int = 1
+    """Sub-envs stepped together by each evaluator (one batched forward per step)."""
+    num_cpus_per_evaluator: float = 1.0
+    """CPUs reserved by each remote evaluator actor (fractions allowed)."""
+    num_gpus_per_evaluator: float = 0.0
+    """GPUs reserved by each remote evaluator actor."""
+    num_cpus_for_driver: float = 1.0
+    """CPUs the trainer's own process uses (for resource requests, e.g. Tune)."""
+    num_gpus: float = 0.0
+    """GPUs for the learner on the driver (CUDA is used when > 0 and available)."""
+    rollout_fragment_length: int = 0
+    """Steps per sub-env per sample() call; 0 = train_batch_size split over all envs."""
+    batch_mode: Literal["truncate_episodes", "complete_episodes"] = "truncate_episodes"
+    """Cut episodes at fragment ends (bootstrapping) or return whole episodes only."""
+    train_batch_size: int = 4000
+    """Environment steps gathered per training iteration."""
+    num_sgd_iter: int = 1
+    """Epochs over each train batch."""
+    sgd_minibatch_size: int = 0
+    """Minibatch size of each SGD update; 0 = whole batch."""
+    gamma: float = 0.99
+    """Discount factor."""
+    lr: float = 5e-4
+    """Learning rate (Adam)."""
+    lr_schedule: tuple[tuple[float, float], ...] | None = None
+    """Piecewise-linear ``[[timestep, lr], ...]`` overriding ``lr`` when set."""
+    grad_clip: float | None = None
+    """Clip the global gradient norm to this value (None: no clipping)."""
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    """Network settings (hiddens, activation, vf_share_layers, conv_filters...)."""
+    optimizer: str = ""
+    """Policy optimizer by name; empty = the algorithm's default."""
+    observation_filter: Literal["NoFilter", "MeanStdFilter"] = "NoFilter"
+    """Observation normalisation, synchronised across evaluators every iteration."""
+    clip_rewards: float | None = None
+    """Clip rewards to ``[-c, c]`` for learning (reported returns stay unclipped)."""
+    compress_observations: bool = False
+    """LZ4-compress observations in sample batches sent from evaluators."""
+    seed: int | None = 0
+    """Seed for weights, envs, action sampling and minibatch order (None: random)."""
+    metrics_smoothing_episodes: int = 100
+    """Episode statistics are over the last this-many episodes."""
+    sample_timeout_s: float = DEFAULT_GET_TIMEOUT_S
+    """Upper bound on waiting for any remote call."""
+    ray_address: str | None = None
+    """Join this Ray cluster instead of starting a local instance."""
+
+    def __post_init__(self) -> None:
+        self.check("num_evaluators", self.num_evaluators >= 0, "must be >= 0")
+        self.check("num_envs_per_evaluator", self.num_envs_per_evaluator >= 1, "must be >= 1")
+        self.check("num_cpus_per_evaluator", self.num_cpus_per_evaluator >= 0, "must be >= 0")
+        self.check("rollout_fragment_length", self.rollout_fragment_length >= 0, "must be >= 0")
+        self.check("train_batch_size", self.train_batch_size >= 1, "must be >= 1")
+        self.check("num_sgd_iter", self.num_sgd_iter >= 1, "must be >= 1")
+        self.check("sgd_minibatch_size", self.sgd_minibatch_size >= 0, "must be >= 0")
+        self.check("gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
+        self.check("lr", self.lr > 0, "must be > 0")
+        self.check("grad_clip", self.grad_clip is None or self.grad_clip > 0, "must be > 0")
+        self.check("clip_rewards", self.clip_rewards is None or self.clip_rewards > 0, "> 0")
+        self.check("sample_timeout_s", self.sample_timeout_s > 0, "must be > 0")
+        self.check("metrics_smoothing_episodes", self.metrics_smoothing_episodes >= 1, ">= 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict; a callable env is recorded by name only."""
+        out = super().to_dict()
+        if callable(self.env):
+            out["env"] = None
+            out["env_callable"] = getattr(self.env, "__qualname__", repr(self.env))
+        return out
+
+
+def _mean(values: list[float]) -> float:
+    return float(np.mean(values)) if values else math.nan
+
+
+class Trainer:
+    """Base class of all algorithms.
+
+    Args:
+        config: the algorithm's config dataclass, or a dict validated into it.
+        env: shorthand for ``config["env"]``.
+    """
+
+    name: ClassVar[str] = ""
+    config_class: ClassVar[type[TrainerConfig]] = TrainerConfig
+    policy_class: ClassVar[type[PolicyGraph]]
+    supported_optimizers: ClassVar[tuple[str, ...]] = ("local",)
+    default_optimizer: ClassVar[str] = "local"
+
+    def __init__(self, config: TrainerConfig | Mapping[str, Any] | None = None, env: Any = None):
+        if config is None or isinstance(config, Mapping):
+            config = self.config_class.from_dict(config or {})
+        elif not isinstance(config, self.config_class):
+            raise ConfigError(
+                f"{type(self).__name__} needs a {self.config_class.__name__} or a dict, got "
+                f"{type(config).__name__}"
+            )
+        if env is not None:
+            config = dataclasses.replace(config, env=env)
+        if config.env is None:
+            raise ConfigError(
+                "config field 'env' is required (a Gymnasium id such as 'CartPole-v1')"
+            )
+        optimizer_name = config.optimizer or self.default_optimizer
+        if optimizer_name not in self.supported_optimizers:
+            get_optimizer_class(optimizer_name)  # unknown names: "did you mean"
+            raise ConfigError(
+                f"config field 'optimizer' = '{optimizer_name}' is not supported by "
+                f"{self.name or type(self).__name__}; valid: {', '.join(self.supported_optimizers)}"
+            )
+        self.config = dataclasses.replace(config, optimizer=optimizer_name)
+        seed_everything(self.config.seed)
+        self.evaluators = self._make_evaluators()
+        self.optimizer = self._make_optimizer(optimizer_name)
+        self.iteration = 0
+        self.time_total_s = 0.0
+        self.episodes_total = 0
+        self._episodes: collections.deque = collections.deque(
+            maxlen=self.config.metrics_smoothing_episodes
+        )
+
+    # -- construction hooks ------------------------------------------------------------
+    def rollout_fragment_length(self) -> int:
+        """The configured fragment length, or train_batch_size split over all sub-envs."""
+        cfg = self.config
+        if cfg.rollout_fragment_length:
+            return cfg.rollout_fragment_length
+        envs = max(1, cfg.num_evaluators) * cfg.num_envs_per_evaluator
+        return max(1, math.ceil(cfg.train_batch_size / envs))
+
+    def _make_evaluators(self) -> EvaluatorSet:
+        cfg = self.config
+        kwargs = {
+            "env": cfg.env,
+            "policy_class": self.policy_class,
+            "policy_config": cfg,
+            "env_config": cfg.env_config,
+            "num_envs": cfg.num_envs_per_evaluator,
+            "rollout_fragment_length": self.rollout_fragment_length(),
+            "batch_mode": cfg.batch_mode,
+            "observation_filter": cfg.observation_filter,
+            "clip_rewards": cfg.clip_rewards,
+            "seed": cfg.seed,
+            "compress_observations": cfg.compress_observations,
+        }
+        return EvaluatorSet(
+            kwargs,
+            num_evaluators=cfg.num_evaluators,
+            num_cpus_per_evaluator=cfg.num_cpus_per_evaluator,
+            num_gpus_per_evaluator=cfg.num_gpus_per_evaluator,
+            ray_address=cfg.ray_address,
+            get_timeout_s=cfg.sample_timeout_s,
+        )
+
+    def _make_optimizer(self, name: str) -> PolicyOptimizer:
+        cls = get_optimizer_class(name)
+        fields = {f.name for f in dataclasses.fields(cls.config_class)}
+        opt_config = cls.config_class.from_dict(
+            {k: v for k, v in self.config.to_dict().items() if k in fields}
+        )
+        return cls(self.evaluators, config=opt_config)
+
+    def after_optimizer_step(self, learner_stats: dict[str, float]) -> None:
+        """Hook for per-iteration policy utilities (e.g. PPO's adaptive KL coefficient)."""
+
+    # -- training ----------------------------------------------------------------------
+    @property
+    def local_evaluator(self):
+        """The driver's PolicyEvaluator."""
+        return self.evaluators.local_evaluator
+
+    def get_policy(self) -> PolicyGraph:
+        """The driver's (default) policy graph."""
+        return self.local_evaluator.policy
+
+    def _collect_episodes(self) -> list:
+        episodes = self.local_evaluator.get_metrics()
+        remotes = self.evaluators.remote_evaluators
+        if remotes:
+            for eps in self.evaluators.get([e.get_metrics.remote() for e in remotes]):
+                episodes.extend(eps)
+        return episodes
+
+    def train(self) -> dict[str, Any]:
+        """Run one iteration; return the flat result dict."""
+        start = time.perf_counter()
+        steps_before = self.optimizer.num_steps_sampled
+        learner_stats = self.optimizer.step()
+        self.after_optimizer_step(learner_stats)
+        if self.config.observation_filter != "NoFilter":
+            self.evaluators.sync_filters()
+        episodes = self._collect_episodes()
+        self._episodes.extend((e.episode_reward, e.episode_length) for e in episodes)
+        self.episodes_total += len(episodes)
+        self.iteration += 1
+        elapsed = time.perf_counter() - start
+        self.time_total_s += elapsed
+        steps = self.optimizer.num_steps_sampled - steps_before
+        rewards = [r for r, _ in self._episodes]
+        result: dict[str, Any] = {
+            "episode_reward_mean": _mean(rewards),
+            "episode_reward_min": float(np.min(rewards)) if rewards else math.nan,
+            "episode_reward_max": float(np.max(rewards)) if rewards else math.nan,
+            "episode_len_mean": _mean([n for _, n in self._episodes]),
+            "episodes_this_iter": len(episodes),
+            "episodes_total": self.episodes_total,
+            "timesteps_this_iter": steps,
+            "timesteps_total": self.optimizer.num_steps_sampled,
+            "training_iteration": self.iteration,
+            "time_this_iter_s": elapsed,
+            "time_total_s": self.time_total_s,
+            "num_steps_trained": self.optimizer.num_steps_trained,
+            "sample_throughput": steps / elapsed if elapsed > 0 else 0.0,
+            "num_evaluators": len(self.evaluators.remote_evaluators),
+        }
+        for k, v in self.optimizer.stats().items():
+            if k.endswith("_time_ms"):
+                result[k] = v
+        learn_ms = self.optimizer.timers.get("learn")
+        if learn_ms is not None and learn_ms.total_s > 0:
+            result["learn_throughput"] = self.optimizer.num_steps_trained / learn_ms.total_s
+        for k, v in learner_stats.items():
+            result[f"learner/{k}"] = v
+        return result
+
+    # -- acting ------------------------------------------------------------------------
+    def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
+        """The action for one raw env observation, in the env's action format."""
+        ev = self.local_evaluator
+        policy = ev.policy
+        flat = ev.preprocessor.transform(_batch_obs(policy.observation_space, [obs]))
+        flat = ev.filters["default_policy"](flat, update=False)
+        actions, _, _ = policy.compute_actions(flat, explore=explore)
+        return to_env_action(policy.action_space, actions)[0]
+
+    def get_weights(self) -> dict[str, Weights]:
+        """Weights of the driver's policies."""
+        return self.local_evaluator.get_weights()
+
+    def set_weights(self, weights: Mapping[str, Weights]) -> None:
+        """Load weights into the driver's policies and broadcast them."""
+        self.local_evaluator.set_weights(weights)
+        self.evaluators.sync_weights()
+
+    # -- checkpoints -------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        """Everything ``restore`` needs, as arrays and JSON scalars."""
+        return {
+            "evaluator": self.local_evaluator.save(),
+            "optimizer": self.optimizer.save(),
+            "counters": {
+                "iteration": self.iteration,
+                "time_total_s": self.time_total_s,
+                "episodes_total": self.episodes_total,
+            },
+            "episodes": np.asarray(list(self._episodes), dtype=np.float64).reshape(-1, 2),
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Inverse of ``get_state``; broadcasts weights and filters to remote evaluators."""
+        try:
+            self.local_evaluator.restore(state["evaluator"])
+        except ValueError as e:
+            raise CheckpointError(f"checkpoint does not fit this {self.name} trainer: {e}") from e
+        self.optimizer.restore(state["optimizer"])
+        counters = state["counters"]
+        self.iteration = int(counters["iteration"])
+        self.time_total_s = float(counters["time_total_s"])
+        self.episodes_total = int(counters["episodes_total"])
+        self._episodes.clear()
+        self._episodes.extend((float(r), int(n)) for r, n in state["episodes"])
+        self.evaluators.sync_weights({"timestep": self.optimizer.num_steps_sampled})
+        if self.evaluators.remote_evaluators:
+            states = self.local_evaluator.get_filters(flush_after=False)
+            self.evaluators.get(
+                [e.sync_filters.remote(states) for e in self.evaluators.remote_evaluators]
+            )
+
+    def save(self, checkpoint_dir: str | Path) -> Path:
+        """Write a complete checkpoint to ``checkpoint_dir`` (atomically); returns the path."""
+        meta = {
+            "kind": CHECKPOINT_KIND,
+            "algorithm": self.name,
+            "config": self.config.to_dict(),
+        }
+        return save_checkpoint(checkpoint_dir, meta, self.get_state())
+
+    def restore(self, checkpoint_dir: str | Path) -> None:
+        """Load a checkpoint written by ``save`` of the same algorithm."""
+        meta, state = load_checkpoint(checkpoint_dir)
+        if meta.get("algorithm") != self.name:
+            raise CheckpointError(
+                f"checkpoint '{checkpoint_dir}' is for algorithm {meta.get('algorithm')!r}, "
+                f"not {self.name!r}"
+            )
+        self.set_state(state)
+
+    @staticmethod
+    def from_checkpoint(checkpoint_dir: str | Path, **config_overrides: Any) -> Trainer:
+        """Rebuild a trainer from a checkpoint alone (config read from it), then restore."""
+        from hierl.algorithms.registry import get_trainer_class
+
+        meta, state = load_checkpoint(checkpoint_dir)
+        if meta.get("kind") != CHECKPOINT_KIND:
+            raise CheckpointError(f"'{checkpoint_dir}' is not a hierl trainer checkpoint")
+        cls = get_trainer_class(str(meta.get("algorithm")))
+        config = dict(meta.get("config") or {})
+        config.pop("env_callable", None)
+        config.update(config_overrides)
+        if config.get("env") is None:
+            raise CheckpointError(
+                f"checkpoint '{checkpoint_dir}' was made with a callable env; pass env=... "
+                "to from_checkpoint"
+            )
+        trainer = cls(config)
+        trainer.set_state(state)
+        return trainer
+
+    def stop(self) -> None:
+        """Release the optimizer and all evaluator actors."""
+        self.optimizer.stop()
+        self.evaluators.stop()
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -1,0 +1,135 @@
+"""Observation filters: running mean/std normalisation whose statistics sync across evaluators.
+
+Each evaluator's filter keeps the total running statistics plus a *buffer* of what it saw
+since the last sync.  The driver collects the buffers, merges them into its own filter
+(parallel variance merge, Chan et al. 1979) and pushes the merged statistics back, so
+every evaluator normalises with the same statistics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class RunningStat:
+    """Count, mean and sum of squared deviations of a stream of arrays of one shape."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = tuple(shape)
+        self.n = 0
+        self.mean = np.zeros(self.shape, dtype=np.float64)
+        self.m2 = np.zeros(self.shape, dtype=np.float64)
+
+    def push_batch(self, x: np.ndarray) -> None:
+        """Add a batch of rows (shape ``(B, *shape)``)."""
+        if len(x) == 0:
+            return
+        x = np.asarray(x, dtype=np.float64)
+        other = RunningStat(self.shape)
+        other.n = len(x)
+        other.mean = x.mean(axis=0)
+        other.m2 = ((x - other.mean) ** 2).sum(axis=0)
+        self.merge(other)
+
+    def merge(self, other: RunningStat) -> None:
+        """Merge another stream's statistics into this one."""
+        if other.n == 0:
+            return
+        n = self.n + other.n
+        delta = other.mean - self.mean
+        self.mean = self.mean + delta * (other.n / n)
+        self.m2 = self.m2 + other.m2 + delta**2 * (self.n * other.n / n)
+        self.n = n
+
+    @property
+    def std(self) -> np.ndarray:
+        """Population standard deviation (1 where fewer than two samples were seen)."""
+        if self.n < 2:
+            return np.ones(self.shape)
+        return np.sqrt(self.m2 / self.n)
+
+    def get_state(self) -> dict[str, Any]:
+        """JSON/array state."""
+        return {"n": self.n, "mean": self.mean.copy(), "m2": self.m2.copy()}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> RunningStat:
+        """Inverse of ``get_state``."""
+        rs = cls(np.shape(state["mean"]))
+        rs.n = int(state["n"])
+        rs.mean = np.array(state["mean"], dtype=np.float64)
+        rs.m2 = np.array(state["m2"], dtype=np.float64)
+        return rs
+
+
+class NoFilter:
+    """Identity filter."""
+
+    def __init__(self, shape: tuple[int, ...] = ()):
+        self.shape = shape
+
+    def __call__(self, x: np.ndarray, update: bool = True) -> np.ndarray:
+        return x
+
+    def get_state(self) -> dict[str, Any]:
+        """Nothing to save."""
+        return {}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Nothing to restore."""
+
+    def flush_buffer(self) -> dict[str, Any]:
+        """Nothing seen since the last sync."""
+        return {}
+
+    def apply_buffer(self, buffer: dict[str, Any]) -> None:
+        """Nothing to merge."""
+
+
+class MeanStdFilter(NoFilter):
+    """Normalise to zero mean and unit variance with running statistics, then clip."""
+
+    def __init__(self, shape: tuple[int, ...], clip: float = 10.0):
+        super().__init__(shape)
+        self.clip = clip
+        self.rs = RunningStat(shape)
+        self.buffer = RunningStat(shape)
+
+    def __call__(self, x: np.ndarray, update: bool = True) -> np.ndarray:
+        """Normalise a batch ``x`` of shape ``(B, *shape)``; with ``update``, record it first."""
+        if update:
+            self.rs.push_batch(x)
+            self.buffer.push_batch(x)
+        out = (x - self.rs.mean) / (self.rs.std + 1e-8)
+        return np.clip(out, -self.clip, self.clip).astype(np.float32)
+
+    def get_state(self) -> dict[str, Any]:
+        """Total statistics (the buffer is transient)."""
+        return {"rs": self.rs.get_state()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Replace the total statistics, keeping this filter's unsynced buffer."""
+        self.rs = RunningStat.from_state(state["rs"])
+
+    def flush_buffer(self) -> dict[str, Any]:
+        """Return and clear the statistics gathered since the last flush."""
+        out = self.buffer.get_state()
+        self.buffer = RunningStat(self.shape)
+        return out
+
+    def apply_buffer(self, buffer: dict[str, Any]) -> None:
+        """Merge another evaluator's flushed buffer into the total statistics."""
+        if buffer:
+            self.rs.merge(RunningStat.from_state(buffer))
+
+
+FILTERS = {"NoFilter": NoFilter, "MeanStdFilter": MeanStdFilter}
+
+
+def make_filter(name: str, shape: tuple[int, ...]) -> NoFilter:
+    """Build a filter by name (``NoFilter`` or ``MeanStdFilter``)."""
+    if name not in FILTERS:
+        raise ValueError(f"unknown observation_filter '{name}'; valid: {', '.join(FILTERS)}")
+    return FILTERS[name](shape)

@@ -1,0 +1,230 @@
+"""PolicyEvaluator: envs + policy graph(s) + the rollout loop, in-process or as a Ray actor.
+
+RLlib (ICML 2018) §3.2: "a policy evaluator wraps a policy graph and an environment to
+add sample() ... and the methods needed by policy optimizers".  The same class is the
+driver's *local evaluator* (worker_index 0; its envs are only created if it samples) and
+each remote replica (``PolicyEvaluator.as_remote(num_cpus=...).remote(...)``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import numpy as np
+
+from hierl.evaluators.env import EnvCreator, env_spaces, make_vector_env, resolve_env_creator
+from hierl.evaluators.filters import make_filter
+from hierl.evaluators.sampler import EpisodeRecord, VectorSampler
+from hierl.models import get_preprocessor
+from hierl.policy_graph import PolicyGraph, Weights
+from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+
+T = TypeVar("T")
+
+
+def seed_everything(seed: int | None) -> None:
+    """Seed Python, numpy and torch global RNGs (torch samples actions)."""
+    if seed is None:
+        return
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class PolicyEvaluator:
+    """Samples experience with a policy graph and serves the optimizers' requests.
+
+    Args:
+        env: a Gymnasium id, a name given to ``register_env`` or an env creator.
+        policy_class: the PolicyGraph subclass to build.
+        policy_config: passed to the policy graph (the trainer's config object).
+        env_config: the user's dict handed to the env creator.
+        worker_index: 0 for the driver's local evaluator, 1..N for remote replicas.
+        num_envs: sub-envs stepped together (ignored when the creator returns a VectorEnv).
+        rollout_fragment_length: steps per sub-env per ``sample()``.
+        batch_mode: ``truncate_episodes`` or ``complete_episodes``.
+        observation_filter: ``NoFilter`` or ``MeanStdFilter``.
+        clip_rewards: clip rewards to ``[-c, c]`` in the batch (metrics stay unclipped).
+        seed: base seed; this evaluator uses ``seed + 10_000 * worker_index`` and its
+            sub-env ``j`` uses that plus ``j``.
+        compress_observations: LZ4-compress OBS/NEW_OBS in returned batches.
+        num_threads: torch intra-op threads for this process (remote evaluators: 1).
+    """
+
+    def __init__(
+        self,
+        env: str | EnvCreator,
+        policy_class: type[PolicyGraph],
+        policy_config: Any = None,
+        *,
+        env_config: Mapping[str, Any] | None = None,
+        worker_index: int = 0,
+        num_envs: int = 1,
+        rollout_fragment_length: int = 200,
+        batch_mode: str = "truncate_episodes",
+        observation_filter: str = "NoFilter",
+        clip_rewards: float | None = None,
+        seed: int | None = None,
+        compress_observations: bool = False,
+        num_threads: int | None = None,
+    ):
+        if num_threads:
+            import torch
+
+            torch.set_num_threads(num_threads)
+        self.worker_index = worker_index
+        self.env_name = env if isinstance(env, str) else getattr(env, "__name__", "env")
+        self.env_creator = resolve_env_creator(env)
+        self.env_config = dict(env_config or {})
+        self.num_envs = num_envs
+        self.rollout_fragment_length = rollout_fragment_length
+        self.batch_mode = batch_mode
+        self.clip_rewards = clip_rewards
+        self.compress_observations = compress_observations
+        self.seed = None if seed is None else seed + 10_000 * worker_index
+        seed_everything(self.seed)
+        obs_space, act_space = env_spaces(self.env_creator, self.env_config)
+        self.preprocessor = get_preprocessor(obs_space)
+        self.policy_map: dict[str, PolicyGraph] = {
+            DEFAULT_POLICY_ID: policy_class(obs_space, act_space, policy_config)
+        }
+        self.filters = {DEFAULT_POLICY_ID: make_filter(observation_filter, self.preprocessor.shape)}
+        self._sampler: VectorSampler | None = None
+        self._episodes: list[EpisodeRecord] = []
+
+    # -- construction ------------------------------------------------------------------
+    @classmethod
+    def as_remote(cls, num_cpus: float = 1, num_gpus: float = 0, **options: Any) -> Any:
+        """The Ray actor class for this evaluator, with the given resources."""
+        import ray
+
+        return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, **options)(cls)
+
+    @property
+    def policy(self) -> PolicyGraph:
+        """The (single-agent) default policy."""
+        return self.policy_map[DEFAULT_POLICY_ID]
+
+    @property
+    def sampler(self) -> VectorSampler:
+        """The rollout loop; its envs are created on first use."""
+        if self._sampler is None:
+            venv = make_vector_env(
+                self.env_creator, self.env_config, self.num_envs, self.worker_index
+            )
+            self._sampler = VectorSampler(
+                venv,
+                self.policy,
+                self.preprocessor,
+                self.filters[DEFAULT_POLICY_ID],
+                rollout_fragment_length=self.rollout_fragment_length,
+                batch_mode=self.batch_mode,
+                clip_rewards=self.clip_rewards,
+                seed=self.seed,
+                worker_index=self.worker_index,
+                env_id=self.env_name,
+            )
+        return self._sampler
+
+    # -- sampling ----------------------------------------------------------------------
+    def sample(self) -> SampleBatch:
+        """Collect one postprocessed batch of experience."""
+        batch = self.sampler.sample()
+        self._episodes.extend(self.sampler.pop_episodes())
+        if self.compress_observations:
+            batch.compress(bulk=True)
+        return batch
+
+    def sample_with_count(self) -> tuple[SampleBatch, int]:
+        """``(sample(), its row count)``: lets callers account without fetching the batch."""
+        batch = self.sample()
+        return batch, batch.count
+
+    def get_metrics(self) -> list[EpisodeRecord]:
+        """Episodes finished since the last call."""
+        out, self._episodes = self._episodes, []
+        return out
+
+    # -- learning ----------------------------------------------------------------------
+    def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
+        """One update of the default policy on ``batch``."""
+        return self.policy.learn_on_batch(batch)
+
+    def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], dict[str, float]]:
+        """Gradients of the default policy's loss on ``batch``."""
+        return self.policy.compute_gradients(batch)
+
+    def apply_gradients(self, grads: list[np.ndarray]) -> dict[str, float]:
+        """Apply gradients to the default policy."""
+        return self.policy.apply_gradients(grads)
+
+    # -- weights, filters, state -------------------------------------------------------
+    def get_weights(self) -> dict[str, Weights]:
+        """Weights of every policy, by policy id."""
+        return {pid: p.get_weights() for pid, p in self.policy_map.items()}
+
+    def set_weights(
+        self, weights: Mapping[str, Weights], global_vars: Mapping[str, Any] | None = None
+    ) -> None:
+        """Load weights by policy id and, if given, update the global counters."""
+        for pid, w in weights.items():
+            self.policy_map[pid].set_weights(w)
+        if global_vars:
+            self.set_global_vars(global_vars)
+
+    def set_global_vars(self, global_vars: Mapping[str, Any]) -> None:
+        """Pass global counters (``timestep``...) to every policy."""
+        for p in self.policy_map.values():
+            p.on_global_var_update(global_vars)
+
+    def foreach_policy(self, fn: Callable[[PolicyGraph, str], T]) -> list[T]:
+        """Call ``fn(policy, policy_id)`` for every policy (utility methods by name)."""
+        return [fn(p, pid) for pid, p in self.policy_map.items()]
+
+    def apply(self, fn: Callable[[PolicyEvaluator], T]) -> T:
+        """Call ``fn(self)`` (runs inside the actor for a remote evaluator)."""
+        return fn(self)
+
+    def get_filters(self, flush_after: bool = True) -> dict[str, dict[str, Any]]:
+        """Each filter's statistics gathered since the last flush."""
+        return {
+            pid: (f.flush_buffer() if flush_after else f.get_state())
+            for pid, f in self.filters.items()
+        }
+
+    def sync_filters(self, states: Mapping[str, dict[str, Any]]) -> None:
+        """Replace each filter's total statistics (its unsynced buffer is kept)."""
+        for pid, state in states.items():
+            self.filters[pid].set_state(state)
+
+    def save(self) -> dict[str, Any]:
+        """State of policies and filters (arrays + JSON scalars, no pickle needed)."""
+        return {
+            "policies": {pid: p.get_state() for pid, p in self.policy_map.items()},
+            "filters": {pid: f.get_state() for pid, f in self.filters.items()},
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Inverse of ``save``."""
+        for pid, s in state["policies"].items():
+            self.policy_map[pid].set_state(s)
+        self.sync_filters(state.get("filters", {}))
+
+    def get_host(self) -> str:
+        """Hostname and pid of the process this evaluator runs in."""
+        return f"{os.uname().nodename}:{os.getpid()}"
+
+    def ping(self) -> int:
+        """Health check: returns the worker index."""
+        return self.worker_index
+
+    def stop(self) -> None:
+        """Close the envs."""
+        if self._sampler is not None:
+            self._sampler.venv.close()
+            self._sampler = None

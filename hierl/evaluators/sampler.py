@@ -1,0 +1,244 @@
+"""The rollout loop: step a vector of envs with one batched ``compute_actions`` per step.
+
+Everything per step is array code over the env vector (no per-sub-env Python loop), so a
+natively vectorised Gymnasium env runs at close to its raw speed.  Data is written into
+time-major buffers ``(T, num_envs, ...)`` and, at the end of a fragment, turned into
+env-major rows, split into trajectory segments and postprocessed by the policy.
+
+Gymnasium's three autoreset modes are handled:
+
+* ``SAME_STEP`` (hierl's own SyncVectorEnv): the final observation is in
+  ``info["final_obs"]`` and the returned one already belongs to the next episode;
+* ``NEXT_STEP`` (Gymnasium's default, e.g. ``CartPoleVectorEnv``): the step after a done
+  only resets that sub-env; its row is dropped;
+* ``DISABLED``: the sampler resets finished sub-envs itself with ``reset_mask``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import concatenate, create_empty_array
+
+from hierl.evaluators.filters import NoFilter
+from hierl.models import Preprocessor, to_env_action
+from hierl.policy_graph import PolicyGraph
+from hierl.sample_batch import SampleBatch
+
+
+@dataclass
+class EpisodeRecord:
+    """Summary of one finished episode."""
+
+    episode_reward: float
+    episode_length: int
+    env_index: int
+    custom_metrics: dict[str, float] = field(default_factory=dict)
+
+
+class EnvError(RuntimeError):
+    """An environment raised; the message names the env, the evaluator and the call."""
+
+
+def _batch_obs(space: gym.Space, items: list[Any]) -> Any:
+    if isinstance(space, gym.spaces.Box):
+        return np.stack(items)
+    return concatenate(space, items, create_empty_array(space, len(items)))
+
+
+class VectorSampler:
+    """Collects trajectory fragments from one vector env with one policy.
+
+    ``rollout_fragment_length`` is the number of steps per sub-env per ``sample()``
+    (so a truncate_episodes sample has ``rollout_fragment_length * num_envs`` rows,
+    fewer for NEXT_STEP envs by the dropped reset rows).  With
+    ``batch_mode="complete_episodes"`` only whole episodes are returned (at least that
+    many rows); unfinished ones are carried over to the next call.
+    """
+
+    def __init__(
+        self,
+        venv: VectorEnv,
+        policy: PolicyGraph,
+        preprocessor: Preprocessor,
+        obs_filter: NoFilter,
+        *,
+        rollout_fragment_length: int,
+        batch_mode: str = "truncate_episodes",
+        clip_rewards: float | None = None,
+        seed: int | None = None,
+        worker_index: int = 0,
+        env_id: str = "env",
+    ):
+        if batch_mode not in ("truncate_episodes", "complete_episodes"):
+            raise ValueError(
+                f"batch_mode '{batch_mode}' is invalid; valid: truncate_episodes, complete_episodes"
+            )
+        self.venv = venv
+        self.policy = policy
+        self.preprocessor = preprocessor
+        self.filter = obs_filter
+        self.fragment_length = int(rollout_fragment_length)
+        self.batch_mode = batch_mode
+        self.clip_rewards = clip_rewards
+        self.worker_index = worker_index
+        self.env_id = env_id
+        self.num_envs = venv.num_envs
+        self.obs_space = venv.single_observation_space
+        self.act_space = venv.single_action_space
+        self.autoreset_mode = venv.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        self._postprocess = (
+            type(policy).postprocess_trajectory is not PolicyGraph.postprocess_trajectory
+        )
+        self._eps_counter = itertools.count(worker_index << 40)
+        self.completed: list[EpisodeRecord] = []
+        self._carry: SampleBatch | None = None
+        self.steps_sampled = 0
+        raw, _ = self._call("reset", seed=seed)
+        self.obs = self.filter(self.preprocessor.transform(raw))
+        self.eps_id = np.array([next(self._eps_counter) for _ in range(self.num_envs)])
+        self.ep_return = np.zeros(self.num_envs, dtype=np.float64)
+        self.ep_len = np.zeros(self.num_envs, dtype=np.int64)
+        self.pending_reset = np.zeros(self.num_envs, dtype=bool)
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return getattr(self.venv, method)(*args, **kwargs)
+        except Exception as e:
+            raise EnvError(
+                f"env '{self.env_id}' raised in {method}() on evaluator {self.worker_index}: "
+                f"{type(e).__name__}: {e}"
+            ) from e
+
+    # -- one fragment ------------------------------------------------------------------
+    def _collect(self, steps: int) -> SampleBatch:
+        """Step all sub-envs ``steps`` times; return the valid rows, env-major."""
+        n, shape = self.num_envs, (steps, self.num_envs)
+        obs_buf = np.empty(shape + self.obs.shape[1:], dtype=self.obs.dtype)
+        new_obs_buf = np.empty_like(obs_buf)
+        rew_buf = np.empty(shape, dtype=np.float32)
+        term_buf = np.empty(shape, dtype=bool)
+        trunc_buf = np.empty(shape, dtype=bool)
+        eps_buf = np.empty(shape, dtype=np.int64)
+        t_buf = np.empty(shape, dtype=np.int64)
+        valid_buf = np.empty(shape, dtype=bool)
+        act_buf: np.ndarray | None = None
+        extra_bufs: dict[str, np.ndarray] = {}
+        for step in range(steps):
+            # CRUCIAL: record the observation before stepping; with copy=False vector envs
+            # (and the no-copy preprocessor) self.obs may alias the env's own buffer.
+            obs_buf[step] = self.obs
+            actions, _, extra = self.policy.compute_actions(self.obs)
+            if act_buf is None:
+                act_buf = np.empty(shape + actions.shape[1:], dtype=actions.dtype)
+                extra_bufs = {
+                    k: np.empty(shape + v.shape[1:], dtype=v.dtype) for k, v in extra.items()
+                }
+            raw, rew, term, trunc, info = self._call("step", to_env_action(self.act_space, actions))
+            next_obs = self.filter(self.preprocessor.transform(raw))
+            valid = ~self.pending_reset
+            done = (term | trunc) & valid
+            new_obs_buf[step] = next_obs
+            act_buf[step] = actions
+            for k, v in extra.items():
+                extra_bufs[k][step] = v
+            rew_buf[step] = rew
+            term_buf[step] = term
+            trunc_buf[step] = trunc
+            eps_buf[step] = self.eps_id
+            t_buf[step] = self.ep_len
+            valid_buf[step] = valid
+            self.ep_return += np.where(valid, rew, 0.0)
+            self.ep_len += valid
+            if done.any():
+                idx = np.flatnonzero(done)
+                if self.autoreset_mode == AutoresetMode.SAME_STEP:
+                    final = _batch_obs(self.obs_space, list(info["final_obs"][idx]))
+                    new_obs_buf[step, idx] = self.filter(
+                        self.preprocessor.transform(final), update=False
+                    )
+                elif self.autoreset_mode == AutoresetMode.DISABLED:
+                    reset_raw, _ = self._call("reset", options={"reset_mask": done})
+                    next_obs = next_obs.copy()
+                    next_obs[idx] = self.filter(self.preprocessor.transform(reset_raw))[idx]
+                self._finish_episodes(idx)
+            if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+                self.pending_reset = done
+            self.obs = next_obs
+        if self.clip_rewards:
+            np.clip(rew_buf, -self.clip_rewards, self.clip_rewards, out=rew_buf)
+        columns = {
+            SampleBatch.OBS: obs_buf,
+            SampleBatch.NEW_OBS: new_obs_buf,
+            SampleBatch.ACTIONS: act_buf,
+            SampleBatch.REWARDS: rew_buf,
+            SampleBatch.TERMINATEDS: term_buf,
+            SampleBatch.TRUNCATEDS: trunc_buf,
+            SampleBatch.EPS_ID: eps_buf,
+            SampleBatch.T: t_buf,
+            **extra_bufs,
+        }
+        valid_rows = valid_buf.T.reshape(n * steps)
+        all_valid = bool(valid_rows.all())
+        out = {}
+        for k, v in columns.items():
+            flat = v.swapaxes(0, 1).reshape((n * steps, *v.shape[2:]))
+            out[k] = flat if all_valid else flat[valid_rows]
+        batch = SampleBatch(out)
+        self.steps_sampled += batch.count
+        return batch
+
+    def _finish_episodes(self, idx: np.ndarray) -> None:
+        for i in idx:
+            self.completed.append(
+                EpisodeRecord(float(self.ep_return[i]), int(self.ep_len[i]), int(i))
+            )
+            self.eps_id[i] = next(self._eps_counter)
+        self.ep_return[idx] = 0.0
+        self.ep_len[idx] = 0
+
+    # -- public ------------------------------------------------------------------------
+    def sample(self) -> SampleBatch:
+        """Collect and postprocess one batch (see the class docstring for its size)."""
+        if self.batch_mode == "truncate_episodes":
+            batch = self._collect(self.fragment_length)
+            if not self._postprocess:
+                return batch
+            return SampleBatch.concat_samples(
+                [self.policy.postprocess_trajectory(s) for s in batch.split_by_episode()]
+            )
+        target = self.fragment_length * self.num_envs
+        done_segments: list[SampleBatch] = []
+        count = 0
+        while count < target:
+            chunk = self._collect(self.fragment_length)
+            if self._carry is not None:
+                chunk = SampleBatch.concat_samples([self._carry, chunk])
+                # CRUCIAL: group each episode's rows (carry first) by a *stable* sort.
+                chunk = SampleBatch(
+                    {
+                        k: v[np.argsort(chunk[SampleBatch.EPS_ID], kind="stable")]
+                        for k, v in chunk.items()
+                    }
+                )
+            carry = []
+            for seg in chunk.split_by_episode():
+                if seg[SampleBatch.TERMINATEDS][-1] or seg[SampleBatch.TRUNCATEDS][-1]:
+                    done_segments.append(seg)
+                    count += seg.count
+                else:
+                    carry.append(seg)
+            self._carry = SampleBatch.concat_samples(carry) if carry else None
+        if self._postprocess:
+            done_segments = [self.policy.postprocess_trajectory(s) for s in done_segments]
+        return SampleBatch.concat_samples(done_segments)
+
+    def pop_episodes(self) -> list[EpisodeRecord]:
+        """Return and forget the episodes finished since the last call."""
+        out, self.completed = self.completed, []
+        return out

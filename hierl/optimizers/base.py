@@ -1,0 +1,137 @@
+"""PolicyOptimizer base: one ``step()`` of distributed work over a set of evaluators.
+
+RLlib (ICML 2018) §3.3: a policy optimizer "is responsible for the performance-critical
+tasks of distributed sampling, parameter updates, and managing replay buffers", and is
+swappable by name.  Every optimizer works with zero remote evaluators (everything on the
+local evaluator) and with N.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
+
+from hierl.config import Config
+from hierl.evaluators import EvaluatorSet, PolicyEvaluator
+
+T = TypeVar("T")
+
+
+class TimerStat:
+    """Context-manager timer keeping the total and the mean of its intervals."""
+
+    def __init__(self) -> None:
+        self.total_s = 0.0
+        self.count = 0
+        self._start = 0.0
+
+    def __enter__(self) -> TimerStat:
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.total_s += time.perf_counter() - self._start
+        self.count += 1
+
+    @property
+    def mean_ms(self) -> float:
+        """Mean interval in milliseconds (0 before the first one)."""
+        return 1000.0 * self.total_s / self.count if self.count else 0.0
+
+
+@dataclasses.dataclass
+class OptimizerConfig(Config):
+    """Settings every optimizer understands."""
+
+    train_batch_size: int = 4000
+    """Rows gathered per step (samples are collected until at least this many)."""
+
+
+class PolicyOptimizer:
+    """Base class: subclasses set ``name`` and ``config_class`` and implement ``step()``.
+
+    Construct with the evaluator set (or a local evaluator and a list of remote actor
+    handles) and a config mapping/dataclass.  ``stats()`` reports the uniform keys
+    ``num_steps_sampled``, ``num_steps_trained`` and one ``<phase>_time_ms`` per timer.
+    """
+
+    name: ClassVar[str] = ""
+    config_class: ClassVar[type[OptimizerConfig]] = OptimizerConfig
+
+    def __init__(
+        self,
+        evaluators: EvaluatorSet | PolicyEvaluator,
+        remote_evaluators: list[Any] | None = None,
+        config: OptimizerConfig | Mapping[str, Any] | None = None,
+    ):
+        if isinstance(evaluators, EvaluatorSet):
+            self.evaluators = evaluators
+        else:
+            self.evaluators = _WrappedSet(evaluators, list(remote_evaluators or []))
+        if config is None or isinstance(config, Mapping):
+            config = self.config_class.from_dict(config or {})
+        self.config = config
+        self.num_steps_sampled = 0
+        self.num_steps_trained = 0
+        self.timers: dict[str, TimerStat] = {}
+        self.learner_stats: dict[str, float] = {}
+
+    @property
+    def local_evaluator(self) -> PolicyEvaluator:
+        """The driver's evaluator."""
+        return self.evaluators.local_evaluator
+
+    @property
+    def remote_evaluators(self) -> list[Any]:
+        """The Ray actor handles of the remote evaluators."""
+        return self.evaluators.remote_evaluators
+
+    def timer(self, phase: str) -> TimerStat:
+        """The timer for ``phase`` (created on first use)."""
+        return self.timers.setdefault(phase, TimerStat())
+
+    def step(self) -> dict[str, float]:
+        """One round of sampling and improvement; returns learner statistics."""
+        raise NotImplementedError
+
+    def stats(self) -> dict[str, float]:
+        """Counters and per-phase mean times."""
+        out: dict[str, float] = {
+            "num_steps_sampled": self.num_steps_sampled,
+            "num_steps_trained": self.num_steps_trained,
+        }
+        for phase, t in self.timers.items():
+            out[f"{phase}_time_ms"] = round(t.mean_ms, 3)
+        return out
+
+    def foreach_evaluator(self, fn: Callable[[PolicyEvaluator], T]) -> list[T]:
+        """Apply ``fn`` to the local and every remote evaluator."""
+        return self.evaluators.foreach_evaluator(fn)
+
+    def save(self) -> dict[str, Any]:
+        """Optimizer counters (JSON)."""
+        return {
+            "num_steps_sampled": self.num_steps_sampled,
+            "num_steps_trained": self.num_steps_trained,
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Inverse of ``save``."""
+        self.num_steps_sampled = int(state["num_steps_sampled"])
+        self.num_steps_trained = int(state["num_steps_trained"])
+
+    def stop(self) -> None:
+        """Release anything the optimizer owns (threads, actors); evaluators stay."""
+
+
+class _WrappedSet(EvaluatorSet):
+    """An EvaluatorSet view over evaluators created elsewhere."""
+
+    def __init__(self, local: PolicyEvaluator, remotes: list[Any]):
+        from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S
+
+        self.local_evaluator = local
+        self.remote_evaluators = remotes
+        self.get_timeout_s = DEFAULT_GET_TIMEOUT_S

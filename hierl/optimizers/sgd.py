@@ -1,0 +1,36 @@
+"""Minibatch SGD epochs over one batch on one policy (shared by several optimizers)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from hierl.policy_graph import PolicyGraph
+from hierl.sample_batch import SampleBatch
+
+
+def minibatch_sgd(
+    policy: PolicyGraph,
+    batch: SampleBatch,
+    num_sgd_iter: int,
+    minibatch_size: int,
+    rng: np.random.Generator,
+) -> dict[str, float]:
+    """``num_sgd_iter`` epochs of shuffled minibatches; returns stats averaged over updates.
+
+    ``minibatch_size <= 0`` or ``>= batch.count`` means one full-batch update per epoch.
+    """
+    batch.decompress_if_needed()
+    totals: dict[str, float] = defaultdict(float)
+    updates = 0
+    for _ in range(num_sgd_iter):
+        if minibatch_size <= 0 or minibatch_size >= batch.count:
+            minibatches = [batch]
+        else:
+            minibatches = batch.minibatches(minibatch_size, shuffle=True, rng=rng)
+        for mb in minibatches:
+            for k, v in policy.learn_on_batch(mb).items():
+                totals[k] += v
+            updates += 1
+    return {k: v / max(updates, 1) for k, v in totals.items()}

@@ -1,0 +1,131 @@
+"""The PolicyGraph contract: the only place that holds an algorithm's numerics.
+
+RLlib (Liang et al., ICML 2018, §3.1 and Fig. 5), https://arxiv.org/abs/1712.09381:
+a policy graph defines ``act`` (compute_actions), ``postprocess``
+(postprocess_trajectory) and ``loss`` (through compute_gradients / learn_on_batch),
+plus weights/state access and utility methods called by name.
+
+How the rest of hierl drives a policy graph::
+
+    policy = MyPolicy(observation_space, action_space, config)
+    # on an evaluator, once per environment step (batched over the vector of envs):
+    actions, state_out, extra = policy.compute_actions(obs_batch, state_batches)
+    # at the end of each trajectory segment:
+    batch = policy.postprocess_trajectory(segment)
+    # in a policy optimizer:
+    stats = policy.learn_on_batch(batch)                 # or, split in two:
+    grads, stats = policy.compute_gradients(batch)
+    policy.apply_gradients(grads)
+    # between steps:
+    policy.set_weights(weights); policy.on_global_var_update({"timestep": t})
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from hierl.sample_batch import SampleBatch
+
+Weights = dict[str, np.ndarray]
+"""Policy weights: parameter name → numpy array.  Names are stable across processes."""
+
+
+class PolicyGraph(abc.ABC):
+    """Abstract policy: act, postprocess, loss; weights and state.
+
+    Subclasses implement the four abstract methods; everything else has a working
+    default.  Gradient-based optimizers (allreduce, async, sharded_ps) additionally
+    need ``compute_gradients`` and ``apply_gradients``.
+    """
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any):
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.config = config
+        self.global_timestep = 0
+
+    @abc.abstractmethod
+    def compute_actions(
+        self,
+        obs_batch: np.ndarray,
+        state_batches: list[np.ndarray] | None = None,
+        explore: bool = True,
+    ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
+        """Return ``(actions, state_out, extra)`` for a batch of (preprocessed) observations.
+
+        ``extra`` holds per-step outputs stored in the sample batch, keyed by
+        SampleBatch column names (e.g. ACTION_LOGP, VF_PREDS).
+        """
+
+    def postprocess_trajectory(
+        self,
+        batch: SampleBatch,
+        other_agent_batches: Mapping[str, SampleBatch] | None = None,
+    ) -> SampleBatch:
+        """Postprocess one trajectory segment (advantages, n-step returns...); default: as is.
+
+        ``batch`` holds consecutive steps of ONE episode of one agent; it ends either
+        in a terminal step, a truncated step, or mid-episode (fragment cut).  Its last
+        row's NEW_OBS is the observation to bootstrap from when not terminated.
+        """
+        return batch
+
+    @abc.abstractmethod
+    def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
+        """One gradient step on ``batch``; returns learner statistics."""
+
+    def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], dict[str, float]]:
+        """Return ``(gradients, stats)`` for ``batch`` without applying them."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement compute_gradients")
+
+    def apply_gradients(self, gradients: list[np.ndarray]) -> dict[str, float]:
+        """Apply gradients produced by ``compute_gradients`` (possibly on another replica)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement apply_gradients")
+
+    @abc.abstractmethod
+    def get_weights(self) -> Weights:
+        """Return the model weights as a dict of numpy arrays with stable names."""
+
+    @abc.abstractmethod
+    def set_weights(self, weights: Weights) -> None:
+        """Load weights produced by ``get_weights`` (of a compatible policy)."""
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything needed to resume: weights plus optimizer state and counters.
+
+        The result is a tree of dicts/lists whose leaves are numpy arrays or JSON
+        scalars (it is checkpointed without pickle).
+        """
+        return {"weights": self.get_weights(), "global_timestep": self.global_timestep}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore a state produced by ``get_state``."""
+        self.set_weights(state["weights"])
+        self.global_timestep = int(state.get("global_timestep", 0))
+
+    def get_initial_state(self) -> list[np.ndarray]:
+        """Initial recurrent state for one agent (empty list for feed-forward policies)."""
+        return []
+
+    def on_global_var_update(self, global_vars: Mapping[str, Any]) -> None:
+        """Called with global counters (e.g. ``timestep``) before each round of sampling."""
+        self.global_timestep = int(global_vars.get("timestep", self.global_timestep))
+
+    def compute_single_action(
+        self, obs: np.ndarray, state: list[np.ndarray] | None = None, explore: bool = False
+    ) -> tuple[Any, list[np.ndarray], dict[str, np.ndarray]]:
+        """Act for one preprocessed observation; returns ``(action, state_out, extra)``."""
+        state_batches = [np.asarray(s)[None] for s in state] if state else None
+        actions, state_out, extra = self.compute_actions(
+            np.asarray(obs)[None], state_batches, explore=explore
+        )
+        return (
+            actions[0],
+            [s[0] for s in state_out],
+            {k: v[0] for k, v in extra.items()},
+        )
