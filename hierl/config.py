@@ -12,6 +12,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import itertools
 import types
 import typing
 from collections.abc import Mapping
@@ -142,7 +143,7 @@ def field_docs(cls: type) -> dict[str, str]:
         except (OSError, TypeError, SyntaxError):
             continue
         body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-        for node, nxt in zip(body, body[1:], strict=False):
+        for node, nxt in itertools.pairwise(body):
             if (
                 isinstance(node, ast.AnnAssign)
                 and isinstance(node.target, ast.Name)

@@ -15,6 +15,7 @@ Everything framework-specific (devices, tensors, optimizer moments) stays in thi
 from __future__ import annotations
 
 import abc
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -45,7 +46,7 @@ def piecewise_linear(schedule: Sequence[Sequence[float]], t: float) -> float:
     points = sorted((float(a), float(b)) for a, b in schedule)
     if t <= points[0][0]:
         return points[0][1]
-    for (t0, v0), (t1, v1) in zip(points, points[1:], strict=False):
+    for (t0, v0), (t1, v1) in itertools.pairwise(points):
         if t < t1:
             return v0 + (t - t0) / (t1 - t0) * (v1 - v0)
     return points[-1][1]
