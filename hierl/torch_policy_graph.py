@@ -84,7 +84,7 @@ class TorchPolicyGraph(PolicyGraph):
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """Build the torch optimizer (Adam with ``config.lr``)."""
-        return torch.optim.Adam(self.model.parameters(), lr=self.config.lr, eps=1e-5)
+        return torch.optim.Adam(self.model.parameters(), lr=self.config.lr, eps=1e-5, foreach=True)
 
     # -- act ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -141,7 +141,8 @@ class TorchPolicyGraph(PolicyGraph):
         out["total_loss"] = float(loss.detach())
         clip = getattr(self.config, "grad_clip", None)
         if clip:
-            out["grad_gnorm"] = float(nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+            gnorm = nn.utils.clip_grad_norm_(self.model.parameters(), clip, foreach=True)
+            out["grad_gnorm"] = float(gnorm)
         return out
 
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:

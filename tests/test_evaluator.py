@@ -1,0 +1,186 @@
+"""PolicyEvaluator: batch sizes, episode accounting, autoreset modes, seeding, remote use."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from hierl.algorithms.pg import PGConfig, PGPolicy
+from hierl.evaluators import EvaluatorSet, PolicyEvaluator
+from hierl.evaluators.filters import MeanStdFilter, RunningStat
+from hierl.sample_batch import SampleBatch as SB
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def make_evaluator(env, env_config=None, **kwargs) -> PolicyEvaluator:
+    config = PGConfig.from_dict({"env": env, "model": {"hiddens": (8, 8)}})
+    kwargs.setdefault("num_envs", 2)
+    kwargs.setdefault("rollout_fragment_length", 3)
+    kwargs.setdefault("seed", 0)
+    return PolicyEvaluator(env, PGPolicy, config, env_config=env_config or {}, **kwargs)
+
+
+def test_batch_size_and_episode_accounting_across_fragments(counting_env):
+    ev = make_evaluator(counting_env, {"length": 5})
+    b1, b2 = ev.sample(), ev.sample()
+    assert b1.count == b2.count == 6  # 3 steps x 2 envs
+    both = SB.concat_samples([b1, b2])
+    # one env's rows are contiguous; per env: t = 0,1,2 then 3,4,0 (new episode)
+    for env_rows in (slice(0, 3), slice(3, 6)):
+        assert list(b1[SB.T][env_rows]) == [0, 1, 2]
+    assert list(b2[SB.T][0:3]) == [3, 4, 0]
+    # the episode continues across the fragment boundary with the same id
+    assert b1[SB.EPS_ID][2] == b2[SB.EPS_ID][0] != b2[SB.EPS_ID][2]
+    episodes = ev.get_metrics()
+    assert [(e.episode_reward, e.episode_length) for e in episodes] == [(5.0, 5), (5.0, 5)]
+    assert ev.get_metrics() == []
+    assert both[SB.TERMINATEDS].sum() == 2 and not both[SB.TRUNCATEDS].any()
+
+
+def test_truncation_keeps_final_observation(counting_env):
+    ev = make_evaluator(counting_env, {"length": 2, "terminate": False}, num_envs=1)
+    b = ev.sample()  # rows: t=0, t=1 (truncated), t=0 of the next episode
+    assert list(b[SB.TRUNCATEDS]) == [False, True, False]
+    assert not b[SB.TERMINATEDS].any()
+    # new_obs of the truncated row is the final observation, not the reset one
+    assert b[SB.NEW_OBS][1][0] == 2.0
+    assert b[SB.OBS][2][0] == 0.0
+    assert b[SB.NEW_OBS][1][1] == b[SB.OBS][1][1] != b[SB.OBS][2][1]
+
+
+def test_next_step_autoreset_vector_env_drops_reset_rows(counting_env):
+    def creator(cfg):
+        fns = [lambda: counting_env({"length": 2})] * 3
+        return SyncVectorEnv(fns, autoreset_mode=AutoresetMode.NEXT_STEP)
+
+    ev = make_evaluator(creator, rollout_fragment_length=6)
+    b = ev.sample()
+    # per env: steps t0,t1(done), reset-row (dropped), t0,t1(done), reset-row: 4 of 6 kept
+    assert b.count == 3 * 4
+    assert list(b[SB.T][:4]) == [0, 1, 0, 1]
+    assert b[SB.TERMINATEDS].sum() == 6
+    # no row acts on a final observation
+    assert (b[SB.OBS][:, 0] < 2).all()
+    np.testing.assert_array_equal(b[SB.NEW_OBS][b[SB.TERMINATEDS]][:, 0], 2.0)
+    assert len(ev.get_metrics()) == 6
+
+
+def test_complete_episodes_mode_returns_whole_episodes(counting_env):
+    ev = make_evaluator(counting_env, {"length": 4}, batch_mode="complete_episodes")
+    b = ev.sample()
+    assert b.count >= 6
+    segments = b.split_by_episode()
+    assert all(s.count == 4 and s[SB.TERMINATEDS][-1] for s in segments)
+    assert all(list(s[SB.T]) == [0, 1, 2, 3] for s in segments)
+
+
+def test_postprocessing_adds_advantages_per_segment(counting_env):
+    ev = make_evaluator(counting_env, {"length": 5})
+    b = ev.sample()
+    assert SB.ADVANTAGES in b and SB.VALUE_TARGETS in b
+    assert b[SB.ADVANTAGES].shape == (6,)
+
+
+def test_seeded_runs_are_reproducible(counting_env):
+    a = make_evaluator("CartPole-v1", seed=3, rollout_fragment_length=20).sample()
+    b = make_evaluator("CartPole-v1", seed=3, rollout_fragment_length=20).sample()
+    c = make_evaluator("CartPole-v1", seed=4, rollout_fragment_length=20).sample()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k]) if k != SB.EPS_ID else None
+    assert not np.array_equal(a[SB.OBS], c[SB.OBS])
+
+
+def test_compression_is_lossless(counting_env):
+    plain = make_evaluator("CartPole-v1", rollout_fragment_length=10).sample()
+    packed = make_evaluator("CartPole-v1", rollout_fragment_length=10, compress_observations=True)
+    batch = packed.sample()
+    assert batch.is_compressed()
+    np.testing.assert_array_equal(batch.decompress_if_needed()[SB.OBS], plain[SB.OBS])
+
+
+def test_pendulum_continuous_actions_are_clipped_to_bounds():
+    ev = make_evaluator("Pendulum-v1", rollout_fragment_length=5)
+    b = ev.sample()
+    assert b[SB.ACTIONS].shape == (10, 1)
+    assert b[SB.ACTION_LOGP].shape == (10,)
+
+
+def test_env_error_names_env_and_worker():
+    class Broken(gym.Env):
+        observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(1, np.float32), {}
+
+        def step(self, action):
+            raise RuntimeError("boom")
+
+    ev = make_evaluator(lambda cfg: Broken(), worker_index=3, num_envs=1)
+    with pytest.raises(
+        RuntimeError, match=r"raised in step\(\) on evaluator 3: RuntimeError: boom"
+    ):
+        ev.sample()
+
+
+def test_running_stat_merge_matches_direct():
+    rng = np.random.default_rng(0)
+    x = rng.normal(3.0, 2.0, size=(100, 3))
+    a, b, whole = RunningStat((3,)), RunningStat((3,)), RunningStat((3,))
+    a.push_batch(x[:37])
+    b.push_batch(x[37:])
+    a.merge(b)
+    whole.push_batch(x)
+    np.testing.assert_allclose(a.mean, x.mean(0))
+    np.testing.assert_allclose(a.std, x.std(0))
+    np.testing.assert_allclose(whole.std, x.std(0))
+
+
+def test_mean_std_filter_buffer_flush_and_apply():
+    local, remote = MeanStdFilter((2,)), MeanStdFilter((2,))
+    data = np.arange(20, dtype=np.float64).reshape(10, 2)
+    remote(data)
+    local.apply_buffer(remote.flush_buffer())
+    np.testing.assert_allclose(local.rs.mean, data.mean(0))
+    assert remote.flush_buffer()["n"] == 0
+    out = local(np.array([[9.0, 10.0]]), update=False)
+    np.testing.assert_allclose(out, [[0.0, 0.0]], atol=1e-6)
+
+
+def test_remote_evaluators_sample_sync_weights_and_filters(ray_session, counting_env):
+    config = PGConfig.from_dict({"env": "CartPole-v1", "model": {"hiddens": (8, 8)}})
+    kwargs = {
+        "env": "CartPole-v1",
+        "policy_class": PGPolicy,
+        "policy_config": config,
+        "num_envs": 2,
+        "rollout_fragment_length": 5,
+        "seed": 0,
+        "observation_filter": "MeanStdFilter",
+    }
+    evs = EvaluatorSet(kwargs, num_evaluators=2, num_cpus_per_evaluator=0.5, get_timeout_s=60)
+    try:
+        local_w = evs.local_evaluator.get_weights()["default_policy"]
+        for w in evs.get([e.get_weights.remote() for e in evs.remote_evaluators]):
+            for k in local_w:
+                np.testing.assert_array_equal(w["default_policy"][k], local_w[k])
+        batches = evs.get([e.sample.remote() for e in evs.remote_evaluators])
+        assert [b.count for b in batches] == [10, 10]
+        # different worker indices → different env seeds → different data
+        assert not np.array_equal(batches[0][SB.OBS], batches[1][SB.OBS])
+        # a remote evaluator samples exactly what a local one with its index would
+        twin = PolicyEvaluator(worker_index=1, **kwargs)
+        twin.set_weights(evs.local_evaluator.get_weights())
+        np.testing.assert_array_equal(twin.sample()[SB.OBS], batches[0][SB.OBS])
+        evs.sync_filters()
+        assert evs.local_evaluator.filters["default_policy"].rs.n == 2 * 10 + 2 * 2
+        states = evs.get([e.get_filters.remote(flush_after=False) for e in evs.remote_evaluators])
+        for s in states:
+            assert s["default_policy"]["rs"]["n"] == 24
+        hosts = evs.get([e.get_host.remote() for e in evs.remote_evaluators])
+        assert len(set(hosts)) == 2
+    finally:
+        evs.stop()
