@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def _num(value: Any, fmt: str = ".1f") -> str:
-    """Format a number, writing ``n/a`` for missing or NaN values."""
+def format_number(value: Any, fmt: str = ".1f") -> str:
+    """Format a number (``fmt="d"``: rounded integer); ``n/a`` for missing or NaN values."""
     if value is None:
         return "n/a"
     try:
@@ -56,12 +56,12 @@ def format_line(result: Mapping[str, Any]) -> str:
     return (
         f"iter {result.get('training_iteration', '?')} | "
         f"t={result.get('timesteps_total', '?')} | "
-        f"reward {_num(result.get('episode_reward_mean'))} "
-        f"(min {_num(result.get('episode_reward_min'))}, "
-        f"max {_num(result.get('episode_reward_max'))}) | "
-        f"len {_num(result.get('episode_len_mean'))} | "
-        f"{_num(result.get('sample_throughput'), '.0f')} steps/s | "
-        f"{_num(result.get('time_total_s'))}s"
+        f"reward {format_number(result.get('episode_reward_mean'))} "
+        f"(min {format_number(result.get('episode_reward_min'))}, "
+        f"max {format_number(result.get('episode_reward_max'))}) | "
+        f"len {format_number(result.get('episode_len_mean'))} | "
+        f"{format_number(result.get('sample_throughput'), '.0f')} steps/s | "
+        f"{format_number(result.get('time_total_s'))}s"
     )
 
 
@@ -151,16 +151,15 @@ class TrainingProgress:
         stats = Table.grid(padding=(0, 2))
         stats.add_column(style="bold")
         stats.add_column()
-        stats.add_row("iteration", _num(r.get("training_iteration"), "d"))
-        stats.add_row("timesteps", _num(r.get("timesteps_total"), "d"))
-        stats.add_row(
-            "episode_reward_mean",
-            f"{_num(r.get('episode_reward_mean'))}  (min {_num(r.get('episode_reward_min'))},"
-            f" max {_num(r.get('episode_reward_max'))})",
-        )
-        stats.add_row("episode_len_mean", _num(r.get("episode_len_mean")))
-        stats.add_row("steps/s", _num(r.get("sample_throughput"), ".0f"))
-        stats.add_row("time", f"{_num(r.get('time_total_s'))}s")
+        stats.add_row("iteration", format_number(r.get("training_iteration"), "d"))
+        stats.add_row("timesteps", format_number(r.get("timesteps_total"), "d"))
+        reward = format_number(r.get("episode_reward_mean"))
+        low = format_number(r.get("episode_reward_min"))
+        high = format_number(r.get("episode_reward_max"))
+        stats.add_row("episode_reward_mean", f"{reward}  (min {low}, max {high})")
+        stats.add_row("episode_len_mean", format_number(r.get("episode_len_mean")))
+        stats.add_row("steps/s", format_number(r.get("sample_throughput"), ".0f"))
+        stats.add_row("time", f"{format_number(r.get('time_total_s'))}s")
 
         bars = Table.grid(padding=(0, 2))
         bars.add_column(style="bold")
@@ -170,9 +169,9 @@ class TrainingProgress:
             value = r.get(key)
             frac = stop_fraction(value, target)
             bars.add_row(
-                f"{key} >= {format_target(target)}",
+                Text(f"{key} >= {format_target(target)}"),
                 ProgressBar(total=1.0, completed=frac, width=30),
-                f"{_num(value)} ({frac:.0%})",
+                f"{format_number(value)} ({frac:.0%})",
             )
         parts: list[Any] = []
         if self.title:
