@@ -21,6 +21,7 @@ import math
 import os
 import re
 import sys
+import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -113,10 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser(
         "train",
         help="train an algorithm on an environment",
-        description=(
+        description=textwrap.fill(
             "Train an algorithm until a stop condition holds, logging every iteration to "
             "OUTPUT_DIR/result.jsonl, saving checkpoints and a learning curve. "
-            "Ctrl-C stops training cleanly after saving a final checkpoint."
+            "Ctrl-C stops training cleanly after saving a final checkpoint.",
+            width=79,
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(

@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from hierl import CheckpointError, ConfigError, SampleBatch, Trainer, TrainerConfig
-from hierl import TorchPolicyGraph, get_trainer_class
+from hierl import (
+    CheckpointError,
+    ConfigError,
+    SampleBatch,
+    TorchPolicyGraph,
+    Trainer,
+    TrainerConfig,
+    get_trainer_class,
+)
 from hierl.algorithms.pg import PGTrainer
 from hierl.algorithms.ppo import PPOTrainer
 
@@ -79,7 +86,7 @@ def test_result_has_standard_keys_and_counts():
     with PPOTrainer(TINY) as t:
         r1 = t.train()
         r2 = t.train()
-    assert RESULT_KEYS <= set(r2)
+    assert set(r2) >= RESULT_KEYS
     assert r1["training_iteration"] == 1 and r2["training_iteration"] == 2
     assert r1["timesteps_this_iter"] == 64
     assert r2["timesteps_total"] == 128
@@ -122,7 +129,7 @@ def test_restore_into_incompatible_policy_is_clear_error(tmp_path):
         path = t.save(tmp_path / "c")
     with (
         PPOTrainer({**TINY, "model": {"hiddens": [16, 16]}}) as other,
-        pytest.raises(CheckpointError, match=r"has shape \(16, 4\), the model expects \(8, 4\)|shape"),
+        pytest.raises(CheckpointError, match=r"has shape \(8, 4\), the model expects \(16, 4\)"),
     ):
         other.restore(path)
     with PGTrainer({**TINY}) as pg, pytest.raises(CheckpointError, match="'PPO', not 'PG'"):
