@@ -184,3 +184,20 @@ def test_remote_evaluators_sample_sync_weights_and_filters(ray_session, counting
         assert len(set(hosts)) == 2
     finally:
         evs.stop()
+
+
+class LastObsCallbacks:
+    def on_episode_end(self, *, episode, env_info, worker_index):
+        episode.custom_metrics["double_len"] = 2 * episode.episode_length
+        episode.custom_metrics["worker"] = worker_index
+
+
+def test_custom_episode_metrics_reach_results(counting_env):
+    from hierl.algorithms.pg import PGTrainer
+
+    config = {"env": counting_env, "env_config": {"length": 3}, "callbacks": LastObsCallbacks}
+    with PGTrainer({**config, "train_batch_size": 24, "num_envs_per_evaluator": 2}) as t:
+        result = t.train()
+    assert result["custom_metrics/double_len_mean"] == 6.0
+    assert result["custom_metrics/worker_max"] == 0.0
+    assert result["episodes_this_iter"] == 8

@@ -92,6 +92,8 @@ class TrainerConfig(Config):
     """Upper bound on waiting for any remote call."""
     ray_address: str | None = None
     """Join this Ray cluster instead of starting a local instance."""
+    callbacks: Any = None
+    """An ``hierl.evaluators.EpisodeCallbacks`` subclass (custom episode metrics)."""
 
     def __post_init__(self) -> None:
         self.check("num_evaluators", self.num_evaluators >= 0, "must be >= 0")
@@ -114,6 +116,9 @@ class TrainerConfig(Config):
         if callable(self.env):
             out["env"] = None
             out["env_callable"] = getattr(self.env, "__qualname__", repr(self.env))
+        if self.callbacks is not None:
+            # Code is never stored in (or loaded from) checkpoints: pass it again.
+            out["callbacks"] = None
         return out
 
 
@@ -190,6 +195,7 @@ class Trainer:
             "clip_rewards": cfg.clip_rewards,
             "seed": cfg.seed,
             "compress_observations": cfg.compress_observations,
+            "callbacks": cfg.callbacks,
         }
         return EvaluatorSet(
             kwargs,
@@ -267,6 +273,14 @@ class Trainer:
         learn_ms = self.optimizer.timers.get("learn")
         if learn_ms is not None and learn_ms.total_s > 0:
             result["learn_throughput"] = self.optimizer.num_steps_trained / learn_ms.total_s
+        custom: dict[str, list[float]] = collections.defaultdict(list)
+        for e in episodes:
+            for k, v in e.custom_metrics.items():
+                custom[k].append(float(v))
+        for k, values in custom.items():
+            result[f"custom_metrics/{k}_mean"] = float(np.mean(values))
+            result[f"custom_metrics/{k}_min"] = float(np.min(values))
+            result[f"custom_metrics/{k}_max"] = float(np.max(values))
         for k, v in learner_stats.items():
             result[f"learner/{k}"] = v
         return result

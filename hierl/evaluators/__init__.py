@@ -3,11 +3,12 @@
 from hierl.evaluators.env import EnvContext, register_env
 from hierl.evaluators.evaluator_set import EvaluatorSet
 from hierl.evaluators.policy_evaluator import PolicyEvaluator
-from hierl.evaluators.sampler import EnvError, EpisodeRecord
+from hierl.evaluators.sampler import EnvError, EpisodeCallbacks, EpisodeRecord
 
 __all__ = [
     "EnvContext",
     "EnvError",
+    "EpisodeCallbacks",
     "EpisodeRecord",
     "EvaluatorSet",
     "PolicyEvaluator",

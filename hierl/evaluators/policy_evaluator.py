@@ -17,7 +17,7 @@ import numpy as np
 
 from hierl.evaluators.env import EnvCreator, env_spaces, make_vector_env, resolve_env_creator
 from hierl.evaluators.filters import make_filter
-from hierl.evaluators.sampler import EpisodeRecord, VectorSampler
+from hierl.evaluators.sampler import EpisodeCallbacks, EpisodeRecord, VectorSampler
 from hierl.models import get_preprocessor
 from hierl.policy_graph import PolicyGraph, Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
@@ -54,6 +54,7 @@ class PolicyEvaluator:
             sub-env ``j`` uses that plus ``j``.
         compress_observations: LZ4-compress OBS/NEW_OBS in returned batches.
         num_threads: torch intra-op threads for this process (remote evaluators: 1).
+        callbacks: an EpisodeCallbacks subclass, instantiated in this evaluator.
     """
 
     def __init__(
@@ -72,6 +73,7 @@ class PolicyEvaluator:
         seed: int | None = None,
         compress_observations: bool = False,
         num_threads: int | None = None,
+        callbacks: type[EpisodeCallbacks] | None = None,
     ):
         if num_threads:
             import torch
@@ -86,6 +88,7 @@ class PolicyEvaluator:
         self.batch_mode = batch_mode
         self.clip_rewards = clip_rewards
         self.compress_observations = compress_observations
+        self.callbacks = callbacks() if callbacks is not None else None
         self.seed = None if seed is None else seed + 10_000 * worker_index
         seed_everything(self.seed)
         obs_space, act_space = env_spaces(self.env_creator, self.env_config)
@@ -128,6 +131,7 @@ class PolicyEvaluator:
                 seed=self.seed,
                 worker_index=self.worker_index,
                 env_id=self.env_name,
+                callbacks=self.callbacks,
             )
         return self._sampler
 

@@ -41,6 +41,32 @@ class EpisodeRecord:
     custom_metrics: dict[str, float] = field(default_factory=dict)
 
 
+class EpisodeCallbacks:
+    """Hooks into the rollout loop; subclass and pass the class as config ``callbacks``.
+
+    ``on_episode_end`` may add numbers to ``episode.custom_metrics``; the trainer reports
+    their mean, min and max over the episodes of each iteration as
+    ``custom_metrics/<name>_mean`` (and ``_min``, ``_max``).
+    """
+
+    def on_episode_end(
+        self, *, episode: EpisodeRecord, env_info: dict[str, Any], worker_index: int
+    ) -> None:
+        """Called once per finished episode with the env's info dict of its last step."""
+
+
+def _sub_env_info(info: dict[str, Any], i: int) -> dict[str, Any]:
+    """Sub-env ``i``'s entries of a Gymnasium vector-env info dict (``_key`` masks)."""
+    out = {}
+    for k, v in info.items():
+        if k.startswith("_"):
+            continue
+        mask = info.get("_" + k)
+        if mask is None or mask[i]:
+            out[k] = v[i] if isinstance(v, np.ndarray) else v
+    return out
+
+
 class EnvError(RuntimeError):
     """An environment raised; the message names the env, the evaluator and the call."""
 
@@ -74,6 +100,7 @@ class VectorSampler:
         seed: int | None = None,
         worker_index: int = 0,
         env_id: str = "env",
+        callbacks: EpisodeCallbacks | None = None,
     ):
         if batch_mode not in ("truncate_episodes", "complete_episodes"):
             raise ValueError(
@@ -88,6 +115,7 @@ class VectorSampler:
         self.clip_rewards = clip_rewards
         self.worker_index = worker_index
         self.env_id = env_id
+        self.callbacks = callbacks
         self.num_envs = venv.num_envs
         self.obs_space = venv.single_observation_space
         self.act_space = venv.single_action_space
@@ -166,7 +194,7 @@ class VectorSampler:
                     reset_raw, _ = self._call("reset", options={"reset_mask": done})
                     next_obs = next_obs.copy()
                     next_obs[idx] = self.filter(self.preprocessor.transform(reset_raw))[idx]
-                self._finish_episodes(idx)
+                self._finish_episodes(idx, info)
             if self.autoreset_mode == AutoresetMode.NEXT_STEP:
                 self.pending_reset = done
             self.obs = next_obs
@@ -193,11 +221,18 @@ class VectorSampler:
         self.steps_sampled += batch.count
         return batch
 
-    def _finish_episodes(self, idx: np.ndarray) -> None:
+    def _finish_episodes(self, idx: np.ndarray, info: dict[str, Any]) -> None:
+        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+            info = info.get("final_info", {})
         for i in idx:
-            self.completed.append(
-                EpisodeRecord(float(self.ep_return[i]), int(self.ep_len[i]), int(i))
-            )
+            episode = EpisodeRecord(float(self.ep_return[i]), int(self.ep_len[i]), int(i))
+            if self.callbacks is not None:
+                self.callbacks.on_episode_end(
+                    episode=episode,
+                    env_info=_sub_env_info(info, i),
+                    worker_index=self.worker_index,
+                )
+            self.completed.append(episode)
             self.eps_id[i] = next(self._eps_counter)
         self.ep_return[idx] = 0.0
         self.ep_len[idx] = 0
