@@ -2,36 +2,47 @@
 
 The three abstractions of RLlib (ICML 2018): PolicyGraph, PolicyEvaluator and named
 policy optimizers, with Trainers on top that nest inside other loops and Ray Tune.
+Public names are imported lazily, so ``import hierl`` (and ``hierl --help``) stays fast.
 """
 
-from hierl.algorithms import Trainer, TrainerConfig, get_trainer_class, register_trainer
-from hierl.checkpoint import CheckpointError
-from hierl.config import ConfigError
-from hierl.evaluators import EvaluatorSet, PolicyEvaluator, register_env
-from hierl.models import ModelConfig
-from hierl.optimizers import PolicyOptimizer, get_optimizer_class, register_optimizer
-from hierl.policy_graph import PolicyGraph
-from hierl.sample_batch import MultiAgentBatch, SampleBatch
-from hierl.torch_policy_graph import TorchPolicyGraph
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "CheckpointError",
-    "ConfigError",
-    "EvaluatorSet",
-    "ModelConfig",
-    "MultiAgentBatch",
-    "PolicyEvaluator",
-    "PolicyGraph",
-    "PolicyOptimizer",
-    "SampleBatch",
-    "TorchPolicyGraph",
-    "Trainer",
-    "TrainerConfig",
-    "get_optimizer_class",
-    "get_trainer_class",
-    "register_env",
-    "register_optimizer",
-    "register_trainer",
-]
+_EXPORTS = {
+    "CheckpointError": "hierl.checkpoint",
+    "ConfigError": "hierl.config",
+    "EpisodeCallbacks": "hierl.evaluators",
+    "EvaluatorSet": "hierl.evaluators",
+    "ModelConfig": "hierl.models",
+    "MultiAgentBatch": "hierl.sample_batch",
+    "PolicyEvaluator": "hierl.evaluators",
+    "PolicyGraph": "hierl.policy_graph",
+    "PolicyOptimizer": "hierl.optimizers",
+    "SampleBatch": "hierl.sample_batch",
+    "TorchPolicyGraph": "hierl.torch_policy_graph",
+    "Trainer": "hierl.algorithms",
+    "TrainerConfig": "hierl.algorithms",
+    "get_optimizer_class": "hierl.optimizers",
+    "get_trainer_class": "hierl.algorithms",
+    "register_env": "hierl.evaluators",
+    "register_optimizer": "hierl.optimizers",
+    "register_trainer": "hierl.algorithms",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'hierl' has no attribute '{name}'")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -263,7 +263,7 @@ def load_config_arg(text: str) -> dict[str, Any]:
             import yaml
 
             try:
-                data = yaml.safe_load(raw)
+                data = yaml.load(raw, Loader=_yaml_loader())  # a SafeLoader subclass
             except yaml.YAMLError as e:
                 raise CLIError(f"config file '{path}' is not valid YAML: {e}") from None
             if data is None:
@@ -273,6 +273,21 @@ def load_config_arg(text: str) -> dict[str, Any]:
             f"--config must hold a mapping of config keys to values, got {type(data).__name__}"
         )
     return data
+
+
+def _yaml_loader() -> type:
+    """SafeLoader that also reads ``1e-3`` as a float (YAML 1.1 wants ``1.0e-3``)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)[eE][-+]?\d+$"),
+        list("-+0123456789."),
+    )
+    return Loader
 
 
 def default_stop(env: Any) -> tuple[dict[str, float], str]:
@@ -506,7 +521,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         except Exception as e:
             if not interrupted:
                 raise
-            print(f"{PROG}: warning: stopping the trainer failed: {_one_line(str(e))}")
+            print(
+                f"{PROG}: warning: stopping the trainer failed: {_one_line(str(e))}",
+                file=sys.stderr,
+            )
 
 
 def _check_env(env: Any) -> None:
@@ -563,7 +581,7 @@ def _train_loop(
                 if len(history) == 1:
                     check_stop_keys(stop, result)
                 if args.checkpoint_freq and trainer.iteration % args.checkpoint_freq == 0:
-                    progress.log(f"checkpoint saved: {checkpoint()}")
+                    progress.log(f"checkpoint saved: {checkpoint().resolve()}")
                 reason = reached_stop(stop, result)
                 if reason is not None:
                     break

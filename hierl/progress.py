@@ -15,7 +15,10 @@ from typing import Any
 
 
 def format_number(value: Any, fmt: str = ".1f") -> str:
-    """Format a number (``fmt="d"``: rounded integer); ``n/a`` for missing or NaN values."""
+    """Format a number (``"d"``: rounded integer, ``"auto"``: integers as such, else ``.1f``).
+
+    Missing and NaN values are written ``n/a``.
+    """
     if value is None:
         return "n/a"
     try:
@@ -26,8 +29,10 @@ def format_number(value: Any, fmt: str = ".1f") -> str:
         return "n/a"
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
-    if fmt == "d":
+    if fmt == "d" or (fmt == "auto" and value.is_integer() and abs(value) < 1e15):
         return str(round(value))
+    if fmt == "auto":
+        return f"{value:.4g}" if abs(value) < 1e-2 else f"{value:.1f}"
     return format(value, fmt)
 
 
@@ -106,7 +111,7 @@ class TrainingProgress:
             from rich.live import Live
 
             self._live = Live(
-                self._render(None),
+                self.renderable(None),
                 console=Console(),
                 refresh_per_second=4,
                 transient=False,
@@ -117,7 +122,7 @@ class TrainingProgress:
         """Stop the live panel, leaving its last frame on screen."""
         if self._live is not None:
             live, self._live = self._live, None
-            live.update(self._render(self._last), refresh=True)
+            live.update(self.renderable(self._last), refresh=True)
             live.stop()
 
     # -- updates -----------------------------------------------------------------------
@@ -127,7 +132,7 @@ class TrainingProgress:
         if self.quiet:
             return
         if self._live is not None:
-            self._live.update(self._render(result), refresh=True)
+            self._live.update(self.renderable(result), refresh=True)
         else:
             print(format_line(result), flush=True)
 
@@ -141,7 +146,8 @@ class TrainingProgress:
             print(message, flush=True)
 
     # -- rendering ---------------------------------------------------------------------
-    def _render(self, result: Mapping[str, Any] | None) -> Any:
+    def renderable(self, result: Mapping[str, Any] | None) -> Any:
+        """The rich renderable of the live panel for ``result`` (None: no result yet)."""
         from rich.console import Group
         from rich.progress_bar import ProgressBar
         from rich.table import Table
@@ -171,7 +177,7 @@ class TrainingProgress:
             bars.add_row(
                 Text(f"{key} >= {format_target(target)}"),
                 ProgressBar(total=1.0, completed=frac, width=30),
-                f"{format_number(value)} ({frac:.0%})",
+                f"{format_number(value, 'auto')} ({frac:.0%})",
             )
         parts: list[Any] = []
         if self.title:

@@ -189,7 +189,8 @@ class TorchPolicyGraph(PolicyGraph):
                     f"{tuple(own[name].shape)}"
                 )
         self.model.load_state_dict(
-            {k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()}, strict=True
+            {k: torch.from_numpy(np.array(v, copy=True)) for k, v in weights.items()},
+            strict=True,
         )
 
     def get_state(self) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
+from hierl.config import ConfigError
+
 EnvCreator = Callable[[Mapping[str, Any]], "gym.Env | VectorEnv"]
 
 _REGISTRY: dict[str, EnvCreator] = {}
@@ -52,8 +54,10 @@ def resolve_env_creator(env: str | EnvCreator) -> EnvCreator:
         )
 
     def make(env_config: Mapping[str, Any]) -> gym.Env:
-        kwargs = {k: v for k, v in env_config.items()}
-        return gym.make(env, **kwargs)
+        try:
+            return gym.make(env, **dict(env_config))
+        except TypeError as e:
+            raise ConfigError(f"env_config {dict(env_config)} is invalid for '{env}': {e}") from e
 
     return make
 
