@@ -75,6 +75,16 @@ class PolicyGraph(abc.ABC):
         """
         return batch
 
+    def postprocess_trajectories(self, batch: SampleBatch) -> SampleBatch:
+        """Postprocess a batch of several segments (runs of equal EPS_ID), e.g. a fragment.
+
+        The evaluator calls this once per sample.  The default splits the batch and
+        calls ``postprocess_trajectory`` per segment; override it to vectorise across
+        segments (what PPO does for GAE over thousands of vectorised envs).
+        """
+        segments = batch.split_by_episode()
+        return SampleBatch.concat_samples([self.postprocess_trajectory(s) for s in segments])
+
     @abc.abstractmethod
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
         """One gradient step on ``batch``; returns learner statistics."""

@@ -58,31 +58,85 @@ def bootstrap_needed(batch: SampleBatch) -> bool:
     return batch.count > 0 and not bool(batch[SampleBatch.TERMINATEDS][-1])
 
 
+def segment_ends(batch: SampleBatch) -> np.ndarray:
+    """Boolean mask of the last row of each trajectory segment (EPS_ID changes)."""
+    eps = batch[SampleBatch.EPS_ID]
+    ends = np.ones(len(eps), dtype=bool)
+    ends[:-1] = eps[1:] != eps[:-1]
+    return ends
+
+
+def compute_gae_segments(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    ends: np.ndarray,
+    bootstrap_values: np.ndarray,
+    gamma: float,
+    lam: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """GAE over many concatenated segments at once, vectorised across segments.
+
+    ``ends`` marks each segment's last row; ``bootstrap_values[i]`` (read at those rows
+    only) is V of the state after it (0 for a terminal state).  Rows are processed in
+    rounds by their distance to their segment's end, so the Python loop runs once per
+    step of the longest segment, not once per row.  Equals ``compute_gae`` per segment.
+    """
+    n = len(rewards)
+    rewards = np.asarray(rewards, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    next_values = np.empty(n)
+    next_values[:-1] = values[1:]
+    next_values[ends] = np.asarray(bootstrap_values, dtype=np.float64)[ends]
+    deltas = rewards + gamma * next_values - values
+    # distance of each row to the end of its segment
+    end_idx = np.flatnonzero(ends)
+    seg_of_row = np.searchsorted(end_idx, np.arange(n))
+    dist = end_idx[seg_of_row] - np.arange(n)
+    order = np.argsort(dist, kind="stable")
+    bounds = np.searchsorted(dist[order], np.arange(dist.max(initial=-1) + 2))
+    adv = np.zeros(n + 1)
+    for k in range(len(bounds) - 1):
+        rows = order[bounds[k] : bounds[k + 1]]
+        carry = 0.0 if k == 0 else gamma * lam * adv[rows + 1]
+        adv[rows] = deltas[rows] + carry
+    advantages = adv[:n]
+    return advantages.astype(np.float32), (advantages + values).astype(np.float32)
+
+
 def compute_advantages(
     batch: SampleBatch,
-    bootstrap_value: float,
+    bootstrap_values: float | np.ndarray,
     gamma: float = 0.99,
     lambda_: float = 1.0,
     use_gae: bool = True,
     use_critic: bool = True,
 ) -> SampleBatch:
-    """Add ADVANTAGES and VALUE_TARGETS columns to a single-trajectory ``batch``.
+    """Add ADVANTAGES and VALUE_TARGETS to a batch of one or more trajectory segments.
 
-    With ``use_gae`` the value predictions ``VF_PREDS`` are needed.  Without it the
-    advantages are the bootstrapped discounted returns, minus ``VF_PREDS`` when
-    ``use_critic`` (a value baseline, as in REINFORCE with baseline).
+    Segments are runs of equal EPS_ID (a batch without EPS_ID is one segment).
+    ``bootstrap_values`` is V(state after the segment's last row), read at each
+    segment's last row (a scalar for a single segment); pass 0 where the segment
+    terminated.  With ``use_gae`` the value predictions ``VF_PREDS`` are needed.
+    Without it the advantages are the bootstrapped discounted returns, minus
+    ``VF_PREDS`` when ``use_critic`` (REINFORCE with a baseline).
     """
+    n = batch.count
+    if SampleBatch.EPS_ID in batch:
+        ends = segment_ends(batch)
+    else:
+        ends = np.zeros(n, dtype=bool)
+        ends[-1:] = True
+    boot = np.broadcast_to(np.asarray(bootstrap_values, dtype=np.float64), (n,))
     rewards = batch[SampleBatch.REWARDS]
     if use_gae:
         if not use_critic:
             raise ValueError("use_gae=True needs a critic (use_critic=True)")
-        adv, targets = compute_gae(
-            rewards, batch[SampleBatch.VF_PREDS], bootstrap_value, gamma, lambda_
-        )
+        values = batch[SampleBatch.VF_PREDS]
+        adv, targets = compute_gae_segments(rewards, values, ends, boot, gamma, lambda_)
     else:
-        returns = discount_cumsum(np.append(rewards, np.float32(bootstrap_value)), gamma)[:-1]
-        targets = returns
-        adv = returns - batch[SampleBatch.VF_PREDS] if use_critic else returns.copy()
+        # lambda = 1 and V = 0 turn GAE into bootstrapped discounted returns
+        targets, _ = compute_gae_segments(rewards, np.zeros(n), ends, boot, gamma, 1.0)
+        adv = targets - batch[SampleBatch.VF_PREDS] if use_critic else targets.copy()
     batch[SampleBatch.ADVANTAGES] = adv.astype(np.float32)
     batch[SampleBatch.VALUE_TARGETS] = targets.astype(np.float32)
     return batch

@@ -26,6 +26,7 @@ from torch import nn
 
 from hierl.models import ActorCritic, ModelConfig
 from hierl.policy_graph import PolicyGraph, Weights
+from hierl.postprocessing import segment_ends
 from hierl.sample_batch import SampleBatch
 
 TensorBatch = dict[str, torch.Tensor]
@@ -113,6 +114,25 @@ class TorchPolicyGraph(PolicyGraph):
         if hasattr(self.model, "value"):
             return self.model.value(obs).cpu().numpy()
         return self.model(obs)[1].cpu().numpy()
+
+    def bootstrap_values(self, batch: SampleBatch) -> np.ndarray:
+        """Per row: V(NEW_OBS) at segment ends that did not terminate, else 0.
+
+        One batched forward pass over the rows that need it (truncated episodes and
+        fragments cut mid-episode); terminal states get no bootstrap.
+        """
+        out = np.zeros(batch.count, dtype=np.float32)
+        if batch.count == 0:
+            return out
+        if SampleBatch.EPS_ID in batch:
+            ends = segment_ends(batch)
+        else:
+            ends = np.zeros(batch.count, dtype=bool)
+            ends[-1] = True
+        rows = np.flatnonzero(ends & ~batch[SampleBatch.TERMINATEDS])
+        if len(rows):
+            out[rows] = self.value(batch[SampleBatch.NEW_OBS][rows])
+        return out
 
     # -- loss --------------------------------------------------------------------------
     @abc.abstractmethod

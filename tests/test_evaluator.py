@@ -201,3 +201,28 @@ def test_custom_episode_metrics_reach_results(counting_env):
     assert result["custom_metrics/double_len_mean"] == 6.0
     assert result["custom_metrics/worker_max"] == 0.0
     assert result["episodes_this_iter"] == 8
+
+
+@pytest.mark.parametrize("terminate", [True, False])
+def test_ppo_bootstraps_truncation_and_cuts_but_not_termination(counting_env, terminate):
+    from hierl.algorithms.ppo import PPOConfig, PPOPolicy
+
+    config = PPOConfig.from_dict(
+        {"env": counting_env, "gamma": 0.5, "lambda_": 1.0, "model": {"hiddens": [8]}}
+    )
+    ev = PolicyEvaluator(
+        counting_env,
+        PPOPolicy,
+        config,
+        env_config={"length": 2, "terminate": terminate},
+        num_envs=1,
+        rollout_fragment_length=3,
+        seed=0,
+    )
+    b = ev.sample()  # rows: t=0, t=1 (episode ends), t=0 (fragment cut)
+    v_next = ev.policy.value(b[SB.NEW_OBS])
+    targets = b[SB.VALUE_TARGETS]
+    end_bootstrap = 0.0 if terminate else 0.5 * v_next[1]
+    assert targets[1] == pytest.approx(1 + end_bootstrap, abs=1e-5)
+    assert targets[0] == pytest.approx(1 + 0.5 * targets[1], abs=1e-5)
+    assert targets[2] == pytest.approx(1 + 0.5 * v_next[2], abs=1e-5)

@@ -84,3 +84,28 @@ def test_truncation_bootstraps_and_termination_does_not():
 def test_returns_without_gae_and_critic():
     b = compute_advantages(_segment(False, True), 4.0, gamma=0.5, use_gae=False, use_critic=False)
     np.testing.assert_allclose(b[SampleBatch.ADVANTAGES], [1 + 0.5 + 0.25 * 4, 1 + 0.5 * 4])
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.integers(1, 9), min_size=1, max_size=8),
+    st.floats(0.5, 1.0),
+    st.floats(0.0, 1.0),
+    st.integers(0, 2**31),
+)
+def test_vectorised_gae_equals_per_segment(lengths, gamma, lam, seed):
+    from hierl.postprocessing import compute_gae_segments
+
+    rng = np.random.default_rng(seed)
+    n = sum(lengths)
+    r, v, boot = rng.normal(size=n), rng.normal(size=n), rng.normal(size=n)
+    ends = np.zeros(n, dtype=bool)
+    ends[np.cumsum(lengths) - 1] = True
+    adv, targets = compute_gae_segments(r, v, ends, boot, gamma, lam)
+    start = 0
+    for length in lengths:
+        end = start + length
+        a, t = compute_gae(r[start:end], v[start:end], boot[end - 1], gamma, lam)
+        np.testing.assert_allclose(adv[start:end], a, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(targets[start:end], t, rtol=1e-4, atol=1e-4)
+        start = end

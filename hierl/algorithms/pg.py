@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from hierl.algorithms.trainer import Trainer, TrainerConfig
-from hierl.postprocessing import bootstrap_needed, compute_advantages
+from hierl.postprocessing import compute_advantages
 from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
 
@@ -37,9 +37,13 @@ class PGPolicy(TorchPolicyGraph):
     """Policy gradient with Monte-Carlo returns (bootstrapped at cuts) minus V(s)."""
 
     def postprocess_trajectory(self, batch, other_agent_batches=None):
-        """Discounted returns; the value baseline is subtracted here."""
-        last = self.value(batch[SampleBatch.NEW_OBS][-1:])[0] if bootstrap_needed(batch) else 0.0
-        return compute_advantages(batch, last, self.config.gamma, use_gae=False, use_critic=True)
+        """Discounted returns (bootstrapped at cuts) minus the value baseline."""
+        return self.postprocess_trajectories(batch)
+
+    def postprocess_trajectories(self, batch: SampleBatch) -> SampleBatch:
+        """Returns for all segments at once."""
+        boot = self.bootstrap_values(batch)
+        return compute_advantages(batch, boot, self.config.gamma, use_gae=False)
 
     def loss(self, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, Any]]:
         """``-E[log pi(a|s) A] + c * E[(V(s) - R)^2]``."""

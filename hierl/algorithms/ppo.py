@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from hierl.algorithms.trainer import Trainer, TrainerConfig
-from hierl.postprocessing import bootstrap_needed, compute_advantages
+from hierl.postprocessing import compute_advantages
 from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
 
@@ -73,9 +73,13 @@ class PPOPolicy(TorchPolicyGraph):
 
     def postprocess_trajectory(self, batch, other_agent_batches=None):
         """GAE; bootstraps from V(final obs) unless the segment ended in termination."""
-        last = self.value(batch[SampleBatch.NEW_OBS][-1:])[0] if bootstrap_needed(batch) else 0.0
+        return self.postprocess_trajectories(batch)
+
+    def postprocess_trajectories(self, batch: SampleBatch) -> SampleBatch:
+        """GAE for all segments of a fragment at once (one batched value pass)."""
         cfg = self.config
-        return compute_advantages(batch, last, cfg.gamma, cfg.lambda_, use_gae=cfg.use_gae)
+        boot = self.bootstrap_values(batch)
+        return compute_advantages(batch, boot, cfg.gamma, cfg.lambda_, use_gae=cfg.use_gae)
 
     def loss(self, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, Any]]:
         """Clipped surrogate + value loss - entropy bonus (+ adaptive KL penalty)."""

@@ -120,8 +120,10 @@ class VectorSampler:
         self.obs_space = venv.single_observation_space
         self.act_space = venv.single_action_space
         self.autoreset_mode = venv.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        cls = type(policy)
         self._postprocess = (
-            type(policy).postprocess_trajectory is not PolicyGraph.postprocess_trajectory
+            cls.postprocess_trajectory is not PolicyGraph.postprocess_trajectory
+            or cls.postprocess_trajectories is not PolicyGraph.postprocess_trajectories
         )
         self._eps_counter = itertools.count(worker_index << 40)
         self.completed: list[EpisodeRecord] = []
@@ -244,9 +246,7 @@ class VectorSampler:
             batch = self._collect(self.fragment_length)
             if not self._postprocess:
                 return batch
-            return SampleBatch.concat_samples(
-                [self.policy.postprocess_trajectory(s) for s in batch.split_by_episode()]
-            )
+            return self.policy.postprocess_trajectories(batch)
         target = self.fragment_length * self.num_envs
         done_segments: list[SampleBatch] = []
         count = 0
@@ -269,9 +269,8 @@ class VectorSampler:
                 else:
                     carry.append(seg)
             self._carry = SampleBatch.concat_samples(carry) if carry else None
-        if self._postprocess:
-            done_segments = [self.policy.postprocess_trajectory(s) for s in done_segments]
-        return SampleBatch.concat_samples(done_segments)
+        batch = SampleBatch.concat_samples(done_segments)
+        return self.policy.postprocess_trajectories(batch) if self._postprocess else batch
 
     def pop_episodes(self) -> list[EpisodeRecord]:
         """Return and forget the episodes finished since the last call."""
