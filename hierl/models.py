@@ -604,9 +604,10 @@ class Categorical(ActionDistribution):
 
     def sample(self) -> torch.Tensor:
         """Sample indices, shape ``(B,)`` int64."""
+        # Exponential race: argmax_i p_i / E_i with E_i ~ Exp(1) is distributed as p;
+        # several times faster than torch.multinomial for small batches.
         probs = self.probs.detach()
-        flat = probs.reshape(-1, probs.shape[-1])
-        return torch.multinomial(flat, 1).reshape(probs.shape[:-1])
+        return (probs / torch.empty_like(probs).exponential_()).argmax(dim=-1)
 
     def deterministic_sample(self) -> torch.Tensor:
         """Return the argmax indices, shape ``(B,)`` int64."""

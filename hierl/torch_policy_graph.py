@@ -85,7 +85,11 @@ class TorchPolicyGraph(PolicyGraph):
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """Build the torch optimizer (Adam with ``config.lr``)."""
-        return torch.optim.Adam(self.model.parameters(), lr=self.config.lr, eps=1e-5, foreach=True)
+        params = list(self.model.parameters())
+        try:  # fused Adam: one kernel for all parameters (CPU support since torch 2.4)
+            return torch.optim.Adam(params, lr=self.config.lr, eps=1e-5, fused=True)
+        except (RuntimeError, TypeError, ValueError):
+            return torch.optim.Adam(params, lr=self.config.lr, eps=1e-5, foreach=True)
 
     # -- act ---------------------------------------------------------------------------
     @torch.no_grad()

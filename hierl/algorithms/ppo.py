@@ -102,10 +102,14 @@ class PPOPolicy(TorchPolicyGraph):
             clipped = old + torch.clamp(values - old, -cfg.vf_clip_param, cfg.vf_clip_param)
             vf_loss = torch.max(vf_loss, (clipped - targets) ** 2)
         vf_loss = 0.5 * vf_loss.mean()
-        entropy = dist.entropy().mean()
-        old_dist = self.dist_class(batch[SampleBatch.ACTION_DIST_INPUTS])
-        kl = old_dist.kl(dist).mean()
-        total = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
+        total = policy_loss + cfg.vf_loss_coeff * vf_loss
+        # Entropy and KL enter the graph only when they are weighted (cheaper backward).
+        with torch.set_grad_enabled(cfg.entropy_coeff > 0):
+            entropy = dist.entropy().mean()
+        with torch.set_grad_enabled(self.kl_coeff > 0):
+            kl = self.dist_class(batch[SampleBatch.ACTION_DIST_INPUTS]).kl(dist).mean()
+        if cfg.entropy_coeff > 0:
+            total = total - cfg.entropy_coeff * entropy
         if self.kl_coeff > 0:
             total = total + self.kl_coeff * kl
         with torch.no_grad():

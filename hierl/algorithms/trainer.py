@@ -122,6 +122,20 @@ class TrainerConfig(Config):
         return out
 
 
+def _use_driver_cpus(num_cpus: float) -> None:
+    """Give torch as many intra-op threads as CPUs the trainer reserves for itself.
+
+    The driver's CPUs are part of the trainer's resource request (e.g. its Tune bundle);
+    more threads than that oversubscribe the machine, and for small networks even two
+    threads are slower than one.
+    """
+    import torch
+
+    threads = max(1, int(num_cpus))
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 def _mean(values: list[float]) -> float:
     return float(np.mean(values)) if values else math.nan
 
@@ -162,6 +176,7 @@ class Trainer:
                 f"{self.name or type(self).__name__}; valid: {', '.join(self.supported_optimizers)}"
             )
         self.config = dataclasses.replace(config, optimizer=optimizer_name)
+        _use_driver_cpus(self.config.num_cpus_for_driver)
         seed_everything(self.config.seed)
         self.evaluators = self._make_evaluators()
         self.optimizer = self._make_optimizer(optimizer_name)
