@@ -24,15 +24,15 @@ from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
 class PPOConfig(TrainerConfig):
     """PPO settings.  The defaults solve the classic-control tasks without flags."""
 
-    lr: float = 1e-3
+    lr: float = 2e-3
     """Learning rate (Adam)."""
-    num_envs_per_evaluator: int = 8
+    num_envs_per_evaluator: int = 16
     """Sub-envs per evaluator."""
-    train_batch_size: int = 512
+    train_batch_size: int = 1024
     """Environment steps per iteration."""
     num_sgd_iter: int = 10
     """Epochs over each train batch."""
-    sgd_minibatch_size: int = 128
+    sgd_minibatch_size: int = 256
     """Rows per SGD minibatch."""
     lambda_: float = 0.95
     """GAE lambda."""
