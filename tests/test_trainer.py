@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,10 +13,8 @@ import torch
 from hierl import (
     CheckpointError,
     ConfigError,
-    SampleBatch,
     TorchPolicyGraph,
     Trainer,
-    TrainerConfig,
     get_trainer_class,
 )
 from hierl.algorithms.pg import PGTrainer
@@ -169,30 +169,13 @@ def test_compute_single_action_in_action_space():
 
 
 # -- a custom algorithm in ~30 lines through the public API --------------------------
-class ReinforcePolicy(TorchPolicyGraph):
-    """REINFORCE: returns-to-go as advantages, no baseline."""
-
-    def postprocess_trajectory(self, batch, other_agent_batches=None):
-        rewards = batch[SampleBatch.REWARDS]
-        returns = np.zeros_like(rewards)
-        running = 0.0
-        for i in reversed(range(len(rewards))):
-            running = rewards[i] + self.config.gamma * running
-            returns[i] = running
-        batch[SampleBatch.ADVANTAGES] = (returns - returns.mean()) / (returns.std() + 1e-8)
-        return batch
-
-    def loss(self, batch):
-        dist_inputs, _ = self.model(batch[SampleBatch.OBS])
-        logp = self.dist_class(dist_inputs).logp(batch[SampleBatch.ACTIONS])
-        loss = -(logp * batch[SampleBatch.ADVANTAGES]).mean()
-        return loss, {"policy_loss": loss.detach()}
-
-
-class ReinforceTrainer(Trainer):
-    name = "REINFORCE"
-    config_class = TrainerConfig
-    policy_class = ReinforcePolicy
+def _load_example():
+    """examples/custom_policy.py (the README's REINFORCE), imported from its file."""
+    path = Path(__file__).resolve().parents[1] / "examples" / "custom_policy.py"
+    spec = importlib.util.spec_from_file_location("custom_policy_example", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_custom_policy_graph_trains_through_public_api():
@@ -205,7 +188,9 @@ def test_custom_policy_graph_trains_through_public_api():
         "batch_mode": "complete_episodes",
         "seed": 0,
     }
-    with ReinforceTrainer(config) as t:
+    example = _load_example()
+    assert issubclass(example.ReinforcePolicy, TorchPolicyGraph)
+    with example.ReinforceTrainer(config) as t:
         first = t.train()["episode_reward_mean"]
         for _ in range(14):
             result = t.train()
