@@ -127,6 +127,7 @@ class VectorSampler:
         )
         self._eps_counter = itertools.count(worker_index << 40)
         self.completed: list[EpisodeRecord] = []
+        self._finished: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._carry: SampleBatch | None = None
         self.steps_sampled = 0
         raw, _ = self._call("reset", seed=seed)
@@ -224,18 +225,24 @@ class VectorSampler:
         return batch
 
     def _finish_episodes(self, idx: np.ndarray, info: dict[str, Any]) -> None:
-        if self.autoreset_mode == AutoresetMode.SAME_STEP:
-            info = info.get("final_info", {})
-        for i in idx:
-            episode = EpisodeRecord(float(self.ep_return[i]), int(self.ep_len[i]), int(i))
-            if self.callbacks is not None:
+        # New episode ids for the finished sub-envs, vectorised (thousands of envs).
+        start = next(self._eps_counter)
+        self.eps_id[idx] = np.arange(start, start + len(idx))
+        self._eps_counter = itertools.count(start + len(idx))
+        if self.callbacks is None:
+            # Records are built lazily in pop_episodes: no Python object per episode here.
+            self._finished.append((self.ep_return[idx].copy(), self.ep_len[idx].copy(), idx.copy()))
+        else:
+            if self.autoreset_mode == AutoresetMode.SAME_STEP:
+                info = info.get("final_info", {})
+            for i in idx:
+                episode = EpisodeRecord(float(self.ep_return[i]), int(self.ep_len[i]), int(i))
                 self.callbacks.on_episode_end(
                     episode=episode,
                     env_info=_sub_env_info(info, i),
                     worker_index=self.worker_index,
                 )
-            self.completed.append(episode)
-            self.eps_id[i] = next(self._eps_counter)
+                self.completed.append(episode)
         self.ep_return[idx] = 0.0
         self.ep_len[idx] = 0
 
@@ -275,4 +282,10 @@ class VectorSampler:
     def pop_episodes(self) -> list[EpisodeRecord]:
         """Return and forget the episodes finished since the last call."""
         out, self.completed = self.completed, []
+        for returns, lengths, envs in self._finished:
+            out.extend(
+                EpisodeRecord(r, n, i)
+                for r, n, i in zip(returns.tolist(), lengths.tolist(), envs.tolist(), strict=True)
+            )
+        self._finished = []
         return out
