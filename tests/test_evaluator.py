@@ -150,6 +150,7 @@ def test_mean_std_filter_buffer_flush_and_apply():
     np.testing.assert_allclose(out, [[0.0, 0.0]], atol=1e-6)
 
 
+@pytest.mark.timeout(300)
 def test_remote_evaluators_sample_sync_weights_and_filters(ray_session, counting_env):
     config = PGConfig.from_dict({"env": "CartPole-v1", "model": {"hiddens": (8, 8)}})
     kwargs = {
@@ -161,7 +162,7 @@ def test_remote_evaluators_sample_sync_weights_and_filters(ray_session, counting
         "seed": 0,
         "observation_filter": "MeanStdFilter",
     }
-    evs = EvaluatorSet(kwargs, num_evaluators=2, num_cpus_per_evaluator=0.5, get_timeout_s=60)
+    evs = EvaluatorSet(kwargs, num_evaluators=2, num_cpus_per_evaluator=0.5, get_timeout_s=240)
     try:
         local_w = evs.local_evaluator.get_weights()["default_policy"]
         for w in evs.get([e.get_weights.remote() for e in evs.remote_evaluators]):
