@@ -30,15 +30,17 @@ class ReinforceTrainer(Trainer):
     policy_class = ReinforcePolicy
 
 
+CONFIG = {
+    "env": "CartPole-v1",
+    "lr": 0.01,
+    "train_batch_size": 1000,
+    "num_envs_per_evaluator": 4,
+    "batch_mode": "complete_episodes",
+}
+
+
 if __name__ == "__main__":
-    config = {
-        "env": "CartPole-v1",
-        "lr": 0.01,
-        "train_batch_size": 1000,
-        "num_envs_per_evaluator": 4,
-        "batch_mode": "complete_episodes",
-    }
-    with ReinforceTrainer(config) as trainer:
+    with ReinforceTrainer(CONFIG) as trainer:
         for _ in range(40):
             result = trainer.train()
             print(result["training_iteration"], np.round(result["episode_reward_mean"], 1))

@@ -423,6 +423,16 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
 
 
 # -- commands --------------------------------------------------------------------------
+def _trainer_class(name: str) -> type:
+    from hierl.algorithms.registry import get_trainer_class
+    from hierl.config import ConfigError
+
+    try:
+        return get_trainer_class(name)
+    except ConfigError as e:
+        raise CLIError(str(e)) from None
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     for name in _algorithm_names():
         print(name)
@@ -430,13 +440,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    from hierl.algorithms.registry import get_trainer_class
-    from hierl.config import ConfigError, field_docs
+    from hierl.config import field_docs
 
-    try:
-        cls = get_trainer_class(args.algo)
-    except ConfigError as e:
-        raise CLIError(str(e)) from None
+    cls = _trainer_class(args.algo)
     config_class = cls.config_class
     defaults = config_class.from_dict({}).to_dict()
     docs = field_docs(config_class)
@@ -449,13 +455,9 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from hierl.algorithms.registry import get_trainer_class
     from hierl.config import ConfigError
 
-    try:
-        cls = get_trainer_class(args.algo)
-    except ConfigError as e:
-        raise CLIError(str(e)) from None
+    cls = _trainer_class(args.algo)
 
     config = load_config_arg(args.config) if args.config is not None else {}
     if args.env is not None:

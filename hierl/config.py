@@ -44,14 +44,13 @@ def _coerce(field: str, tp: Any, value: Any) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        errors = []
         for arg in args:
             if arg is type(None):
                 continue
             try:
                 return _coerce(field, arg, value)
-            except ConfigError as e:
-                errors.append(str(e))
+            except ConfigError:
+                pass
         raise ConfigError(
             f"config field '{field}' = {value!r} has the wrong type; "
             f"expected {' | '.join(_type_name(a) for a in args)}"

@@ -59,10 +59,15 @@ def bootstrap_needed(batch: SampleBatch) -> bool:
 
 
 def segment_ends(batch: SampleBatch) -> np.ndarray:
-    """Boolean mask of the last row of each trajectory segment (EPS_ID changes)."""
-    eps = batch[SampleBatch.EPS_ID]
-    ends = np.ones(len(eps), dtype=bool)
-    ends[:-1] = eps[1:] != eps[:-1]
+    """Boolean mask of the last row of each trajectory segment (EPS_ID changes).
+
+    A batch without EPS_ID is a single segment.
+    """
+    ends = np.zeros(batch.count, dtype=bool)
+    ends[-1:] = True
+    if SampleBatch.EPS_ID in batch:
+        eps = batch[SampleBatch.EPS_ID]
+        ends[:-1] = eps[1:] != eps[:-1]
     return ends
 
 
@@ -121,11 +126,7 @@ def compute_advantages(
     ``VF_PREDS`` when ``use_critic`` (REINFORCE with a baseline).
     """
     n = batch.count
-    if SampleBatch.EPS_ID in batch:
-        ends = segment_ends(batch)
-    else:
-        ends = np.zeros(n, dtype=bool)
-        ends[-1:] = True
+    ends = segment_ends(batch)
     boot = np.broadcast_to(np.asarray(bootstrap_values, dtype=np.float64), (n,))
     rewards = batch[SampleBatch.REWARDS]
     if use_gae:

@@ -128,12 +128,7 @@ class TorchPolicyGraph(PolicyGraph):
         out = np.zeros(batch.count, dtype=np.float32)
         if batch.count == 0:
             return out
-        if SampleBatch.EPS_ID in batch:
-            ends = segment_ends(batch)
-        else:
-            ends = np.zeros(batch.count, dtype=bool)
-            ends[-1] = True
-        rows = np.flatnonzero(ends & ~batch[SampleBatch.TERMINATEDS])
+        rows = np.flatnonzero(segment_ends(batch) & ~batch[SampleBatch.TERMINATEDS])
         if len(rows):
             out[rows] = self.value(batch[SampleBatch.NEW_OBS][rows])
         return out

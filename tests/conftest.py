@@ -16,6 +16,24 @@ import torch
 torch.set_num_threads(1)
 
 
+RESULT_KEYS = {
+    "episode_reward_mean",
+    "episode_reward_min",
+    "episode_reward_max",
+    "episode_len_mean",
+    "episodes_this_iter",
+    "timesteps_total",
+    "timesteps_this_iter",
+    "training_iteration",
+    "time_this_iter_s",
+    "time_total_s",
+    "sample_throughput",
+    "sample_time_ms",
+    "learn_time_ms",
+}
+"""Keys every ``Trainer.train()`` result carries."""
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """Start Ray once for the whole session (≈4 s) and shut it down at the end."""

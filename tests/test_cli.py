@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import RESULT_KEYS
 
 from hierl.cli import (
     default_stop,
@@ -26,19 +27,6 @@ pytestmark = pytest.mark.timeout(120)
 
 TINY = json.dumps({"train_batch_size": 200, "num_envs_per_evaluator": 2})
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-STANDARD_KEYS = {
-    "episode_reward_mean",
-    "episode_reward_min",
-    "episode_reward_max",
-    "episode_len_mean",
-    "episodes_this_iter",
-    "timesteps_total",
-    "timesteps_this_iter",
-    "training_iteration",
-    "time_this_iter_s",
-    "time_total_s",
-    "sample_throughput",
-}
 
 
 def _train_args(out: Path, *extra: str) -> list[str]:
@@ -81,7 +69,7 @@ def test_train_writes_results_params_and_summary(trained):
     assert len(lines) == 2
     results = [json.loads(line) for line in lines]
     for i, result in enumerate(results, start=1):
-        assert STANDARD_KEYS.issubset(result)
+        assert RESULT_KEYS.issubset(result)
         assert result["training_iteration"] == i
         assert any(k.startswith("learner/") for k in result)
         assert any(k.endswith("_time_ms") for k in result)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import RESULT_KEYS
 
 from hierl import (
     CheckpointError,
@@ -29,22 +30,6 @@ TINY = {
     "sgd_minibatch_size": 32,
     "num_sgd_iter": 2,
     "model": {"hiddens": [8, 8]},
-}
-
-RESULT_KEYS = {
-    "episode_reward_mean",
-    "episode_reward_min",
-    "episode_reward_max",
-    "episode_len_mean",
-    "episodes_this_iter",
-    "timesteps_total",
-    "timesteps_this_iter",
-    "training_iteration",
-    "time_this_iter_s",
-    "time_total_s",
-    "sample_throughput",
-    "sample_time_ms",
-    "learn_time_ms",
 }
 
 
@@ -180,15 +165,8 @@ def _load_example():
 
 def test_custom_policy_graph_trains_through_public_api():
     torch.manual_seed(0)
-    config = {
-        "env": "CartPole-v1",
-        "lr": 0.01,
-        "train_batch_size": 1000,
-        "num_envs_per_evaluator": 4,
-        "batch_mode": "complete_episodes",
-        "seed": 0,
-    }
     example = _load_example()
+    config = {**example.CONFIG, "seed": 0}
     assert issubclass(example.ReinforcePolicy, TorchPolicyGraph)
     with example.ReinforceTrainer(config) as t:
         first = t.train()["episode_reward_mean"]

@@ -150,8 +150,6 @@ class PPOTrainer(Trainer):
     policy_class = PPOPolicy
 
     def after_optimizer_step(self, learner_stats: dict[str, float]) -> None:
-        """Adapt the KL coefficient from the epoch-mean KL and broadcast it."""
+        """Adapt the learner's KL coefficient from the epoch-mean KL."""
         if self.config.kl_coeff > 0 and "kl" in learner_stats:
-            coeff = self.get_policy().update_kl(learner_stats["kl"])
-            if self.evaluators.remote_evaluators:
-                self.evaluators.foreach_evaluator(lambda ev: setattr(ev.policy, "kl_coeff", coeff))
+            self.get_policy().update_kl(learner_stats["kl"])

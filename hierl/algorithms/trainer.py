@@ -28,8 +28,7 @@ from hierl.config import Config, ConfigError
 from hierl.evaluators import EvaluatorSet
 from hierl.evaluators.policy_evaluator import seed_everything
 from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S
-from hierl.evaluators.sampler import _batch_obs
-from hierl.models import ModelConfig, to_env_action
+from hierl.models import ModelConfig
 from hierl.optimizers import PolicyOptimizer, get_optimizer_class
 from hierl.policy_graph import PolicyGraph, Weights
 
@@ -303,12 +302,7 @@ class Trainer:
     # -- acting ------------------------------------------------------------------------
     def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
         """The action for one raw env observation, in the env's action format."""
-        ev = self.local_evaluator
-        policy = ev.policy
-        flat = ev.preprocessor.transform(_batch_obs(policy.observation_space, [obs]))
-        flat = ev.filters["default_policy"](flat, update=False)
-        actions, _, _ = policy.compute_actions(flat, explore=explore)
-        return to_env_action(policy.action_space, actions)[0]
+        return self.local_evaluator.compute_single_action(obs, explore=explore)
 
     def get_weights(self) -> dict[str, Weights]:
         """Weights of the driver's policies."""
@@ -347,11 +341,7 @@ class Trainer:
         self._episodes.clear()
         self._episodes.extend((float(r), int(n)) for r, n in state["episodes"])
         self.evaluators.sync_weights({"timestep": self.optimizer.num_steps_sampled})
-        if self.evaluators.remote_evaluators:
-            states = self.local_evaluator.get_filters(flush_after=False)
-            self.evaluators.get(
-                [e.sync_filters.remote(states) for e in self.evaluators.remote_evaluators]
-            )
+        self.evaluators.push_filters()
 
     def save(self, checkpoint_dir: str | Path) -> Path:
         """Write a complete checkpoint to ``checkpoint_dir`` (atomically); returns the path."""

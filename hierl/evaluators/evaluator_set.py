@@ -73,8 +73,13 @@ class EvaluatorSet:
         for remote_states in self.get([e.get_filters.remote() for e in self.remote_evaluators]):
             for pid, buffer in remote_states.items():
                 local.filters[pid].apply_buffer(buffer)
-        states = local.get_filters(flush_after=False)
-        self.get([e.sync_filters.remote(states) for e in self.remote_evaluators])
+        self.push_filters()
+
+    def push_filters(self) -> None:
+        """Give every remote evaluator the local filters' total statistics."""
+        if self.remote_evaluators:
+            states = self.local_evaluator.get_filters(flush_after=False)
+            self.get([e.sync_filters.remote(states) for e in self.remote_evaluators])
 
     def foreach_evaluator(self, fn: Callable[[PolicyEvaluator], T]) -> list[T]:
         """``fn(evaluator)`` on the local evaluator, then on every remote (in parallel)."""

@@ -17,8 +17,8 @@ import numpy as np
 
 from hierl.evaluators.env import EnvCreator, env_spaces, make_vector_env, resolve_env_creator
 from hierl.evaluators.filters import make_filter
-from hierl.evaluators.sampler import EpisodeCallbacks, EpisodeRecord, VectorSampler
-from hierl.models import get_preprocessor
+from hierl.evaluators.sampler import EpisodeCallbacks, EpisodeRecord, VectorSampler, batch_obs
+from hierl.models import get_preprocessor, to_env_action
 from hierl.policy_graph import PolicyGraph, Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 
@@ -144,10 +144,13 @@ class PolicyEvaluator:
             batch.compress(bulk=True)
         return batch
 
-    def sample_with_count(self) -> tuple[SampleBatch, int]:
-        """``(sample(), its row count)``: lets callers account without fetching the batch."""
-        batch = self.sample()
-        return batch, batch.count
+    def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
+        """The default policy's action for one raw env observation, in the env's format."""
+        policy = self.policy
+        flat = self.preprocessor.transform(batch_obs(policy.observation_space, [obs]))
+        flat = self.filters[DEFAULT_POLICY_ID](flat, update=False)
+        actions, _, _ = policy.compute_actions(flat, explore=explore)
+        return to_env_action(policy.action_space, actions)[0]
 
     def get_metrics(self) -> list[EpisodeRecord]:
         """Episodes finished since the last call."""

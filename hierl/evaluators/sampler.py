@@ -71,7 +71,8 @@ class EnvError(RuntimeError):
     """An environment raised; the message names the env, the evaluator and the call."""
 
 
-def _batch_obs(space: gym.Space, items: list[Any]) -> Any:
+def batch_obs(space: gym.Space, items: list[Any]) -> Any:
+    """Stack single observations into Gymnasium's batched layout for ``space``."""
     if isinstance(space, gym.spaces.Box):
         return np.stack(items)
     return concatenate(space, items, create_empty_array(space, len(items)))
@@ -189,7 +190,7 @@ class VectorSampler:
             if done.any():
                 idx = np.flatnonzero(done)
                 if self.autoreset_mode == AutoresetMode.SAME_STEP:
-                    final = _batch_obs(self.obs_space, list(info["final_obs"][idx]))
+                    final = batch_obs(self.obs_space, list(info["final_obs"][idx]))
                     new_obs_buf[step, idx] = self.filter(
                         self.preprocessor.transform(final), update=False
                     )
