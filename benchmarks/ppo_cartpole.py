@@ -55,26 +55,17 @@ from typing import Any
 
 import psutil
 
-try:
-    from benchmarks.common import (
-        REPO_ROOT,
-        RESULTS_DIR,
-        bar_png,
-        machine_busy_seconds,
-        record,
-        steal_seconds,
-        wait_for_quiet,
-    )
-except ImportError:  # run as a script: benchmarks/ is sys.path[0]
-    from common import (
-        REPO_ROOT,
-        RESULTS_DIR,
-        bar_png,
-        machine_busy_seconds,
-        record,
-        steal_seconds,
-        wait_for_quiet,
-    )
+# benchmarks/ is sys.path[0] when run as a script; make `common` importable either way.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (
+    REPO_ROOT,
+    RESULTS_DIR,
+    bar_png,
+    machine_busy_seconds,
+    record,
+    steal_seconds,
+    wait_for_quiet,
+)
 
 TARGET_WALL_S = 20.0
 TARGET_PEAK_BYTES = 1e9

@@ -63,6 +63,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -70,17 +71,9 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-try:
-    from benchmarks.common import (
-        RESULTS_DIR,
-        CpuMeter,
-        bar_png,
-        process_tree,
-        record,
-        wait_for_quiet,
-    )
-except ImportError:  # run as a script: benchmarks/ is sys.path[0]
-    from common import RESULTS_DIR, CpuMeter, bar_png, process_tree, record, wait_for_quiet
+# benchmarks/ is sys.path[0] when run as a script; make `common` importable either way.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import RESULTS_DIR, CpuMeter, bar_png, process_tree, record, wait_for_quiet
 
 from hierl.algorithms.ppo import PPOConfig, PPOPolicy
 from hierl.evaluators.policy_evaluator import PolicyEvaluator
@@ -474,15 +467,15 @@ def main(argv: list[str] | None = None) -> None:
     # a) Pendulum, SyncVectorEnv of 64 -----------------------------------------------
     print(f"a) Pendulum-v1 x{PENDULUM_ENVS} SyncVectorEnv, in process", flush=True)
 
+    def make_ev(env: Any, policy_class: type, **kwargs: Any) -> PolicyEvaluator:
+        return PolicyEvaluator(env, policy_class, cfg, seed=0, num_threads=1, **kwargs)
+
     def pendulum_ev(policy_class: type) -> PolicyEvaluator:
-        return PolicyEvaluator(
+        return make_ev(
             "Pendulum-v1",
             policy_class,
-            cfg,
             num_envs=PENDULUM_ENVS,
             rollout_fragment_length=PENDULUM_FRAGMENT,
-            seed=0,
-            num_threads=1,
         )
 
     raw_p = RawPendulum(PENDULUM_ENVS)
@@ -499,14 +492,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"c) CartPole-v1 make_vec x{CARTPOLE_ENVS} (vector_entry_point), in process", flush=True)
 
     def cartpole_ev(policy_class: type) -> PolicyEvaluator:
-        return PolicyEvaluator(
+        return make_ev(
             cartpole_vec_creator,
             policy_class,
-            cfg,
             env_config={"num_envs": CARTPOLE_ENVS},
             rollout_fragment_length=CARTPOLE_FRAGMENT,
-            seed=0,
-            num_threads=1,
         )
 
     raw_c = RawCartPoleVec(CARTPOLE_ENVS)
