@@ -23,6 +23,7 @@ How the rest of hierl drives a policy graph::
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +34,16 @@ from hierl.sample_batch import SampleBatch
 
 Weights = dict[str, np.ndarray]
 """Policy weights: parameter name → numpy array.  Names are stable across processes."""
+
+
+@dataclasses.dataclass
+class LearnResult:
+    """What one update on a replayed batch returns (see ``learn_on_replay_batch``)."""
+
+    stats: dict[str, float]
+    """Learner statistics, as ``learn_on_batch`` returns them."""
+    td_error: np.ndarray | None = None
+    """Per-row TD error of the batch before the update (new replay priorities), or None."""
 
 
 class PolicyGraph(abc.ABC):
@@ -89,13 +100,44 @@ class PolicyGraph(abc.ABC):
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
         """One gradient step on ``batch``; returns learner statistics."""
 
-    def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], dict[str, float]]:
-        """Return ``(gradients, stats)`` for ``batch`` without applying them."""
+    def learn_on_replay_batch(self, batch: SampleBatch) -> LearnResult:
+        """One update on a replayed batch; value-based policies return TD errors too.
+
+        Replay optimizers call this instead of ``learn_on_batch``.  The batch carries
+        ``PRIO_WEIGHTS`` (importance weights, all 1 for uniform replay) and
+        ``BATCH_INDEXES``.  Override it to weight the loss and return ``td_error`` so
+        prioritized replay can update priorities; the default ignores both.
+        """
+        return LearnResult(self.learn_on_batch(batch))
+
+    def compute_priorities(self, batch: SampleBatch) -> np.ndarray | None:
+        """Initial replay priorities of freshly sampled rows (e.g. ``|TD error|``).
+
+        Ape-X evaluators call this before pushing a batch to replay; None (the default)
+        means "insert at the buffer's current maximum priority".
+        """
+        return None
+
+    def compute_gradients(
+        self, batch: SampleBatch, clip: bool = True
+    ) -> tuple[list[np.ndarray], dict[str, float]]:
+        """Return ``(gradients, stats)`` for ``batch`` without applying them.
+
+        With ``clip=False`` the raw gradients are returned (an allreduce averages them
+        first and clips the average in ``apply_gradients(..., clip=True)``).
+        """
         raise NotImplementedError(f"{type(self).__name__} does not implement compute_gradients")
 
-    def apply_gradients(self, gradients: list[np.ndarray]) -> dict[str, float]:
-        """Apply gradients produced by ``compute_gradients`` (possibly on another replica)."""
+    def apply_gradients(self, gradients: list[np.ndarray], clip: bool = False) -> dict[str, float]:
+        """Apply gradients produced by ``compute_gradients`` (possibly on another replica).
+
+        ``clip=True`` clips their global norm first (the policy's ``grad_clip``).
+        """
         raise NotImplementedError(f"{type(self).__name__} does not implement apply_gradients")
+
+    def gradient_names(self) -> list[str]:
+        """Names (``get_weights`` keys) of the weights ``compute_gradients`` returns, in order."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement gradient_names")
 
     @abc.abstractmethod
     def get_weights(self) -> Weights:

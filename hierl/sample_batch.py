@@ -176,6 +176,10 @@ class SampleBatch(dict):
     ADVANTAGES = "advantages"
     VALUE_TARGETS = "value_targets"
     SEQ_LENS = "seq_lens"
+    #: Importance-sampling weight of each replayed row (prioritized replay).
+    PRIO_WEIGHTS = "weights"
+    #: Index of each replayed row in its replay buffer (for priority updates).
+    BATCH_INDEXES = "batch_indexes"
     #: Prefix of recurrent state input columns: ``state_in_0``, ``state_in_1``, ...
     STATE_IN = "state_in_"
     #: Prefix of recurrent state output columns: ``state_out_0``, ``state_out_1``, ...

@@ -147,7 +147,7 @@ class TorchPolicyGraph(PolicyGraph):
             if k != SampleBatch.SEQ_LENS or v is not None
         }
 
-    def _backward(self, batch: SampleBatch) -> dict[str, float]:
+    def _backward(self, batch: SampleBatch, clip: bool = True) -> dict[str, float]:
         loss, stats = self.loss(self.to_tensors(batch))
         if not torch.isfinite(loss):
             raise FloatingPointError(
@@ -158,11 +158,16 @@ class TorchPolicyGraph(PolicyGraph):
         loss.backward()
         out = {k: float(v) for k, v in stats.items()}
         out["total_loss"] = float(loss.detach())
-        clip = getattr(self.config, "grad_clip", None)
         if clip:
-            gnorm = nn.utils.clip_grad_norm_(self.model.parameters(), clip, foreach=True)
-            out["grad_gnorm"] = float(gnorm)
+            out.update(self._clip_grads())
         return out
+
+    def _clip_grads(self) -> dict[str, float]:
+        clip = getattr(self.config, "grad_clip", None)
+        if not clip:
+            return {}
+        gnorm = nn.utils.clip_grad_norm_(self.model.parameters(), clip, foreach=True)
+        return {"grad_gnorm": float(gnorm)}
 
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
         """Compute the loss on ``batch``, clip gradients and take one optimizer step."""
@@ -170,21 +175,34 @@ class TorchPolicyGraph(PolicyGraph):
         self.optimizer.step()
         return stats
 
-    def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], dict[str, float]]:
-        """Gradients of the loss (after clipping) as numpy arrays in parameter order."""
-        stats = self._backward(batch)
+    def compute_gradients(
+        self, batch: SampleBatch, clip: bool = True
+    ) -> tuple[list[np.ndarray], dict[str, float]]:
+        """Gradients of the loss (clipped unless ``clip=False``) as numpy arrays.
+
+        They are in ``gradient_names()`` order.
+        """
+        stats = self._backward(batch, clip=clip)
         grads = [p.grad.detach().cpu().numpy().copy() for p in self.model.parameters()]
         return grads, stats
 
-    def apply_gradients(self, gradients: list[np.ndarray]) -> dict[str, float]:
-        """Load ``gradients`` into the parameters' ``.grad`` and take one optimizer step."""
+    def apply_gradients(self, gradients: list[np.ndarray], clip: bool = False) -> dict[str, float]:
+        """Load ``gradients`` into the parameters' ``.grad`` and take one optimizer step.
+
+        ``clip=True`` clips their global norm to ``config.grad_clip`` first.
+        """
         params = list(self.model.parameters())
         if len(gradients) != len(params):
             raise ValueError(f"got {len(gradients)} gradients for {len(params)} parameters")
         for p, g in zip(params, gradients, strict=True):
             p.grad = torch.as_tensor(g, device=self.device).reshape(p.shape)
+        stats = self._clip_grads() if clip else {}
         self.optimizer.step()
-        return {}
+        return stats
+
+    def gradient_names(self) -> list[str]:
+        """Weight names of the trainable parameters, in ``compute_gradients`` order."""
+        return list(self._param_names)
 
     # -- weights and state -------------------------------------------------------------
     def get_weights(self) -> Weights:

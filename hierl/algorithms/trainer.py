@@ -77,6 +77,8 @@ class TrainerConfig(Config):
     """Network settings (hiddens, activation, vf_share_layers, conv_filters...)."""
     optimizer: str = ""
     """Policy optimizer by name; empty = the algorithm's default."""
+    optimizer_config: dict = dataclasses.field(default_factory=dict)
+    """Settings of the chosen optimizer (e.g. ``{"num_towers": 2}``), checked by it."""
     observation_filter: Literal["NoFilter", "MeanStdFilter"] = "NoFilter"
     """Observation normalisation, synchronised across evaluators every iteration."""
     clip_rewards: float | None = None
@@ -223,9 +225,11 @@ class Trainer:
     def _make_optimizer(self, name: str) -> PolicyOptimizer:
         cls = get_optimizer_class(name)
         fields = {f.name for f in dataclasses.fields(cls.config_class)}
-        opt_config = cls.config_class.from_dict(
-            {k: v for k, v in self.config.to_dict().items() if k in fields}
-        )
+        shared = {k: v for k, v in self.config.to_dict().items() if k in fields}
+        try:
+            opt_config = cls.config_class.from_dict({**shared, **self.config.optimizer_config})
+        except ConfigError as e:
+            raise ConfigError(f"optimizer_config of '{name}': {e}") from e
         return cls(self.evaluators, config=opt_config)
 
     def after_optimizer_step(self, learner_stats: dict[str, float]) -> None:
@@ -282,8 +286,7 @@ class Trainer:
             "num_evaluators": len(self.evaluators.remote_evaluators),
         }
         for k, v in self.optimizer.stats().items():
-            if k.endswith("_time_ms"):
-                result[k] = v
+            result.setdefault(k, v)
         learn_ms = self.optimizer.timers.get("learn")
         if learn_ms is not None and learn_ms.total_s > 0:
             result["learn_throughput"] = self.optimizer.num_steps_trained / learn_ms.total_s

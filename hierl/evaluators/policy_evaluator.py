@@ -162,13 +162,15 @@ class PolicyEvaluator:
         """One update of the default policy on ``batch``."""
         return self.policy.learn_on_batch(batch)
 
-    def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], dict[str, float]]:
+    def compute_gradients(
+        self, batch: SampleBatch, clip: bool = True
+    ) -> tuple[list[np.ndarray], dict[str, float]]:
         """Gradients of the default policy's loss on ``batch``."""
-        return self.policy.compute_gradients(batch)
+        return self.policy.compute_gradients(batch, clip=clip)
 
-    def apply_gradients(self, grads: list[np.ndarray]) -> dict[str, float]:
+    def apply_gradients(self, grads: list[np.ndarray], clip: bool = False) -> dict[str, float]:
         """Apply gradients to the default policy."""
-        return self.policy.apply_gradients(grads)
+        return self.policy.apply_gradients(grads, clip=clip)
 
     # -- weights, filters, state -------------------------------------------------------
     def get_weights(self) -> dict[str, Weights]:
@@ -193,9 +195,13 @@ class PolicyEvaluator:
         """Call ``fn(policy, policy_id)`` for every policy (utility methods by name)."""
         return [fn(p, pid) for pid, p in self.policy_map.items()]
 
-    def apply(self, fn: Callable[[PolicyEvaluator], T]) -> T:
-        """Call ``fn(self)`` (runs inside the actor for a remote evaluator)."""
-        return fn(self)
+    def apply(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Call ``fn(self, *args, **kwargs)`` (inside the actor for a remote evaluator).
+
+        Optimizers use it to run their evaluator-side steps without this class knowing
+        them (e.g. ``sample → gradients → allreduce`` for ``allreduce``).
+        """
+        return fn(self, *args, **kwargs)
 
     def get_filters(self, flush_after: bool = True) -> dict[str, dict[str, Any]]:
         """Each filter's statistics gathered since the last flush."""
