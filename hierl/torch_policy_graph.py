@@ -195,7 +195,8 @@ class TorchPolicyGraph(PolicyGraph):
         if len(gradients) != len(params):
             raise ValueError(f"got {len(gradients)} gradients for {len(params)} parameters")
         for p, g in zip(params, gradients, strict=True):
-            p.grad = torch.as_tensor(g, device=self.device).reshape(p.shape)
+            # A copy: gradients from the object store are read-only, clipping writes.
+            p.grad = torch.tensor(g, dtype=p.dtype, device=self.device).reshape(p.shape)
         stats = self._clip_grads() if clip else {}
         self.optimizer.step()
         return stats

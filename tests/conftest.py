@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -38,7 +39,13 @@ RESULT_KEYS = {
 def ray_session():
     """Start Ray once for the whole session (≈4 s) and shut it down at the end."""
     import ray
+    from ray import cloudpickle
 
+    # Test modules are not importable in Ray workers: ship their classes by value.
+    here = os.path.dirname(os.path.abspath(__file__))
+    for module in list(sys.modules.values()):
+        if os.path.dirname(os.path.abspath(getattr(module, "__file__", None) or "/")) == here:
+            cloudpickle.register_pickle_by_value(module)
     if not ray.is_initialized():
         ray.init(
             num_cpus=2,

@@ -57,6 +57,8 @@ class TrainerConfig(Config):
     """GPUs for the learner on the driver (CUDA is used when > 0 and available)."""
     rollout_fragment_length: int = 0
     """Steps per sub-env per sample() call; 0 = train_batch_size split over all envs."""
+    sample_async: bool = False
+    """Evaluators sample in a background thread, queueing one batch ahead (A3C-style)."""
     batch_mode: Literal["truncate_episodes", "complete_episodes"] = "truncate_episodes"
     """Cut episodes at fragment ends (bootstrapping) or return whole episodes only."""
     train_batch_size: int = 4000
@@ -212,6 +214,7 @@ class Trainer:
             "seed": cfg.seed,
             "compress_observations": cfg.compress_observations,
             "callbacks": cfg.callbacks,
+            "sample_async": cfg.sample_async,
         }
         return EvaluatorSet(
             kwargs,

@@ -8,8 +8,10 @@ each remote replica (``PolicyEvaluator.as_remote(num_cpus=...).remote(...)``).
 
 from __future__ import annotations
 
+import functools
 import os
 import random
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -17,12 +19,24 @@ import numpy as np
 
 from hierl.evaluators.env import EnvCreator, env_spaces, make_vector_env, resolve_env_creator
 from hierl.evaluators.filters import make_filter
+from hierl.evaluators.sample_queue import SampleQueue
 from hierl.evaluators.sampler import EpisodeCallbacks, EpisodeRecord, VectorSampler, batch_obs
 from hierl.models import get_preprocessor, to_env_action
 from hierl.policy_graph import PolicyGraph, Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 
 T = TypeVar("T")
+
+
+def _locked(method: Callable[..., T]) -> Callable[..., T]:
+    """Run ``method`` holding the evaluator's lock (the background sampler shares it)."""
+
+    @functools.wraps(method)
+    def wrapper(self: PolicyEvaluator, *args: Any, **kwargs: Any) -> T:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 def seed_everything(seed: int | None) -> None:
@@ -55,6 +69,9 @@ class PolicyEvaluator:
         compress_observations: LZ4-compress OBS/NEW_OBS in returned batches.
         num_threads: torch intra-op threads for this process (remote evaluators: 1).
         callbacks: an EpisodeCallbacks subclass, instantiated in this evaluator.
+        sample_async: sample in a background thread into a queue of ``max_queued_samples``
+            batches (A3C-style); ``sample()`` then returns the oldest queued batch.
+        max_queued_samples: bound of that queue.
     """
 
     def __init__(
@@ -74,6 +91,8 @@ class PolicyEvaluator:
         compress_observations: bool = False,
         num_threads: int | None = None,
         callbacks: type[EpisodeCallbacks] | None = None,
+        sample_async: bool = False,
+        max_queued_samples: int = 1,
     ):
         if num_threads:
             import torch
@@ -99,6 +118,10 @@ class PolicyEvaluator:
         self.filters = {DEFAULT_POLICY_ID: make_filter(observation_filter, self.preprocessor.shape)}
         self._sampler: VectorSampler | None = None
         self._episodes: list[EpisodeRecord] = []
+        self._lock = threading.RLock()
+        self.sample_async = sample_async
+        self.max_queued_samples = max_queued_samples
+        self._queue: SampleQueue | None = None
 
     # -- construction ------------------------------------------------------------------
     @classmethod
@@ -137,13 +160,21 @@ class PolicyEvaluator:
 
     # -- sampling ----------------------------------------------------------------------
     def sample(self) -> SampleBatch:
-        """Collect one postprocessed batch of experience."""
+        """Collect one postprocessed batch of experience (from the queue if async)."""
+        if not self.sample_async:
+            return self._sample_now()
+        if self._queue is None:
+            self._queue = SampleQueue(self._sample_now, self._lock, self.max_queued_samples)
+        return self._queue.get()
+
+    def _sample_now(self) -> SampleBatch:
         batch = self.sampler.sample()
         self._episodes.extend(self.sampler.pop_episodes())
         if self.compress_observations:
             batch.compress(bulk=True)
         return batch
 
+    @_locked
     def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
         """The default policy's action for one raw env observation, in the env's format."""
         policy = self.policy
@@ -152,31 +183,37 @@ class PolicyEvaluator:
         actions, _, _ = policy.compute_actions(flat, explore=explore)
         return to_env_action(policy.action_space, actions)[0]
 
+    @_locked
     def get_metrics(self) -> list[EpisodeRecord]:
         """Episodes finished since the last call."""
         out, self._episodes = self._episodes, []
         return out
 
     # -- learning ----------------------------------------------------------------------
+    @_locked
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
         """One update of the default policy on ``batch``."""
         return self.policy.learn_on_batch(batch)
 
+    @_locked
     def compute_gradients(
         self, batch: SampleBatch, clip: bool = True
     ) -> tuple[list[np.ndarray], dict[str, float]]:
         """Gradients of the default policy's loss on ``batch``."""
         return self.policy.compute_gradients(batch, clip=clip)
 
+    @_locked
     def apply_gradients(self, grads: list[np.ndarray], clip: bool = False) -> dict[str, float]:
         """Apply gradients to the default policy."""
         return self.policy.apply_gradients(grads, clip=clip)
 
     # -- weights, filters, state -------------------------------------------------------
+    @_locked
     def get_weights(self) -> dict[str, Weights]:
         """Weights of every policy, by policy id."""
         return {pid: p.get_weights() for pid, p in self.policy_map.items()}
 
+    @_locked
     def set_weights(
         self, weights: Mapping[str, Weights], global_vars: Mapping[str, Any] | None = None
     ) -> None:
@@ -186,11 +223,13 @@ class PolicyEvaluator:
         if global_vars:
             self.set_global_vars(global_vars)
 
+    @_locked
     def set_global_vars(self, global_vars: Mapping[str, Any]) -> None:
         """Pass global counters (``timestep``...) to every policy."""
         for p in self.policy_map.values():
             p.on_global_var_update(global_vars)
 
+    @_locked
     def foreach_policy(self, fn: Callable[[PolicyGraph, str], T]) -> list[T]:
         """Call ``fn(policy, policy_id)`` for every policy (utility methods by name)."""
         return [fn(p, pid) for pid, p in self.policy_map.items()]
@@ -199,10 +238,12 @@ class PolicyEvaluator:
         """Call ``fn(self, *args, **kwargs)`` (inside the actor for a remote evaluator).
 
         Optimizers use it to run their evaluator-side steps without this class knowing
-        them (e.g. ``sample → gradients → allreduce`` for ``allreduce``).
+        them (e.g. ``sample → gradients → allreduce`` for ``allreduce``).  ``fn`` runs
+        without the evaluator's lock: call the evaluator's own (locked) methods in it.
         """
         return fn(self, *args, **kwargs)
 
+    @_locked
     def get_filters(self, flush_after: bool = True) -> dict[str, dict[str, Any]]:
         """Each filter's statistics gathered since the last flush."""
         return {
@@ -210,11 +251,13 @@ class PolicyEvaluator:
             for pid, f in self.filters.items()
         }
 
+    @_locked
     def sync_filters(self, states: Mapping[str, dict[str, Any]]) -> None:
         """Replace each filter's total statistics (its unsynced buffer is kept)."""
         for pid, state in states.items():
             self.filters[pid].set_state(state)
 
+    @_locked
     def save(self) -> dict[str, Any]:
         """State of policies and filters (arrays + JSON scalars, no pickle needed)."""
         return {
@@ -222,6 +265,7 @@ class PolicyEvaluator:
             "filters": {pid: f.get_state() for pid, f in self.filters.items()},
         }
 
+    @_locked
     def restore(self, state: Mapping[str, Any]) -> None:
         """Inverse of ``save``."""
         for pid, s in state["policies"].items():
@@ -237,7 +281,10 @@ class PolicyEvaluator:
         return self.worker_index
 
     def stop(self) -> None:
-        """Close the envs."""
+        """Stop background sampling and close the envs."""
+        if self._queue is not None:
+            self._queue.stop()
+            self._queue = None
         if self._sampler is not None:
             self._sampler.venv.close()
             self._sampler = None

@@ -1,10 +1,12 @@
 """Policy optimizers, chosen by name (``get_optimizer_class("local")``)."""
 
+from hierl.optimizers.async_grads import AsyncGradientsOptimizer
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, TimerStat
 from hierl.optimizers.local import LocalOptimizer
 from hierl.optimizers.registry import get_optimizer_class, optimizer_names, register_optimizer
 
 __all__ = [
+    "AsyncGradientsOptimizer",
     "LocalOptimizer",
     "OptimizerConfig",
     "PolicyOptimizer",

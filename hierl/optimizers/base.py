@@ -32,7 +32,11 @@ class TimerStat:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.total_s += time.perf_counter() - self._start
+        self.push(time.perf_counter() - self._start)
+
+    def push(self, seconds: float) -> None:
+        """Record an interval measured elsewhere (e.g. inside a remote evaluator)."""
+        self.total_s += seconds
         self.count += 1
 
     @property

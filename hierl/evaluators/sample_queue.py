@@ -1,0 +1,68 @@
+"""Background sampling: a thread keeps a bounded queue of sample batches filled.
+
+A3C-style evaluators (Mnih et al. 2016; RLlib's ``sample_async``) sample while the
+driver is busy with their last gradient, which cuts the request-to-gradient latency to
+the gradient computation alone.  The batches are sampled with whatever weights the
+evaluator held at the time (bounded policy lag: at most ``max_queued`` batches old).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+class SampleQueue:
+    """Runs ``sample_fn`` in a daemon thread under ``lock`` and queues its results.
+
+    ``lock`` must also guard every other use of the policy, filters and episode list
+    in the owning evaluator (weights are never swapped mid-fragment).  An exception in
+    the thread is re-raised by the next ``get``.
+    """
+
+    def __init__(self, sample_fn: Callable[[], Any], lock: threading.RLock, max_queued: int = 1):
+        if max_queued < 1:
+            raise ValueError(f"max_queued must be >= 1, got {max_queued}")
+        self._sample_fn = sample_fn
+        self._lock = lock
+        self._queue: queue.Queue = queue.Queue(maxsize=max_queued)
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="hierl-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    batch = self._sample_fn()
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(batch, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+        except BaseException as e:  # surfaced to the caller of get()
+            self._error = e
+
+    def qsize(self) -> int:
+        """Batches waiting."""
+        return self._queue.qsize()
+
+    def get(self, timeout_s: float | None = None) -> Any:
+        """The oldest queued batch (blocks until one is ready)."""
+        while True:
+            if self._error is not None:
+                raise self._error
+            try:
+                return self._queue.get(timeout=0.1 if timeout_s is None else timeout_s)
+            except queue.Empty:
+                if timeout_s is not None:
+                    raise TimeoutError(f"no sample within {timeout_s} s") from None
+
+    def stop(self) -> None:
+        """Stop the thread (after its current fragment) and wait for it."""
+        self._stop.set()
+        self._thread.join(timeout=30)

@@ -1,0 +1,157 @@
+"""``async``: asynchronous gradients, applied on the driver as they arrive (A3C).
+
+RLlib (ICML 2018) Fig. 4(c) and Mnih et al. 2016, "Asynchronous Methods for Deep
+Reinforcement Learning": every evaluator keeps ``max_in_flight_per_evaluator`` tasks of
+"sample, then compute gradients" in flight.  The driver waits for whichever finishes
+first (``ray.wait``), applies that gradient to its policy, sends the new weights back to
+that evaluator only and relaunches it.  Slow evaluators (stragglers) never hold up the
+others; a dead one is dropped from the rotation without hanging the step.
+
+Evaluators built with ``sample_async=True`` sample the next batch in a background thread
+while the driver applies the last gradient, so a task is only the gradient computation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+
+from hierl.evaluators import PolicyEvaluator
+from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
+from hierl.optimizers.registry import register_optimizer
+from hierl.optimizers.task_pool import TaskPool
+
+
+@dataclasses.dataclass
+class AsyncConfig(OptimizerConfig):
+    """Settings of the ``async`` optimizer."""
+
+    grads_per_step: int = 0
+    """Gradients applied per ``step()``; 0 = until ``train_batch_size`` env steps arrived."""
+    max_in_flight_per_evaluator: int = 1
+    """Gradient tasks queued on each evaluator (more hides latency, adds staleness)."""
+
+    def __post_init__(self) -> None:
+        self.check("grads_per_step", self.grads_per_step >= 0, "must be >= 0")
+        self.check("max_in_flight_per_evaluator", self.max_in_flight_per_evaluator >= 1, ">= 1")
+
+
+@dataclasses.dataclass
+class GradientResult:
+    """What one evaluator task returns: a gradient and the timings around it."""
+
+    grads: list[np.ndarray]
+    stats: dict[str, float]
+    count: int
+    sample_s: float
+    grad_s: float
+
+
+def sample_and_compute_gradients(evaluator: PolicyEvaluator) -> GradientResult:
+    """Evaluator side: sample one batch and compute the (clipped) gradient on it."""
+    t0 = time.perf_counter()
+    batch = evaluator.sample()
+    t1 = time.perf_counter()
+    grads, stats = evaluator.compute_gradients(batch)
+    return GradientResult(grads, stats, batch.count, t1 - t0, time.perf_counter() - t1)
+
+
+@register_optimizer
+class AsyncGradientsOptimizer(PolicyOptimizer):
+    """Apply each evaluator's gradient as soon as it arrives; refresh only that evaluator.
+
+    Timers: ``sample`` and ``grad`` are measured inside the evaluators, ``wait`` is the
+    driver blocked in ``ray.wait``, ``learn`` applying gradients on the driver and
+    ``sync`` putting and sending weights.
+    """
+
+    name = "async"
+    config_class = AsyncConfig
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.pool = TaskPool(self.config.max_in_flight_per_evaluator)
+        self.num_gradients_applied = 0
+        self.num_weight_syncs = 0
+        self.num_lost_tasks = 0
+
+    def _done(self, grads: int, steps: int) -> bool:
+        if self.config.grads_per_step:
+            return grads >= self.config.grads_per_step
+        return steps >= self.config.train_batch_size
+
+    def _apply(self, result: GradientResult) -> None:
+        self.timer("sample").push(result.sample_s)
+        self.timer("grad").push(result.grad_s)
+        with self.timer("learn"):
+            self.local_evaluator.apply_gradients(result.grads)
+        self.learner_stats = result.stats
+        self.num_gradients_applied += 1
+        self.num_steps_sampled += result.count
+        self.num_steps_trained += result.count
+
+    def _launch(self) -> None:
+        for e in self.remote_evaluators:
+            while self.pool.has_capacity(e):
+                self.pool.add(e, e.apply.remote(sample_and_compute_gradients))
+
+    def step(self) -> dict[str, float]:
+        """Apply gradients until the step's quota (see ``grads_per_step``)."""
+        start_grads, start_steps = self.num_gradients_applied, self.num_steps_sampled
+
+        def done() -> bool:
+            return self._done(
+                self.num_gradients_applied - start_grads, self.num_steps_sampled - start_steps
+            )
+
+        if not self.remote_evaluators:
+            while not done():
+                self._apply(sample_and_compute_gradients(self.local_evaluator))
+            self.local_evaluator.set_global_vars({"timestep": self.num_steps_sampled})
+            return self.learner_stats
+
+        import ray
+
+        self._launch()
+        while not done():
+            if not len(self.pool):
+                raise RuntimeError("async: every remote evaluator has died")
+            with self.timer("wait"):
+                finished = self.pool.wait_any(self.evaluators.get_timeout_s)
+            refresh = []
+            for f in finished:
+                if f.error is None:
+                    self._apply(f.value)
+                    refresh.append(f.actor)
+                elif f.actor in self.pool.dead:
+                    self.num_lost_tasks += 1
+                else:
+                    raise f.error
+            if refresh:
+                with self.timer("sync"):
+                    global_vars = {"timestep": self.num_steps_sampled}
+                    ref = ray.put(self.local_evaluator.get_weights())
+                    for actor in refresh:
+                        actor.set_weights.remote(ref, global_vars)
+                    self.num_weight_syncs += len(refresh)
+            self._launch()
+        self.local_evaluator.set_global_vars({"timestep": self.num_steps_sampled})
+        return self.learner_stats
+
+    def stats(self) -> dict[str, float]:
+        """Uniform stats plus gradient, sync and in-flight counters."""
+        return {
+            **super().stats(),
+            "num_gradients_applied": self.num_gradients_applied,
+            "num_weight_syncs": self.num_weight_syncs,
+            "num_lost_tasks": self.num_lost_tasks,
+            "num_healthy_evaluators": len(self.remote_evaluators) - len(self.pool.dead),
+            "in_flight": len(self.pool),
+        }
+
+    def stop(self) -> None:
+        """Forget in-flight tasks (the evaluators are stopped by their owner)."""
+        self.pool.drain()
