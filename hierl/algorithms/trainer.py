@@ -30,6 +30,7 @@ from hierl.evaluators.policy_evaluator import seed_everything
 from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S
 from hierl.models import ModelConfig
 from hierl.optimizers import PolicyOptimizer, get_optimizer_class
+from hierl.optimizers.auto import GRADIENT_STRATEGIES, AutoOptimizer
 from hierl.policy_graph import PolicyGraph, Weights
 
 CHECKPOINT_KIND = "hierl-trainer"
@@ -225,15 +226,29 @@ class Trainer:
             get_timeout_s=cfg.sample_timeout_s,
         )
 
-    def _make_optimizer(self, name: str) -> PolicyOptimizer:
+    def _make_optimizer(self, name: str, with_overrides: bool = True) -> PolicyOptimizer:
+        """Build optimizer ``name`` from the same-named trainer fields + ``optimizer_config``."""
         cls = get_optimizer_class(name)
         fields = {f.name for f in dataclasses.fields(cls.config_class)}
-        shared = {k: v for k, v in self.config.to_dict().items() if k in fields}
+        settings = {k: v for k, v in self.config.to_dict().items() if k in fields}
+        if with_overrides:
+            settings.update(self.config.optimizer_config)
+        if name == "auto":
+            # auto compares the gradient strategies this algorithm supports, each built
+            # with the algorithm's settings (optimizer_config is auto's own).
+            supported = [n for n in self.supported_optimizers if n in GRADIENT_STRATEGIES]
+            settings.setdefault("candidates", supported)
         try:
-            opt_config = cls.config_class.from_dict({**shared, **self.config.optimizer_config})
+            config = cls.config_class.from_dict(settings)
         except ConfigError as e:
             raise ConfigError(f"optimizer_config of '{name}': {e}") from e
-        return cls(self.evaluators, config=opt_config)
+        if name == "auto":
+            return AutoOptimizer(
+                self.evaluators,
+                config=config,
+                factory=lambda n: self._make_optimizer(n, with_overrides=False),
+            )
+        return cls(self.evaluators, config=config)
 
     def after_optimizer_step(self, learner_stats: dict[str, float]) -> None:
         """Hook for per-iteration policy utilities (e.g. PPO's adaptive KL coefficient)."""
@@ -317,7 +332,7 @@ class Trainer:
     def set_weights(self, weights: Mapping[str, Weights]) -> None:
         """Load weights into the driver's policies and broadcast them."""
         self.local_evaluator.set_weights(weights)
-        self.evaluators.sync_weights()
+        self.optimizer.push_local_weights()
 
     # -- checkpoints -------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
@@ -346,7 +361,7 @@ class Trainer:
         self.episodes_total = int(counters["episodes_total"])
         self._episodes.clear()
         self._episodes.extend((float(r), int(n)) for r, n in state["episodes"])
-        self.evaluators.sync_weights({"timestep": self.optimizer.num_steps_sampled})
+        self.optimizer.push_local_weights({"timestep": self.optimizer.num_steps_sampled})
         self.evaluators.push_filters()
 
     def save(self, checkpoint_dir: str | Path) -> Path:

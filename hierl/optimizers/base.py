@@ -100,6 +100,15 @@ class PolicyOptimizer:
         """One round of sampling and improvement; returns learner statistics."""
         raise NotImplementedError
 
+    def push_local_weights(self, global_vars: Mapping[str, Any] | None = None) -> None:
+        """Make the local policy's weights current everywhere this optimizer keeps weights.
+
+        Called when they changed outside ``step()`` (restore, ``set_weights``, a strategy
+        switch).  The default broadcasts them to the remote evaluators; optimizers that
+        hold weights elsewhere (parameter servers, replicas) override it.
+        """
+        self.evaluators.sync_weights(global_vars)
+
     def stats(self) -> dict[str, float]:
         """Counters and per-phase mean times."""
         out: dict[str, float] = {

@@ -1,0 +1,206 @@
+"""``auto``: pick the SGD strategy by heuristics, then by measurement.
+
+Ray RLlib arXiv version, appendix C ("Choosing the right SGD strategy"): the best
+physical strategy depends on resource availability (devices on the driver), relative
+data sizes (samples vs model) and the algorithm (whether the loss allows several SGD
+passes).  RLlib "chooses an initial SGD strategy based on simple algorithm and
+environment-specific heuristics" and, thanks to the task model, "can also adaptively
+switch strategies based on runtime statistics".
+
+Here: the heuristics order the candidates; each then runs ``calibration_steps`` real
+training steps (the first one is a warm-up, e.g. a process group forming); the one with
+the highest learner throughput (rows trained per second) is kept.  All candidates
+share the evaluators and the local policy, and the weights are re-broadcast when the
+strategy changes, so training continues across switches.  Each strategy keeps its own
+optimizer moments where they live (driver or evaluators).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
+from hierl.optimizers.registry import get_optimizer_class, register_optimizer
+
+GRADIENT_STRATEGIES = ("local", "multi_gpu", "allreduce", "async", "sharded_ps")
+"""Strategies that ``auto`` may compare (same algorithm semantics per sample)."""
+
+
+@dataclasses.dataclass
+class AutoConfig(OptimizerConfig):
+    """Settings of the ``auto`` optimizer."""
+
+    candidates: tuple[str, ...] = ("local",)
+    """Strategies to compare (a Trainer passes the ones its algorithm supports)."""
+    calibration_steps: int = 3
+    """Steps measured per candidate; the first of them is a warm-up when there are >= 2."""
+    num_sgd_iter: int = 1
+    """The algorithm's SGD passes per batch (several favour ``multi_gpu``)."""
+
+    def __post_init__(self) -> None:
+        bad = [c for c in self.candidates if c not in GRADIENT_STRATEGIES]
+        self.check(
+            "candidates",
+            bool(self.candidates) and not bad,
+            f"a non-empty subset of {', '.join(GRADIENT_STRATEGIES)}",
+        )
+        self.check("calibration_steps", self.calibration_steps >= 1, "must be >= 1")
+
+
+def initial_order(
+    candidates: tuple[str, ...] | list[str],
+    *,
+    num_remote_evaluators: int,
+    has_gpu: bool,
+    num_sgd_iter: int,
+    sample_bytes: int,
+    model_bytes: int,
+) -> list[str]:
+    """Order the candidates by the appendix-C heuristics, most promising first.
+
+    - no remote evaluators: every strategy runs in-process; driver-side SGD first;
+    - a GPU on the driver and a loss that allows several passes: ``multi_gpu`` first;
+    - samples larger than the model traffic of a round (model x evaluators): keep
+      samples on the evaluators (``allreduce``, ``async``, ``sharded_ps``) first;
+    - otherwise send samples to the driver (``local``, ``multi_gpu``) first.
+    """
+    driver_side = ["multi_gpu", "local"] if has_gpu and num_sgd_iter > 1 else ["local", "multi_gpu"]
+    evaluator_side = ["allreduce", "async", "sharded_ps"]
+    big_samples = sample_bytes > model_bytes * num_remote_evaluators
+    if num_remote_evaluators and big_samples and not (has_gpu and num_sgd_iter > 1):
+        driver_side, evaluator_side = evaluator_side, driver_side
+    preference = driver_side + evaluator_side
+    return sorted(candidates, key=preference.index)
+
+
+class AutoOptimizer(PolicyOptimizer):
+    """Calibrates each candidate strategy for a few steps, then keeps the fastest.
+
+    ``factory(name)`` builds a candidate over the same evaluators (a Trainer passes
+    its own, so each candidate gets the algorithm's settings); by default candidates
+    get only ``train_batch_size``.
+    """
+
+    name = "auto"
+    config_class = AutoConfig
+
+    def __init__(
+        self,
+        *args: Any,
+        factory: Callable[[str], PolicyOptimizer] | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(*args, **kwargs)
+        self.factory = factory or self._default_factory
+        policy = self.local_evaluator.policy
+        weights = policy.get_weights()
+        obs_shape = getattr(self.local_evaluator.preprocessor, "shape", (1,))
+        self.order = initial_order(
+            self.config.candidates,
+            num_remote_evaluators=len(self.remote_evaluators),
+            has_gpu=str(getattr(policy, "device", "cpu")).startswith("cuda"),
+            num_sgd_iter=self.config.num_sgd_iter,
+            sample_bytes=self.config.train_batch_size * 4 * int(np.prod(obs_shape)),
+            model_bytes=sum(np.asarray(w).nbytes for w in weights.values()),
+        )
+        self.optimizers: dict[str, PolicyOptimizer] = {}
+        self.measured: dict[str, list[float]] = {name: [] for name in self.order}
+        self.choice: str | None = None
+        self.current = self.order[0]
+
+    def _default_factory(self, name: str) -> PolicyOptimizer:
+        cls = get_optimizer_class(name)
+        return cls(self.evaluators, config={"train_batch_size": self.config.train_batch_size})
+
+    def _get(self, name: str) -> PolicyOptimizer:
+        if name not in self.optimizers:
+            self.optimizers[name] = self.factory(name)
+        return self.optimizers[name]
+
+    def _next_candidate(self) -> str | None:
+        for name in self.order:
+            if len(self.measured[name]) < self.config.calibration_steps:
+                return name
+        return None
+
+    def step(self) -> dict[str, float]:
+        """One step of the current strategy; during calibration, also measure it."""
+        name = self.choice or self._next_candidate()
+        if name is None:  # calibration finished: keep the fastest
+            name = self.choice = max(self.order, key=self.samples_per_s)
+        opt = self._get(name)
+        if name != self.current:
+            opt.push_local_weights({"timestep": self.num_steps_sampled})
+            self.current = name
+        # the candidate counts on from the global totals (its timestep drives schedules)
+        opt.num_steps_sampled, opt.num_steps_trained = (
+            self.num_steps_sampled,
+            self.num_steps_trained,
+        )
+        start = time.perf_counter()
+        stats = opt.step()
+        elapsed = time.perf_counter() - start
+        if self.choice is None:
+            trained = opt.num_steps_trained - self.num_steps_trained
+            self.measured[name].append(trained / max(elapsed, 1e-9))
+        self.num_steps_sampled, self.num_steps_trained = (
+            opt.num_steps_sampled,
+            opt.num_steps_trained,
+        )
+        self.learner_stats = stats
+        return stats
+
+    def samples_per_s(self, name: str) -> float:
+        """Learner rows/s of ``name`` over its calibration steps (warm-up excluded)."""
+        values = self.measured[name]
+        if len(values) > 1:
+            values = values[1:]
+        return float(np.mean(values)) if values else 0.0
+
+    def stats(self) -> dict[str, Any]:
+        """The current strategy's stats, the choice and the calibration measurements."""
+        out = dict(self._get(self.current).stats())
+        out.update(
+            num_steps_sampled=self.num_steps_sampled,
+            num_steps_trained=self.num_steps_trained,
+            auto_strategy=self.current,
+            auto_chosen=self.choice or "",
+        )
+        for name in self.order:
+            out[f"auto_samples_per_s/{name}"] = round(self.samples_per_s(name), 1)
+        return out
+
+    def save(self) -> dict[str, Any]:
+        """Counters, the choice and the measurements (JSON)."""
+        return {
+            **super().save(),
+            "choice": self.choice,
+            "current": self.current,
+            "measured": {k: list(v) for k, v in self.measured.items()},
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Inverse of ``save`` (a finished calibration is not repeated)."""
+        super().restore(state)
+        self.choice = state.get("choice")
+        self.current = state.get("current") or self.current
+        for name, values in (state.get("measured") or {}).items():
+            if name in self.measured:
+                self.measured[name] = [float(v) for v in values]
+
+    def push_local_weights(self, global_vars: dict[str, Any] | None = None) -> None:
+        """Hand the local weights to the current strategy (and through it, everywhere)."""
+        self._get(self.current).push_local_weights(global_vars)
+
+    def stop(self) -> None:
+        """Stop every candidate that was built."""
+        for opt in self.optimizers.values():
+            opt.stop()
+
+
+register_optimizer(AutoOptimizer)

@@ -1,0 +1,90 @@
+"""``auto``: heuristic order (RLlib arXiv appendix C), calibration, switch, state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hierl.algorithms.pg import PGTrainer
+from hierl.config import ConfigError
+from hierl.optimizers.auto import AutoOptimizer, initial_order
+
+ALL = ("local", "multi_gpu", "allreduce", "async", "sharded_ps")
+
+
+ARGS = {
+    "num_remote_evaluators": 4,
+    "has_gpu": False,
+    "num_sgd_iter": 1,
+    "sample_bytes": 1_000,
+    "model_bytes": 1_000_000,
+}
+
+
+def _order(candidates=ALL, **kw):
+    return initial_order(candidates, **{**ARGS, **kw})
+
+
+def test_heuristics_follow_appendix_c():
+    # samples small relative to the model traffic: send samples to the driver
+    assert _order()[:2] == ["local", "multi_gpu"]
+    # samples large (e.g. images) relative to the model: keep them on the evaluators
+    assert _order(sample_bytes=10**9)[:3] == ["allreduce", "async", "sharded_ps"]
+    # a GPU on the driver and a multi-pass loss: pin the data on the device
+    assert _order(has_gpu=True, num_sgd_iter=10, sample_bytes=10**9)[0] == "multi_gpu"
+    # no remote evaluators: driver-side SGD first
+    assert _order(num_remote_evaluators=0, sample_bytes=10**9)[0] == "local"
+    # only the algorithm's candidates are ordered
+    assert _order(["async", "local"]) == ["local", "async"]
+
+
+def test_calibrates_each_candidate_then_keeps_the_fastest(counting_env):
+    config = {
+        "env": counting_env,
+        "env_config": {"length": 8},
+        "optimizer": "auto",
+        "optimizer_config": {"candidates": ["local", "async"], "calibration_steps": 2},
+        "train_batch_size": 64,
+        "num_envs_per_evaluator": 2,
+        "rollout_fragment_length": 8,
+    }
+    with PGTrainer(config) as trainer:
+        opt = trainer.optimizer
+        assert isinstance(opt, AutoOptimizer)
+        assert opt.order == ["local", "async"]
+        strategies = []
+        for _ in range(6):
+            result = trainer.train()
+            strategies.append(result["auto_strategy"])
+        assert strategies[:4] == ["local", "local", "async", "async"]
+        measured = {n: result[f"auto_samples_per_s/{n}"] for n in ("local", "async")}
+        assert all(v > 0 for v in measured.values())
+        chosen = result["auto_chosen"]
+        assert chosen == max(measured, key=measured.get)
+        assert strategies[4:] == [chosen, chosen]
+        # counters run on across strategies: 6 steps of 64 rows
+        assert result["timesteps_total"] == 6 * 64
+        state = trainer.get_state()
+    assert state["optimizer"]["choice"] == chosen
+
+
+def test_auto_survives_checkpoint_and_candidates_are_validated(counting_env, tmp_path):
+    config = {
+        "env": counting_env,
+        "optimizer": "auto",
+        "optimizer_config": {"candidates": ["local"], "calibration_steps": 1},
+        "train_batch_size": 16,
+        "num_envs_per_evaluator": 1,
+    }
+    with PGTrainer(config) as trainer:
+        trainer.train()
+        trainer.train()
+        weights = trainer.get_weights()["default_policy"]
+        path = trainer.save(tmp_path / "ckpt")
+    with PGTrainer(config) as restored:
+        restored.restore(path)
+        assert restored.optimizer.choice == "local"
+        for k, v in restored.get_weights()["default_policy"].items():
+            np.testing.assert_array_equal(v, weights[k])
+    with pytest.raises(ConfigError, match="candidates"):
+        PGTrainer({**config, "optimizer_config": {"candidates": ["replay"]}})
