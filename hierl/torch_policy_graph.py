@@ -243,7 +243,8 @@ class TorchPolicyGraph(PolicyGraph):
         if "optimizer" in state:
             saved = state["optimizer"]
             opt_state = {
-                int(k): {n: torch.as_tensor(np.asarray(v)) for n, v in s.items()}
+                # copies: arrays from the object store are shared, read-only memory
+                int(k): {n: torch.tensor(np.asarray(v)) for n, v in s.items()}
                 for k, s in saved["state"].items()
             }
             self.optimizer.load_state_dict(

@@ -64,3 +64,4 @@ class PGTrainer(Trainer):
     name = "PG"
     config_class = PGConfig
     policy_class = PGPolicy
+    supported_optimizers = ("local", "multi_gpu", "allreduce", "async", "sharded_ps", "auto")

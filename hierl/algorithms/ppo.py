@@ -148,8 +148,11 @@ class PPOTrainer(Trainer):
     name = "PPO"
     config_class = PPOConfig
     policy_class = PPOPolicy
+    supported_optimizers = ("local", "multi_gpu", "allreduce", "auto")
 
     def after_optimizer_step(self, learner_stats: dict[str, float]) -> None:
         """Adapt the learner's KL coefficient from the epoch-mean KL."""
         if self.config.kl_coeff > 0 and "kl" in learner_stats:
-            self.get_policy().update_kl(learner_stats["kl"])
+            kl = learner_stats["kl"]
+            # every replica: with allreduce the evaluators compute the loss too
+            self.evaluators.foreach_evaluator(lambda ev: ev.policy.update_kl(kl))

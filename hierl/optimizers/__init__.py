@@ -1,15 +1,19 @@
 """Policy optimizers, chosen by name (``get_optimizer_class("local")``)."""
 
+from hierl.optimizers.allreduce import AllReduceOptimizer
 from hierl.optimizers.async_grads import AsyncGradientsOptimizer
 from hierl.optimizers.auto import AutoOptimizer
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, TimerStat
 from hierl.optimizers.local import LocalOptimizer
+from hierl.optimizers.multi_gpu import MultiGPUOptimizer
 from hierl.optimizers.registry import get_optimizer_class, optimizer_names, register_optimizer
 
 __all__ = [
+    "AllReduceOptimizer",
     "AsyncGradientsOptimizer",
     "AutoOptimizer",
     "LocalOptimizer",
+    "MultiGPUOptimizer",
     "OptimizerConfig",
     "PolicyOptimizer",
     "TimerStat",

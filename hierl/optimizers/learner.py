@@ -1,0 +1,309 @@
+"""MultiDeviceLearner: load a batch once onto K device towers, then SGD epochs across them.
+
+RLlib (ICML 2018) Fig. 4(b) and §3.4 ("pins data into local GPU memory"), the local
+multi-GPU strategy of the original ``LocalMultiGPUOptimizer``: the train batch is copied
+to the devices once, split into equal per-tower shards, and every minibatch is evaluated
+data-parallel (each tower takes an equal slice of its own shard), so many SGD epochs cost
+no further host-to-device traffic.  Tower gradients are averaged into the master model,
+which takes the optimizer step; the other towers then copy its parameters.
+
+Typical use (one call of each per train batch)::
+
+    learner = MultiDeviceLearner(policy, num_towers=2)
+    rows = learner.load(batch)                      # rows % num_towers are dropped
+    stats = learner.optimize(num_sgd_iter=10, minibatch_size=256, rng=rng)
+    learner.close()                                 # when done: stops the tower threads
+
+Tower 0 is the policy's own model and torch optimizer (the "master"), so the policy
+always holds the current weights and optimizer moments.  Towers 1..K-1 are deep copies
+of the model on their devices: CUDA devices when the policy itself lives on CUDA (i.e.
+``num_gpus > 0`` was requested and a GPU is visible), otherwise CPU towers, which run in
+a thread pool (torch releases the GIL in its kernels) so the multi-device code path is
+exercised -- and parallel -- on any machine.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from hierl.sample_batch import SampleBatch
+from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
+
+
+class _Rows(Mapping):
+    """Read-only view of the rows ``index`` of a tensor batch, gathered on first access.
+
+    A loss reads a handful of columns; gathering only those (``index_select``) keeps
+    the per-minibatch cost at what the loss needs (e.g. ``new_obs`` is never copied).
+    """
+
+    def __init__(self, columns: TensorBatch, index: torch.Tensor):
+        self._columns = columns
+        self._index = index
+        self._rows: TensorBatch = {}
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        rows = self._rows.get(key)
+        if rows is None:
+            rows = self._rows[key] = self._columns[key].index_select(0, self._index)
+        return rows
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._columns
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._columns)
+
+    def __len__(self) -> int:
+        return len(self._columns)
+
+
+def _tower_view(policy: TorchPolicyGraph, model: nn.Module, device: torch.device) -> Any:
+    """A shallow copy of ``policy`` whose ``model`` and ``device`` are a tower's.
+
+    ``policy.loss`` reads ``self.model``; evaluating it on a view (rather than swapping
+    ``policy.model`` back and forth) lets towers run concurrently in threads.  Views are
+    rebuilt for each ``optimize`` call so they see current non-weight attributes (e.g.
+    PPO's adaptive ``kl_coeff``); the loss must therefore not mutate the policy.
+    """
+    view = copy.copy(policy)
+    view.model = model
+    view.device = device
+    return view
+
+
+def _state_tensors(model: nn.Module) -> list[torch.Tensor]:
+    return [*model.parameters(), *model.buffers()]
+
+
+def _backward(
+    view: Any, batch: Mapping[str, torch.Tensor], zero_grad: Callable[..., None]
+) -> tuple[torch.Tensor, dict]:
+    """Forward and backward of one tower on its slice: ``(detached loss, loss stats)``."""
+    zero_grad(set_to_none=False)
+    loss, stats = view.loss(batch)
+    loss.backward()
+    return loss.detach(), stats
+
+
+class MultiDeviceLearner:
+    """Data-parallel minibatch SGD of one TorchPolicyGraph over K device towers.
+
+    Args:
+        policy: the policy to train; its ``model`` and ``optimizer`` are tower 0.
+        devices: one device per tower; ``devices[0]`` must be the policy's device.
+            Default: the policy's device for every tower on CPU; on CUDA, the visible
+            GPUs round-robin starting with the policy's.
+        num_towers: number of towers when ``devices`` is not given (or its length when
+            it is); 0 = one per visible CUDA device when the policy is on CUDA, else 1.
+
+    The result of K towers on minibatch size M equals one update on the K * (M // K)
+    rows they cover (up to float rounding), provided the loss has no statistics over
+    the batch (such as per-minibatch advantage normalisation, which becomes
+    per-tower).  With one tower the updates are identical to ``minibatch_sgd``.
+    """
+
+    def __init__(
+        self,
+        policy: TorchPolicyGraph,
+        devices: Sequence[torch.device | str] | None = None,
+        num_towers: int = 0,
+    ):
+        if not isinstance(policy, TorchPolicyGraph):
+            raise TypeError(
+                f"MultiDeviceLearner needs a TorchPolicyGraph, got {type(policy).__name__}"
+            )
+        if num_towers < 0:
+            raise ValueError(f"num_towers must be >= 0, got {num_towers}")
+        self.policy = policy
+        self.devices = self._resolve_devices(policy.device, devices, num_towers)
+        self.towers: list[nn.Module] = [policy.model] + [
+            copy.deepcopy(policy.model).to(d) for d in self.devices[1:]
+        ]
+        self._pool: ThreadPoolExecutor | None = None
+        self._shards: list[TensorBatch] = []
+        self.shard_rows = 0
+
+    @staticmethod
+    def _resolve_devices(
+        master: torch.device, devices: Sequence[torch.device | str] | None, num_towers: int
+    ) -> list[torch.device]:
+        if devices is not None:
+            out = [torch.device(d) for d in devices]
+            if not out or (num_towers and num_towers != len(out)):
+                raise ValueError(
+                    f"devices {[str(d) for d in out]} do not match num_towers={num_towers}"
+                )
+            if out[0] != master:
+                raise ValueError(
+                    f"devices[0] = {out[0]} must be the policy's device ({master}): "
+                    "tower 0 is the policy's own model"
+                )
+            return out
+        if master.type != "cuda":
+            return [master] * max(1, num_towers)
+        visible = torch.cuda.device_count()
+        first = master.index or 0
+        count = num_towers or visible
+        return [torch.device("cuda", (first + i) % visible) for i in range(count)]
+
+    @property
+    def num_towers(self) -> int:
+        """K, the number of towers."""
+        return len(self.devices)
+
+    def load(self, batch: SampleBatch) -> int:
+        """Convert ``batch`` to tensors once and give each tower a contiguous shard.
+
+        The first ``K * (count // K)`` rows are split into K equal shards, shard i on
+        tower i's device; the ``count % K`` rows left over are dropped.  Returns the
+        number of rows loaded.  On CPU the shards share memory with ``batch``.
+        """
+        if batch.get(SampleBatch.SEQ_LENS) is not None:
+            raise ValueError(
+                "MultiDeviceLearner cannot shard a batch with a 'seq_lens' column: "
+                "recurrent (sequence) batches are not supported"
+            )
+        k = self.num_towers
+        n = batch.count // k
+        if n == 0:
+            raise ValueError(f"batch of {batch.count} rows is too small for {k} towers")
+        columns = self.policy.to_tensors(batch)
+        self._shards = [
+            {key: col[i * n : (i + 1) * n].to(d, non_blocking=True) for key, col in columns.items()}
+            for i, d in enumerate(self.devices)
+        ]
+        self.shard_rows = n
+        return n * k
+
+    def optimize(
+        self, num_sgd_iter: int, minibatch_size: int, rng: np.random.Generator
+    ) -> dict[str, float]:
+        """``num_sgd_iter`` epochs of minibatch SGD on the loaded rows; mean stats per update.
+
+        Each epoch draws one permutation of the shard length from ``rng``; every
+        minibatch takes the next ``minibatch_size // K`` permuted rows of each tower's
+        shard (the epoch's last minibatch may be smaller).  ``minibatch_size <= 0`` or
+        ``>=`` the rows loaded means one full-batch update per epoch (no permutation is
+        drawn), exactly like ``minibatch_sgd``.  Stats have ``minibatch_sgd``'s keys: the
+        loss stats and ``total_loss`` (averaged over towers) and ``grad_gnorm`` when the
+        policy clips gradients.
+        """
+        if not self._shards:
+            raise RuntimeError("MultiDeviceLearner.optimize called before load()")
+        k, n = self.num_towers, self.shard_rows
+        full_batch = minibatch_size <= 0 or minibatch_size >= k * n
+        per_tower = n if full_batch else minibatch_size // k
+        if per_tower == 0:
+            raise ValueError(
+                f"minibatch_size={minibatch_size} is smaller than the number of towers ({k})"
+            )
+        self._sync_towers()
+        views = [self.policy] + [
+            _tower_view(self.policy, m, d)
+            for m, d in zip(self.towers[1:], self.devices[1:], strict=True)
+        ]
+        totals: dict[str, float] = defaultdict(float)
+        updates = 0
+        for _ in range(num_sgd_iter):
+            if full_batch:
+                minibatches: list[Sequence[Mapping[str, torch.Tensor]]] = [self._shards]
+            else:
+                # CRUCIAL: one permutation of the shard length per epoch, drawn exactly as
+                # SampleBatch.minibatches draws it, so one tower reproduces minibatch_sgd.
+                perm = torch.from_numpy(rng.permutation(n))
+                perm_on = {d: perm.to(d, non_blocking=True) for d in set(self.devices)}
+                minibatches = [
+                    [
+                        _Rows(shard, perm_on[d][start : start + per_tower])
+                        for shard, d in zip(self._shards, self.devices, strict=True)
+                    ]
+                    for start in range(0, n, per_tower)
+                ]
+            for tower_batches in minibatches:
+                for key, value in self._update(views, tower_batches).items():
+                    totals[key] += value
+                updates += 1
+        return {key: value / max(updates, 1) for key, value in totals.items()}
+
+    def _update(
+        self, views: list[Any], batches: Sequence[Mapping[str, torch.Tensor]]
+    ) -> dict[str, float]:
+        """One synchronous data-parallel step: tower grads → mean → clip → step → copy."""
+        policy = self.policy
+        futures = [  # towers 1..K-1 in threads; none for K = 1, which is learn_on_batch
+            self._thread_pool().submit(_backward, v, b, v.model.zero_grad)
+            for v, b in zip(views[1:], batches[1:], strict=True)
+        ]
+        results = [_backward(policy, batches[0], policy.optimizer.zero_grad)]
+        results += [f.result() for f in futures]
+        losses = [float(loss) for loss, _ in results]
+        if not all(np.isfinite(losses)):
+            raise FloatingPointError(
+                f"{type(policy).__name__}: tower losses are {losses}; weights left unchanged"
+            )
+        if len(views) > 1:
+            self._average_grads()
+        stats: dict[str, float] = defaultdict(float)
+        for _, tower_stats in results:
+            for key, value in tower_stats.items():
+                stats[key] += float(value) / len(results)
+        stats["total_loss"] = sum(losses) / len(losses)
+        stats.update(policy._clip_grads())
+        policy.optimizer.step()
+        if len(views) > 1:
+            self._sync_towers()
+        return dict(stats)
+
+    def _average_grads(self) -> None:
+        """Master ``.grad`` = mean of the towers' gradients (equal slice sizes)."""
+        master = list(self.policy.model.parameters())
+        dst: list[torch.Tensor] = []
+        src: list[torch.Tensor] = []
+        for tower in self.towers[1:]:
+            for p, q in zip(master, tower.parameters(), strict=True):
+                if q.grad is None:
+                    continue
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                dst.append(p.grad)
+                src.append(q.grad.to(p.device, non_blocking=True))
+        if dst:
+            torch._foreach_add_(dst, src)
+        grads = [p.grad for p in master if p.grad is not None]
+        if grads:
+            torch._foreach_mul_(grads, 1.0 / self.num_towers)
+
+    @torch.no_grad()
+    def _sync_towers(self) -> None:
+        """Copy the master's parameters and buffers into every other tower."""
+        master = _state_tensors(self.policy.model)
+        for tower, device in zip(self.towers[1:], self.devices[1:], strict=True):
+            if device == self.devices[0]:
+                torch._foreach_copy_(_state_tensors(tower), master)
+            else:
+                for t, m in zip(_state_tensors(tower), master, strict=True):
+                    t.copy_(m, non_blocking=True)
+
+    def _thread_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                max_workers=self.num_towers - 1, thread_name_prefix="hierl-tower"
+            )
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the tower threads and release the loaded shards."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._shards = []
+        self.shard_rows = 0
