@@ -1,9 +1,8 @@
-"""Shared helpers for the benchmark scripts: result records and bar charts.
+"""Shared helpers for the benchmark scripts: result records, bar charts, CPU accounting.
 
-``record(name, config, figures)`` writes ``benchmarks/results/<name>.json`` holding the git
-commit (and whether the working tree was dirty), the date, a description of the machine
-(CPU count, platform, library versions) and the benchmark's config and measured figures.
-``bar_png(...)`` draws a simple bar chart with matplotlib's Agg backend (no display needed).
+``record(name, config, figures)`` writes ``benchmarks/results/<name>.json`` with
+``hierl.bench_report.write_record`` (git commit, date, machine, config, figures);
+``bar_png`` is re-exported from there.
 ``CpuMeter`` tells how many CPU cores given processes, and the rest of the machine, used
 during a span: on a small shared machine the background load explains noisy figures.
 ``benchmarks/results/`` is gitignored.
@@ -11,130 +10,36 @@ during a span: on a small shared machine the background load explains noisy figu
 
 from __future__ import annotations
 
-import datetime
-import importlib.metadata
-import json
 import os
-import platform
-import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from hierl.bench_report import bar_png, write_record
+
+__all__ = [
+    "REPO_ROOT",
+    "RESULTS_DIR",
+    "CpuMeter",
+    "bar_png",
+    "machine_busy_seconds",
+    "process_tree",
+    "record",
+    "steal_seconds",
+    "wait_for_quiet",
+]
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
 REPO_ROOT = BENCH_DIR.parent
 
 
-def _git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def git_info() -> dict[str, Any]:
-    """The HEAD commit, whether tracked files differ from it, and the untracked paths."""
-    tracked = _git("status", "--porcelain", "--untracked-files=no")
-    untracked = _git("ls-files", "--others", "--exclude-standard", "--directory")
-    return {
-        "commit": _git("rev-parse", "HEAD"),
-        "dirty": None if tracked is None else bool(tracked),
-        "untracked": None if untracked is None else untracked.split(),
-    }
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def machine_info() -> dict[str, Any]:
-    """CPU count, platform and the versions of the libraries the benchmarks depend on."""
-    return {
-        "nproc": os.cpu_count(),
-        "sched_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "processor": platform.processor() or platform.machine(),
-        "versions": {
-            d: _version(d) for d in ("hierl", "torch", "ray", "gymnasium", "numpy", "psutil")
-        },
-    }
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    return repr(value)
-
-
 def record(name: str, config: Mapping[str, Any], figures: Mapping[str, Any]) -> Path:
     """Write ``benchmarks/results/<name>.json`` (git, date, machine, config, figures)."""
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    data = {
-        "benchmark": name,
-        "git": git_info(),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": machine_info(),
-        "config": _jsonable(config),
-        "figures": _jsonable(figures),
-    }
-    path = RESULTS_DIR / f"{name}.json"
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
-    return path
-
-
-def bar_png(
-    path: str | os.PathLike,
-    labels: Sequence[str],
-    values: Sequence[float],
-    title: str,
-    ylabel: str,
-) -> Path:
-    """Save a bar chart of ``values`` (one bar per label, value printed above) as PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(max(6.0, 1.3 * len(labels)), 4.5), dpi=100)
-    ax = fig.add_subplot()
-    bars = ax.bar(range(len(values)), values, color="tab:blue")
-    ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, rotation=20, ha="right", fontsize=8)
-    for bar, v in zip(bars, values, strict=True):
-        ax.annotate(
-            f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}",
-            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-            ha="center",
-            va="bottom",
-            fontsize=8,
-        )
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    return path
+    return write_record(RESULTS_DIR, name, config, figures)
 
 
 # -- CPU accounting ----------------------------------------------------------------------

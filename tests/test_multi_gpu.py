@@ -112,6 +112,7 @@ def test_two_towers_full_batch_match_single_process_update(setup):
 
     assert_weights(policy.get_weights(), expected, atol=ATOL)
     # Adam and clipping hide a gradient scale error from the weights; the stats show it.
+    assert stats.pop("num_updates") == 3
     assert stats == pytest.approx(expected_stats, rel=1e-5)
     for tower in learner.towers[1:]:  # towers hold the master's weights after each step
         for p, q in zip(policy.model.parameters(), tower.parameters(), strict=True):
@@ -143,6 +144,7 @@ def test_towers_split_each_minibatch_like_one_update_on_the_covered_rows(setup, 
     learner.close()
 
     assert_weights(policy.get_weights(), expected, atol=ATOL)
+    assert stats.pop("num_updates") == len(updates)
     assert stats == pytest.approx(mean_stats(updates), rel=1e-5)
 
 

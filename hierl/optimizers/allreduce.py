@@ -407,6 +407,7 @@ class AllReduceOptimizer(PolicyOptimizer):
         self.num_steps_sampled += sum(r.rows_sampled for r in results)
         self.num_steps_trained += sum(r.rows_trained for r in results) * cfg.num_sgd_iter
         self.num_allreduce_calls += results[0].num_allreduce_calls
+        self.num_updates += results[0].num_updates  # the same updates on every replica
         self.learner_stats = {
             k: float(np.mean([r.stats[k] for r in results])) for k in results[0].stats
         }

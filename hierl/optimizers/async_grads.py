@@ -90,6 +90,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
             self.local_evaluator.apply_gradients(result.grads)
         self.learner_stats = result.stats
         self.num_gradients_applied += 1
+        self.num_updates += 1
         self.num_steps_sampled += result.count
         self.num_steps_trained += result.count
 

@@ -79,6 +79,7 @@ class PolicyOptimizer:
         self.config = config
         self.num_steps_sampled = 0
         self.num_steps_trained = 0
+        self.num_updates = 0
         self.timers: dict[str, TimerStat] = {}
         self.learner_stats: dict[str, float] = {}
 
@@ -114,6 +115,7 @@ class PolicyOptimizer:
         out: dict[str, float] = {
             "num_steps_sampled": self.num_steps_sampled,
             "num_steps_trained": self.num_steps_trained,
+            "num_updates": self.num_updates,
         }
         for phase, t in self.timers.items():
             out[f"{phase}_time_ms"] = round(t.mean_ms, 3)
@@ -128,12 +130,14 @@ class PolicyOptimizer:
         return {
             "num_steps_sampled": self.num_steps_sampled,
             "num_steps_trained": self.num_steps_trained,
+            "num_updates": self.num_updates,
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Inverse of ``save``."""
         self.num_steps_sampled = int(state["num_steps_sampled"])
         self.num_steps_trained = int(state["num_steps_trained"])
+        self.num_updates = int(state.get("num_updates", 0))
 
     def stop(self) -> None:
         """Release anything the optimizer owns (threads, actors); evaluators stay."""

@@ -232,7 +232,8 @@ class MultiDeviceLearner:
                 for key, value in self._update(views, tower_batches).items():
                     totals[key] += value
                 updates += 1
-        return {key: value / max(updates, 1) for key, value in totals.items()}
+        averages = {key: value / max(updates, 1) for key, value in totals.items()}
+        return {**averages, "num_updates": updates}
 
     def _update(
         self, views: list[Any], batches: Sequence[Mapping[str, torch.Tensor]]

@@ -65,6 +65,7 @@ class LocalOptimizer(PolicyOptimizer):
                 self.config.sgd_minibatch_size,
                 self.rng,
             )
+        self.num_updates += int(self.learner_stats.pop("num_updates"))
         self.num_steps_sampled += batch.count
         self.num_steps_trained += batch.count * self.config.num_sgd_iter
         with self.timer("sync"):

@@ -73,6 +73,7 @@ class MultiGPUOptimizer(LocalOptimizer):
             )
         trained = self.rows_loaded * cfg.num_sgd_iter
         self.learner_samples_per_s = trained / max(time.perf_counter() - start, 1e-9)
+        self.num_updates += int(self.learner_stats.pop("num_updates"))
         self.num_steps_sampled += batch.count
         self.num_steps_trained += trained
         with self.timer("sync"):

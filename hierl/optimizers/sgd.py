@@ -20,6 +20,7 @@ def minibatch_sgd(
     """``num_sgd_iter`` epochs of shuffled minibatches; returns stats averaged over updates.
 
     ``minibatch_size <= 0`` or ``>= batch.count`` means one full-batch update per epoch.
+    The stats include ``num_updates``, the number of updates made.
     """
     batch.decompress_if_needed()
     totals: dict[str, float] = defaultdict(float)
@@ -33,4 +34,4 @@ def minibatch_sgd(
             for k, v in policy.learn_on_batch(mb).items():
                 totals[k] += v
             updates += 1
-    return {k: v / max(updates, 1) for k, v in totals.items()}
+    return {**{k: v / max(updates, 1) for k, v in totals.items()}, "num_updates": updates}
