@@ -221,6 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cfg.add_argument("algo", metavar="ALGO", help="algorithm name")
     cfg.set_defaults(func=cmd_config)
+
+    bench = sub.add_parser(
+        "bench",
+        help="microbenchmarks (pick a policy optimizer for your hardware)",
+        description="Run a microbenchmark; 'hierl bench optimizers --help' lists its options.",
+    )
+    bench.add_argument("target", choices=["optimizers"], help="what to benchmark")
+    bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's options")
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 
@@ -452,6 +461,16 @@ def cmd_config(args: argparse.Namespace) -> int:
         if docs.get(key):
             print(f"      {_one_line(docs[key])}")
     return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``hierl bench optimizers ...``: the optimizer microbenchmarks."""
+    from hierl.optimizer_bench import main as bench_main
+
+    try:
+        return bench_main(args.options, parser_class=_Parser)
+    except SystemExit as e:  # its --help
+        return e.code if isinstance(e.code, int) else 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -406,14 +406,18 @@ def _print_strategies(rows: list[dict[str, Any]]) -> None:
         )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``hierl bench optimizers``: the strategy table, Table 3 and the async overhead."""
+def main(argv: Sequence[str] | None = None, parser_class: type | None = None) -> int:
+    """``hierl bench optimizers``: the strategy table, Table 3 and the async overhead.
+
+    ``parser_class`` replaces ``argparse.ArgumentParser`` (the CLI's reports errors in
+    one line).
+    """
     import argparse
     from pathlib import Path
 
     from hierl.bench_report import bar_png, write_record
 
-    parser = argparse.ArgumentParser(
+    parser = (parser_class or argparse.ArgumentParser)(
         prog="hierl bench optimizers", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--algo", default="PG", help="algorithm whose policy graph runs")
