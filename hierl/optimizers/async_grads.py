@@ -50,8 +50,17 @@ class GradientResult:
     grad_s: float
 
 
-def sample_and_compute_gradients(evaluator: PolicyEvaluator) -> GradientResult:
-    """Evaluator side: sample one batch and compute the (clipped) gradient on it."""
+def sample_and_compute_gradients(
+    evaluator: PolicyEvaluator,
+    weights: Any = None,
+    global_vars: dict[str, Any] | None = None,
+) -> GradientResult:
+    """Evaluator side: load ``weights`` if given, sample one batch, compute its gradient.
+
+    Loading the weights inside the same task saves a second actor call per gradient.
+    """
+    if weights is not None:
+        evaluator.set_weights(weights, global_vars)
     t0 = time.perf_counter()
     batch = evaluator.sample()
     t1 = time.perf_counter()
@@ -94,10 +103,14 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
         self.num_steps_sampled += result.count
         self.num_steps_trained += result.count
 
-    def _launch(self) -> None:
+    def _launch(self, weights: Any = None, refresh: tuple = ()) -> None:
+        """Fill every live evaluator's slots; the ``refresh`` ones load ``weights`` first."""
+        global_vars = {"timestep": self.num_steps_sampled}
         for e in self.remote_evaluators:
+            fresh = weights if e in refresh else None
             while self.pool.has_capacity(e):
-                self.pool.add(e, e.apply.remote(sample_and_compute_gradients))
+                self.pool.add(e, e.apply.remote(sample_and_compute_gradients, fresh, global_vars))
+                fresh = None
 
     def step(self) -> dict[str, float]:
         """Apply gradients until the step's quota (see ``grads_per_step``)."""
@@ -131,14 +144,14 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
                     self.num_lost_tasks += 1
                 else:
                     raise f.error
-            if refresh:
-                with self.timer("sync"):
-                    global_vars = {"timestep": self.num_steps_sampled}
-                    ref = ray.put(self.local_evaluator.get_weights())
-                    for actor in refresh:
-                        actor.set_weights.remote(ref, global_vars)
+            with self.timer("sync"):
+                weights = None
+                if refresh:
+                    weights = self.local_evaluator.get_weights()
+                    if len(refresh) > 1:  # one copy in the object store for all of them
+                        weights = ray.put(weights)
                     self.num_weight_syncs += len(refresh)
-            self._launch()
+                self._launch(weights, tuple(refresh))
         self.local_evaluator.set_global_vars({"timestep": self.num_steps_sampled})
         return self.learner_stats
 
