@@ -7,6 +7,7 @@ from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, TimerStat
 from hierl.optimizers.local import LocalOptimizer
 from hierl.optimizers.multi_gpu import MultiGPUOptimizer
 from hierl.optimizers.registry import get_optimizer_class, optimizer_names, register_optimizer
+from hierl.optimizers.replay import ReplayOptimizer
 from hierl.optimizers.sharded_ps import ShardedPSOptimizer
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "MultiGPUOptimizer",
     "OptimizerConfig",
     "PolicyOptimizer",
+    "ReplayOptimizer",
     "ShardedPSOptimizer",
     "TimerStat",
     "get_optimizer_class",

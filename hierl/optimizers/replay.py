@@ -1,0 +1,211 @@
+"""``replay``: synchronous sampling into a (prioritized) replay buffer on the driver.
+
+RLlib (ICML 2018) §3.3 lists replay among the policy optimizer's jobs; this is the
+original ``SyncReplayOptimizer`` behind DQN (Mnih et al. 2015) with proportional
+prioritized replay (Schaul et al. 2016, "Prioritized Experience Replay",
+https://arxiv.org/abs/1511.05952, Algorithm 1): every step samples each evaluator once,
+stores the rows, and once ``learning_starts`` rows are stored replays
+``replay_ratio``-many rows per sampled env step in batches of ``train_batch_size``,
+each followed by a priority update from the policy's TD errors
+(``PolicyGraph.learn_on_replay_batch`` returns them as ``LearnResult.td_error``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from hierl.evaluators import PolicyEvaluator
+from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
+from hierl.optimizers.registry import register_optimizer
+from hierl.optimizers.replay_buffer import make_replay_buffer
+from hierl.sample_batch import SampleBatch
+
+
+@dataclasses.dataclass
+class ReplayConfig(OptimizerConfig):
+    """Settings of the ``replay`` optimizer."""
+
+    train_batch_size: int = 32
+    """Rows per replayed batch (one learner update each)."""
+    buffer_size: int = 50_000
+    """Rows kept in the replay buffer (oldest overwritten first)."""
+    prioritized_replay: bool = True
+    """Proportional prioritized replay (else uniform)."""
+    prioritized_replay_alpha: float = 0.6
+    """Prioritization exponent alpha: P(i) ∝ p_i^alpha (0 = uniform)."""
+    prioritized_replay_beta: float = 0.4
+    """Initial importance-sampling exponent beta."""
+    final_prioritized_replay_beta: float = 1.0
+    """Beta after annealing (1 fully corrects the sampling bias)."""
+    prioritized_replay_beta_annealing_timesteps: int = 20_000
+    """Sampled env steps over which beta goes linearly to its final value."""
+    prioritized_replay_eps: float = 1e-6
+    """Added to |TD error| so that no row's priority is 0."""
+    learning_starts: int = 1000
+    """Stored rows needed before the first update."""
+    replay_ratio: float = 1.0
+    """Rows replayed per env step sampled (at least one update per step once learning)."""
+    seed: int | None = 0
+    """Seeds replay sampling (None: random)."""
+
+    def __post_init__(self) -> None:
+        self.check("train_batch_size", self.train_batch_size >= 1, "must be >= 1")
+        self.check("buffer_size", self.buffer_size >= 1, "must be >= 1")
+        self.check("prioritized_replay_alpha", self.prioritized_replay_alpha >= 0, "must be >= 0")
+        self.check("prioritized_replay_beta", self.prioritized_replay_beta >= 0, "must be >= 0")
+        self.check(
+            "final_prioritized_replay_beta", self.final_prioritized_replay_beta >= 0, "must be >= 0"
+        )
+        self.check(
+            "prioritized_replay_beta_annealing_timesteps",
+            self.prioritized_replay_beta_annealing_timesteps >= 0,
+            "must be >= 0",
+        )
+        self.check("prioritized_replay_eps", self.prioritized_replay_eps > 0, "must be > 0")
+        self.check(
+            "learning_starts",
+            1 <= self.learning_starts <= self.buffer_size,
+            f"must be in [1, buffer_size={self.buffer_size}]",
+        )
+        self.check("replay_ratio", self.replay_ratio > 0, "must be > 0")
+
+
+def sample_with_priorities(
+    evaluator: PolicyEvaluator, prioritized: bool
+) -> tuple[SampleBatch, np.ndarray | None]:
+    """Evaluator-side: one ``sample()`` plus the policy's initial priorities for it.
+
+    Runs inside remote evaluators through ``evaluator.apply``; priorities are None when
+    replay is uniform or the policy has none (rows then enter at the max priority).
+    """
+    batch = evaluator.sample()
+    return batch, evaluator.policy.compute_priorities(batch) if prioritized else None
+
+
+@register_optimizer
+class ReplayOptimizer(PolicyOptimizer):
+    """Sync samples → replay buffer → updates on replayed batches → broadcast weights."""
+
+    name = "replay"
+    config_class = ReplayConfig
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        cfg = self.config
+        self.buffer = make_replay_buffer(
+            cfg.buffer_size,
+            cfg.prioritized_replay,
+            alpha=cfg.prioritized_replay_alpha,
+            seed=cfg.seed,
+        )
+        self.num_updates = 0
+        self.num_steps_replayed = 0
+        self._update_credit = 0.0
+
+    @property
+    def beta(self) -> float:
+        """The importance-sampling exponent at the current sampled timestep."""
+        cfg = self.config
+        horizon = cfg.prioritized_replay_beta_annealing_timesteps
+        frac = min(1.0, self.num_steps_sampled / horizon) if horizon else 1.0
+        b0, b1 = cfg.prioritized_replay_beta, cfg.final_prioritized_replay_beta
+        return b0 + frac * (b1 - b0)
+
+    def _num_updates_for(self, new_rows: int) -> int:
+        """Updates owed for ``new_rows`` sampled env steps; at least one.
+
+        The fractional remainder carries over to later steps; a forced minimum update
+        does not create a debt.
+        """
+        self._update_credit += self.config.replay_ratio * new_rows / self.config.train_batch_size
+        num = max(1, math.floor(self._update_credit))
+        self._update_credit = max(0.0, self._update_credit - num)
+        return num
+
+    def step(self) -> dict[str, float]:
+        """One round: sample every evaluator once, store, replay, broadcast weights."""
+        prioritized = self.config.prioritized_replay
+        with self.timer("sample"):
+            if self.remote_evaluators:
+                results = self.evaluators.get(
+                    [
+                        e.apply.remote(sample_with_priorities, prioritized)
+                        for e in self.remote_evaluators
+                    ]
+                )
+            else:
+                results = [sample_with_priorities(self.local_evaluator, prioritized)]
+            for batch, priorities in results:
+                self.buffer.add(batch, priorities)
+        new_rows = sum(batch.count for batch, _ in results)
+        self.num_steps_sampled += new_rows
+
+        self.learner_stats = {}
+        if len(self.buffer) >= self.config.learning_starts:
+            self.learner_stats = self._replay_and_learn(self._num_updates_for(new_rows))
+
+        with self.timer("sync"):
+            self.evaluators.sync_weights({"timestep": self.num_steps_sampled})
+        return self.learner_stats
+
+    def _replay_and_learn(self, num_updates: int) -> dict[str, float]:
+        """``num_updates`` replayed batches, each learned on and re-prioritized."""
+        cfg = self.config
+        policy = self.local_evaluator.policy
+        totals: dict[str, float] = defaultdict(float)
+        beta = self.beta
+        for _ in range(num_updates):
+            with self.timer("replay"):
+                batch = self.buffer.sample(cfg.train_batch_size, beta=beta)
+            with self.timer("learn"):
+                result = policy.learn_on_replay_batch(batch)
+            if cfg.prioritized_replay and result.td_error is not None:
+                with self.timer("update_priorities"):
+                    self.buffer.update_priorities(
+                        batch[SampleBatch.BATCH_INDEXES],
+                        np.abs(result.td_error) + cfg.prioritized_replay_eps,
+                    )
+            for k, v in result.stats.items():
+                totals[k] += v
+        self.num_updates += num_updates
+        self.num_steps_replayed += num_updates * cfg.train_batch_size
+        self.num_steps_trained += num_updates * cfg.train_batch_size
+        return {k: v / num_updates for k, v in totals.items()}
+
+    def stats(self) -> dict[str, float]:
+        """Adds ``num_updates``, ``num_steps_replayed``, beta and ``buffer_*`` statistics."""
+        out = {
+            **super().stats(),
+            "num_updates": self.num_updates,
+            "num_steps_replayed": self.num_steps_replayed,
+            **{f"buffer_{k}": v for k, v in self.buffer.stats().items()},
+        }
+        if self.config.prioritized_replay:
+            out["prioritized_replay_beta"] = self.beta
+        return out
+
+    def save(self) -> dict[str, Any]:
+        """Counters (JSON); the buffer's rows are not checkpointed.
+
+        After ``restore`` the buffer refills and learning resumes once it again holds
+        ``learning_starts`` rows.
+        """
+        return {
+            **super().save(),
+            "num_updates": self.num_updates,
+            "num_steps_replayed": self.num_steps_replayed,
+            "update_credit": self._update_credit,
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Inverse of ``save``."""
+        super().restore(state)
+        self.num_updates = int(state.get("num_updates", 0))
+        self.num_steps_replayed = int(state.get("num_steps_replayed", 0))
+        self._update_credit = float(state.get("update_credit", 0.0))
