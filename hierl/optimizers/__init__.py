@@ -1,6 +1,7 @@
 """Policy optimizers, chosen by name (``get_optimizer_class("local")``)."""
 
 from hierl.optimizers.allreduce import AllReduceOptimizer
+from hierl.optimizers.apex import ApexOptimizer
 from hierl.optimizers.async_grads import AsyncGradientsOptimizer
 from hierl.optimizers.auto import AutoOptimizer
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, TimerStat
@@ -12,6 +13,7 @@ from hierl.optimizers.sharded_ps import ShardedPSOptimizer
 
 __all__ = [
     "AllReduceOptimizer",
+    "ApexOptimizer",
     "AsyncGradientsOptimizer",
     "AutoOptimizer",
     "LocalOptimizer",

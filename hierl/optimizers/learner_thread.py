@@ -1,0 +1,180 @@
+"""A learner thread: updates a policy on replayed batches beside the driver's event loop.
+
+Ape-X (Horgan et al. 2018, "Distributed Prioritized Experience Replay", §3 and Alg. 2):
+the learner consumes prefetched replay batches and returns new priorities while the
+driver keeps routing experience.  Running it in a thread of the driver process lets
+the (GIL-releasing) torch update overlap with the driver's Ray bookkeeping.
+
+How an optimizer drives it::
+
+    learner = LearnerThread(policy, inqueue_size=16)
+    learner.start()
+    learner.inqueue.put((shard_index, replay_batch))   # bounded: never put blocking forever
+    for out in learner.drain_outqueue():                # LearnerOutput(tag, indexes, td_error)
+        shards[out.tag].update_priorities.remote(out.indexes, abs(out.td_error) + eps)
+    learner.check()                                     # re-raises a failure of the thread
+    learner.stop()
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import defaultdict
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from hierl.optimizers.base import TimerStat
+from hierl.policy_graph import PolicyGraph
+from hierl.sample_batch import SampleBatch
+
+
+class LearnerOutput(NamedTuple):
+    """What the learner returns for one replayed batch: new priorities to send back."""
+
+    tag: Any
+    """The tag the batch was queued with (e.g. the replay shard it came from)."""
+    indexes: np.ndarray
+    """The batch's ``BATCH_INDEXES`` (rows of the replay buffer)."""
+    td_error: np.ndarray
+    """Per-row TD error before the update (``LearnResult.td_error``)."""
+
+
+class LearnerThread(threading.Thread):
+    """Daemon thread running ``policy.learn_on_replay_batch`` on queued ``(tag, batch)``.
+
+    Args:
+        policy: the policy to update (the driver's local policy).
+        inqueue_size: bound of ``inqueue`` (replay batches waiting to be learned).
+        outqueue_size: bound of ``outqueue`` (priority updates waiting for the driver);
+            when it is full the thread waits, so an idle driver stalls the learner
+            instead of growing memory.
+        poll_s: how often a waiting thread re-checks for ``stop``/``pause``.
+
+    Every update holds ``lock``; hold it too to read or change the policy from another
+    thread (``get_weights``, sampling with it).  ``pause()`` returns once no update is
+    running and none starts until ``resume()``, so the policy is stable in between
+    (checkpoints, serving).  The thread starts active.  An exception inside the thread
+    ends it; ``check()`` re-raises it on the caller's side.
+    """
+
+    def __init__(
+        self,
+        policy: PolicyGraph,
+        inqueue_size: int = 16,
+        outqueue_size: int = 16,
+        poll_s: float = 0.05,
+    ):
+        super().__init__(name="hierl-learner", daemon=True)
+        for name, size in (("inqueue_size", inqueue_size), ("outqueue_size", outqueue_size)):
+            if size < 1:
+                raise ValueError(f"{name} must be >= 1, got {size}")
+        self.policy = policy
+        self.inqueue: queue.Queue[tuple[Any, SampleBatch]] = queue.Queue(maxsize=inqueue_size)
+        self.outqueue: queue.Queue[LearnerOutput] = queue.Queue(maxsize=outqueue_size)
+        self.lock = threading.Lock()
+        self.poll_s = poll_s
+        self.learn_timer = TimerStat()
+        """Time spent inside ``learn_on_replay_batch``."""
+        self.num_updates = 0
+        self.num_rows_trained = 0
+        self.error: BaseException | None = None
+        self._item: tuple[Any, SampleBatch] | None = None
+        self._active = threading.Event()
+        self._active.set()
+        self._stopped = threading.Event()
+        self._stat_sums: dict[str, float] = defaultdict(float)
+        self._stat_count = 0
+        self._last_stats: dict[str, float] = {}
+
+    # -- thread body -------------------------------------------------------------------
+    def run(self) -> None:
+        """Take batches, learn, queue priorities; record any exception and end."""
+        try:
+            while not self._stopped.is_set():
+                if not self._active.wait(self.poll_s):
+                    continue
+                if self._item is None:
+                    try:
+                        self._item = self.inqueue.get(timeout=self.poll_s)
+                    except queue.Empty:
+                        continue
+                with self.lock:
+                    if not self._active.is_set():  # paused after we took the item: keep it
+                        continue
+                    tag, batch = self._item
+                    self._item = None
+                    with self.learn_timer:
+                        result = self.policy.learn_on_replay_batch(batch)
+                    self.num_updates += 1
+                    self.num_rows_trained += batch.count
+                    for k, v in result.stats.items():
+                        self._stat_sums[k] += float(v)
+                    self._stat_count += 1
+                if result.td_error is not None and SampleBatch.BATCH_INDEXES in batch:
+                    indexes = batch[SampleBatch.BATCH_INDEXES]
+                    self._put_out(LearnerOutput(tag, indexes, np.asarray(result.td_error)))
+                del batch, result  # CRUCIAL: release the batch before blocking on the queue
+        except BaseException as e:  # surfaced by check()
+            self.error = e
+
+    def _put_out(self, item: LearnerOutput) -> None:
+        while not self._stopped.is_set():
+            try:
+                self.outqueue.put(item, timeout=self.poll_s)
+                return
+            except queue.Full:
+                continue
+
+    # -- control from the driver -------------------------------------------------------
+    def pause(self) -> None:
+        """Stop taking new batches; returns once the update in progress (if any) is done."""
+        self._active.clear()
+        with self.lock:
+            pass
+
+    def resume(self) -> None:
+        """Start taking batches again."""
+        self._active.set()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """End the thread and wait for it (at most ``timeout_s``)."""
+        self._stopped.set()
+        if self.is_alive():
+            self.join(timeout_s)
+
+    def check(self) -> None:
+        """Raise RuntimeError (from the original exception) if the thread failed or died."""
+        if self.error is not None:
+            raise RuntimeError(
+                f"learner thread failed after {self.num_updates} updates: {self.error!r}"
+            ) from self.error
+        if self.ident is not None and not self.is_alive() and not self._stopped.is_set():
+            raise RuntimeError("learner thread ended unexpectedly")
+
+    def drain_outqueue(self) -> list[LearnerOutput]:
+        """All priority updates queued so far (non-blocking)."""
+        out = []
+        while True:
+            try:
+                out.append(self.outqueue.get_nowait())
+            except queue.Empty:
+                return out
+
+    def pop_stats(self) -> dict[str, float]:
+        """Learner statistics averaged over the updates since the last call.
+
+        Without new updates, the previous average is returned again ({} before any).
+        """
+        with self.lock:
+            if self._stat_count:
+                self._last_stats = {k: v / self._stat_count for k, v in self._stat_sums.items()}
+                self._stat_sums.clear()
+                self._stat_count = 0
+            return dict(self._last_stats)
+
+    @property
+    def num_pending(self) -> int:
+        """Batches queued or taken but not yet learned."""
+        return self.inqueue.qsize() + (self._item is not None)
