@@ -266,7 +266,7 @@ def allreduce_sgd(batch: Any, num_sgd_iter: int, minibatch: int, world: int) -> 
     from hierl.algorithms.ppo import PPOPolicy
     from hierl.evaluators import PolicyEvaluator
     from hierl.evaluators.ray_runtime import ensure_ray
-    from hierl.optimizers.allreduce import disband_group, form_group, learn_on_shard
+    from hierl.optimizers.allreduce_rank import disband_group, form_group, learn_on_shard
 
     ensure_ray()
     cls = PolicyEvaluator.as_remote(num_cpus=min(1.0, 2.0 / world))

@@ -168,3 +168,19 @@ class QTrainer(Trainer):
     policy_class = QPolicy
     supported_optimizers = ("replay", "apex")
     default_optimizer = "replay"
+
+
+def padded_cartpole(env_config: Mapping[str, Any]) -> gym.Env:
+    """CartPole-v1 with its observation zero-padded to ``env_config["obs_size"]`` floats.
+
+    Same dynamics, heavier rows: makes memory per replayed row large enough to measure.
+    """
+    size = int(env_config.get("obs_size", 1024))
+    space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
+
+    def pad(obs: np.ndarray) -> np.ndarray:
+        out = np.zeros(size, np.float32)
+        out[: obs.shape[0]] = obs
+        return out
+
+    return gym.wrappers.TransformObservation(gym.make("CartPole-v1"), pad, space)

@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 import qlearning
 from conftest import RESULT_KEYS
-from qlearning import QPolicy, QTrainer
+from qlearning import QPolicy, QTrainer, padded_cartpole
 from ray import cloudpickle
 
 from hierl.config import ConfigError
-from hierl.optimizers.apex import ApexConfig, ApexOptimizer, ReplayShard, epsilon_ladder
+from hierl.optimizers.apex import ApexConfig, ApexOptimizer
 from hierl.optimizers.learner_thread import LearnerThread
+from hierl.optimizers.replay_samplers import epsilon_ladder
+from hierl.optimizers.replay_shard import ReplayShard
 from hierl.policy_graph import LearnResult, PolicyGraph
 from hierl.sample_batch import SampleBatch as SB
 
@@ -200,7 +202,7 @@ def test_in_process_apex_learns_on_the_local_evaluator(prioritized):
     with QTrainer(config) as trainer:
         opt = trainer.optimizer
         assert isinstance(opt, ApexOptimizer)
-        assert all(isinstance(s, ReplayShard) for s in opt.shards)  # no actors in-process
+        assert all(isinstance(s, ReplayShard) for s in opt.replay.shards)  # no actors in-process
         policy = trainer.get_policy()
         assert policy.epsilon == pytest.approx(0.4) and policy.epsilon_pinned  # rung 1 of 1
         before = policy.get_weights()
@@ -211,6 +213,7 @@ def test_in_process_apex_learns_on_the_local_evaluator(prioritized):
     assert set(last) >= RESULT_KEYS
     assert last["num_steps_trained"] > 0 and stats["num_learner_updates"] > 0
     assert last["num_steps_trained"] == 16 * stats["num_learner_updates"]
+    assert stats["num_updates"] == stats["num_learner_updates"]
     assert _weights_differ(before, after)
     assert "learner/mean_q" in last and "learner/total_loss" in last
     # replay_ratio caps what the learner is given: rows trained <= 4 per row sampled
@@ -253,10 +256,12 @@ def test_in_process_learner_failure_surfaces_in_step():
 
 
 # -- with Ray ------------------------------------------------------------------------------
-def _remote_trainer(**optimizer_config) -> QTrainer:
+def _remote_trainer(env=None, env_config=None, **optimizer_config) -> QTrainer:
     return QTrainer(
         {
             **TINY_Q,
+            "env": env or TINY_Q["env"],
+            "env_config": env_config or {},
             "num_evaluators": 2,
             "num_cpus_per_evaluator": 0.5,
             "sample_timeout_s": 120,
@@ -284,23 +289,36 @@ def test_long_run_stays_bounded_and_drops_nothing(ray_session):
         "max_weight_sync_delay": 60,
         "min_step_time_s": 0.05,
     }
-    trainer = _remote_trainer(**bounds)
+    # Observations of 1024 floats: a row is ~8 kB, so a leak would be plain to see.
+    trainer = _remote_trainer(env=padded_cartpole, env_config={"obs_size": 1024}, **bounds)
     try:
         opt = trainer.optimizer
         assert opt.epsilons == pytest.approx([0.4, 0.4**8])
         assert _epsilons(trainer) == pytest.approx([0.4, 0.4**8])  # each evaluator its rung
         peak: dict[str, float] = {}
-        for _ in range(200):
-            opt.step()
-            for k, v in opt.stats().items():
-                peak[k] = max(peak.get(k, -math.inf), v)
-        shard_stats = ray.get([s.stats.remote() for s in opt.shards], timeout=60)
+        halves = []
+        for _ in range(2):
+            for _ in range(100):
+                opt.step()
+                for k, v in opt.stats().items():
+                    peak[k] = max(peak.get(k, -math.inf), v)
+            halves.append(ray.get([s.stats.remote() for s in opt.replay.shards], timeout=60))
         final = opt.stats()
     finally:
         trainer.stop()
-    for s in shard_stats:
+    mid, shard_stats = halves
+    for before, s in zip(mid, shard_stats, strict=True):
         assert s["size"] <= s["capacity"] == 50
-        assert s["num_added"] > 2 * s["capacity"]  # wrapped around: a long run for this size
+        assert before["num_added"] > 2 * s["capacity"]  # wrapped around by the first half
+        # Storage is preallocated: the second half, thousands of rows more, allocates none.
+        assert s["nbytes"] == before["nbytes"] > 0
+        assert s["num_added"] > before["num_added"] + 2 * s["capacity"]
+        # ... and the shard process's peak memory stays put (a leak of every batch added
+        # in the second half would show as far more than this allowance).
+        leak = (s["num_added"] - before["num_added"]) * s["nbytes"] / s["capacity"]
+        growth = s["process_max_rss_bytes"] - before["process_max_rss_bytes"]
+        print(f"shard peak RSS growth {growth / 1e6:.2f} MB; a leak would be {leak / 1e6:.2f} MB")
+        assert leak > 20e6 and growth < leak / 4
     assert peak["replay_buffer_size"] <= 100
     assert peak["sample_requests_in_flight"] <= 2 * 2
     assert peak["batches_waiting_for_shard"] <= 2 * 2

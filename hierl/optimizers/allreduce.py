@@ -19,32 +19,26 @@ driver, which only starts each round and collects small results::
 
 Replicas start from the same weights and apply bit-identical averaged gradients, so they
 stay bit-identical; ``check_replicas_every`` verifies it with weight digests.  With no
-remote evaluators the local evaluator runs the same function as a group of one.
-
-Losses whose terms are means over rows give exactly the single-process gradient of the
-union of the ranks' minibatches.  Statistics computed over a batch inside the loss (e.g.
-advantage normalisation) are computed per rank, over its share of each minibatch.
+remote evaluators the local evaluator runs the same function as a group of one.  What one
+rank does in a round (and group formation) lives in ``hierl.optimizers.allreduce_rank``;
+digests and full policy states in ``hierl.optimizers.replica_state``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import math
 import pickle
-import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from hierl.evaluators import PolicyEvaluator
 from hierl.optimizers import collective
+from hierl.optimizers.allreduce_rank import ShardResult, disband_group, form_group, sample_and_learn
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
 from hierl.optimizers.registry import register_optimizer
+from hierl.optimizers.replica_state import _nbytes, policy_states, set_policy_states, weights_digest
 from hierl.optimizers.task_pool import TaskPool
-from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 
 
 @dataclasses.dataclass
@@ -70,258 +64,8 @@ class AllReduceConfig(OptimizerConfig):
         self.check("group_timeout_s", self.group_timeout_s > 0, "must be > 0")
 
 
-@dataclasses.dataclass
-class ShardResult:
-    """What one evaluator reports after a round (small: no weights, no gradients)."""
-
-    stats: dict[str, float]
-    """Learner statistics averaged over this rank's updates."""
-    rows_trained: int
-    """Rows per epoch after trimming to the count common to all ranks."""
-    num_updates: int
-    """Gradient updates applied."""
-    num_allreduce_calls: int
-    """Collective calls made (0 in a group of one)."""
-    learn_s: float
-    """Seconds spent in SGD epochs, gradient allreduces included."""
-    allreduce_s: float
-    """Seconds inside the gradient allreduces (including waiting for slower ranks)."""
-    wait_s: float
-    """Seconds inside the first collective (agreeing on rows): waiting for the slowest
-    rank to finish sampling, when called from ``sample_and_learn``."""
-    rows_sampled: int = 0
-    """Environment steps sampled this round (0 when given a batch)."""
-    sample_s: float = 0.0
-    """Seconds spent sampling."""
-    weights_digest: str | None = None
-    """Digest of the weights after the round, when asked for."""
-
-
 class ReplicaDivergenceError(RuntimeError):
     """The evaluators' policy replicas no longer hold identical weights."""
-
-
-# -- evaluator side (run through ``evaluator.apply``) ------------------------------------
-def group_endpoint(evaluator: PolicyEvaluator) -> tuple[str, str]:
-    """``("node_ip:free_port", backend)`` of this evaluator's process.
-
-    The backend is ``nccl`` when the policy lives on a CUDA device, else ``gloo``.
-    """
-    import ray
-
-    device = getattr(evaluator.policy, "device", None)
-    backend = "nccl" if getattr(device, "type", "cpu") == "cuda" else "gloo"
-    return f"{ray.util.get_node_ip_address()}:{collective.free_port()}", backend
-
-
-def join_group(
-    evaluator: PolicyEvaluator,
-    rank: int,
-    world_size: int,
-    address: str,
-    backend: str = "gloo",
-    timeout_s: float = collective.DEFAULT_GROUP_TIMEOUT_S,
-) -> None:
-    """Join the evaluators' process group as ``rank`` (see ``collective.init_group``)."""
-    collective.init_group(rank, world_size, address, backend, timeout_s)
-
-
-def leave_group(evaluator: PolicyEvaluator) -> None:
-    """Leave the process group, if this evaluator's process is in one."""
-    collective.destroy_group()
-
-
-def learn_on_shard(
-    evaluator: PolicyEvaluator,
-    batch: SampleBatch,
-    num_sgd_iter: int = 1,
-    sgd_minibatch_size: int = 0,
-    seed: int | None = None,
-) -> ShardResult:
-    """SGD epochs on this rank's ``batch`` with gradients averaged over the group.
-
-    Every rank of the group must call this concurrently (with the same settings).  Rows
-    beyond the smallest rank's count are dropped; ``sgd_minibatch_size`` is the global
-    minibatch size, so each rank uses ``ceil(sgd_minibatch_size / world_size)`` rows of
-    its own batch, shuffled with ``np.random.default_rng([seed, rank])``.  Outside a
-    group this is plain minibatch SGD.  This is the function to time for SGD throughput.
-
-    Raises:
-        FloatingPointError: on every rank, if any rank's loss or the averaged gradient is
-            not finite (weights stay unchanged and identical everywhere).
-    """
-    start = time.perf_counter()
-    world, rank = collective.world_size(), collective.rank()
-    batch.decompress_if_needed()
-    # CRUCIAL: every rank must issue the same collective calls in the same order or the
-    # group deadlocks, so all ranks train on the same number of rows (and minibatches).
-    rows = collective.allreduce_min_int(batch.count)
-    learn_start = time.perf_counter()
-    wait_s = learn_start - start
-    calls, comm_s = int(world > 1), 0.0
-    if rows < batch.count:
-        batch = batch.slice(0, rows)
-    local_size = math.ceil(sgd_minibatch_size / world) if sgd_minibatch_size > 0 else 0
-    rng = np.random.default_rng(None if seed is None else [seed, rank])
-    totals: dict[str, float] = defaultdict(float)
-    updates = 0
-    for _ in range(num_sgd_iter if rows > 0 else 0):
-        if local_size <= 0 or local_size >= rows:
-            minibatches: Iterable[SampleBatch] = [batch]
-        else:
-            minibatches = batch.minibatches(local_size, shuffle=True, rng=rng)
-        for mb in minibatches:
-            error: FloatingPointError | None = None
-            try:
-                grads, stats = evaluator.compute_gradients(mb, clip=False)
-            except FloatingPointError as e:
-                # Still take part in the allreduce (with NaNs) so no rank is left waiting.
-                error, stats = e, {}
-                weights = evaluator.get_weights()[DEFAULT_POLICY_ID]
-                names = evaluator.policy.gradient_names()
-                grads = [np.full(weights[n].shape, np.nan) for n in names]
-            t0 = time.perf_counter()
-            grads = collective.allreduce_mean(grads)
-            comm_s += time.perf_counter() - t0
-            calls += world > 1
-            if error is not None or not all(np.isfinite(g).all() for g in grads):
-                cause = error or "a loss or gradient on another rank was not finite"
-                raise FloatingPointError(
-                    f"allreduce rank {rank}/{world}: averaged gradient of update {updates} is "
-                    f"not finite ({cause}); weights left unchanged on every rank"
-                )
-            # CRUCIAL: clip the *averaged* gradient: it is the same on every rank and
-            # equals clipping the single-process gradient of the union of the minibatches.
-            stats.update(evaluator.apply_gradients(grads, clip=True))
-            for k, v in stats.items():
-                totals[k] += float(v)
-            updates += 1
-    return ShardResult(
-        stats={k: v / max(updates, 1) for k, v in totals.items()},
-        rows_trained=rows,
-        num_updates=updates,
-        num_allreduce_calls=calls,
-        learn_s=time.perf_counter() - learn_start,
-        allreduce_s=comm_s,
-        wait_s=wait_s,
-    )
-
-
-def sample_and_learn(
-    evaluator: PolicyEvaluator,
-    train_batch_size: int,
-    num_sgd_iter: int = 1,
-    sgd_minibatch_size: int = 0,
-    seed: int | None = None,
-    global_vars: Mapping[str, Any] | None = None,
-    world_size: int | None = None,
-    check_replicas: bool = False,
-) -> ShardResult:
-    """One rank's round: sample its share of ``train_batch_size``, then ``learn_on_shard``.
-
-    ``global_vars`` are set first (every replica sees the same timestep, so learning-rate
-    schedules agree).  The share is ``ceil(train_batch_size / world_size)`` rows, sampled
-    in whole ``sample()`` calls.  ``world_size``, if given, must match the group.
-    """
-    group_size = collective.world_size()
-    if world_size is not None and world_size != group_size:
-        raise RuntimeError(
-            f"evaluator {evaluator.worker_index} is in a group of {group_size}, but the "
-            f"driver runs a round over {world_size} evaluators"
-        )
-    if global_vars:
-        evaluator.set_global_vars(global_vars)
-    start = time.perf_counter()
-    share = math.ceil(train_batch_size / group_size)
-    batches: list[SampleBatch] = []
-    count = 0
-    while count < share:
-        batches.append(evaluator.sample())
-        count += batches[-1].count
-    sample_s = time.perf_counter() - start
-    batch = batches[0] if len(batches) == 1 else SampleBatch.concat_samples(batches)
-    result = learn_on_shard(evaluator, batch, num_sgd_iter, sgd_minibatch_size, seed)
-    result.rows_sampled, result.sample_s = count, sample_s
-    if check_replicas:
-        result.weights_digest = weights_digest(evaluator)
-    return result
-
-
-def weights_digest(evaluator: PolicyEvaluator) -> str:
-    """SHA-256 over the evaluator's weights (policy ids, names, dtypes, shapes and bytes)."""
-    h = hashlib.sha256()
-    for pid, weights in sorted(evaluator.get_weights().items()):
-        for name, w in sorted(weights.items()):
-            w = np.ascontiguousarray(w)
-            h.update(f"{pid}/{name}:{w.dtype.str}:{w.shape};".encode())
-            h.update(w.tobytes())
-    return h.hexdigest()
-
-
-def policy_states(evaluator: PolicyEvaluator) -> dict[str, Any]:
-    """Every policy's full state (weights, optimizer moments, counters) by policy id."""
-    return dict(evaluator.foreach_policy(lambda p, pid: (pid, p.get_state())))
-
-
-def set_policy_states(evaluator: PolicyEvaluator, states: Mapping[str, Any]) -> None:
-    """Load states produced by ``policy_states`` (by policy id)."""
-    # CRUCIAL: copy first.  Arrays from the Ray object store are read-only views of shared
-    # memory; a policy that wraps them without copying (TorchPolicyGraph.set_state does for
-    # optimizer moments) would have every replica on the node update the SAME moments.
-    states = _map_arrays(states, np.array)
-    evaluator.foreach_policy(lambda p, pid: p.set_state(states[pid]) if pid in states else None)
-
-
-def _map_arrays(tree: Any, fn: Callable[[np.ndarray], Any]) -> Any:
-    """``tree`` (dicts, lists, tuples) with ``fn`` applied to every numpy array leaf."""
-    if isinstance(tree, np.ndarray):
-        return fn(tree)
-    if isinstance(tree, Mapping):
-        return {k: _map_arrays(v, fn) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_map_arrays(v, fn) for v in tree)
-    return tree
-
-
-def _nbytes(tree: Any) -> int:
-    sizes: list[int] = []
-    _map_arrays(tree, lambda a: sizes.append(a.nbytes))
-    return sum(sizes)
-
-
-# -- driver side -------------------------------------------------------------------------
-def form_group(
-    actors: Sequence[Any], timeout_s: float = collective.DEFAULT_GROUP_TIMEOUT_S
-) -> collective.GroupInfo:
-    """Make remote evaluators ``actors`` a process group; actor ``i`` becomes rank ``i``.
-
-    Rank 0's node IP and a port free there are the rendezvous address, so the group
-    works across nodes.  Returns the group as rank 0 sees it.
-    """
-    import ray
-
-    endpoints = ray.get([a.apply.remote(group_endpoint) for a in actors], timeout=timeout_s)
-    backends = [b for _, b in endpoints]
-    if len(set(backends)) != 1:
-        raise RuntimeError(
-            f"evaluators need different collective backends {backends} (gloo for CPU "
-            "policies, nccl for CUDA ones): put every evaluator's policy on the same kind "
-            "of device"
-        )
-    address, backend, n = endpoints[0][0], backends[0], len(actors)
-    refs = [
-        a.apply.remote(join_group, i, n, address, backend, timeout_s) for i, a in enumerate(actors)
-    ]
-    ray.get(refs, timeout=timeout_s + 30)
-    return collective.GroupInfo(0, n, address, backend)
-
-
-def disband_group(actors: Sequence[Any], timeout_s: float = 10.0) -> None:
-    """Ask every actor to leave its group; best effort (dead or stuck actors are skipped)."""
-    import ray
-
-    refs = [a.apply.remote(leave_group) for a in actors]
-    ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
 
 
 @register_optimizer

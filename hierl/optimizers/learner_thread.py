@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -152,6 +152,18 @@ class LearnerThread(threading.Thread):
             ) from self.error
         if self.ident is not None and not self.is_alive() and not self._stopped.is_set():
             raise RuntimeError("learner thread ended unexpectedly")
+
+    def feed(self, pending: deque[tuple[Any, SampleBatch]]) -> None:
+        """Move ``(tag, batch)`` items from the front of ``pending`` into ``inqueue``.
+
+        Never blocks: what does not fit stays in ``pending`` for a later call.
+        """
+        while pending:
+            try:
+                self.inqueue.put_nowait(pending[0])
+            except queue.Full:
+                return
+            pending.popleft()
 
     def drain_outqueue(self) -> list[LearnerOutput]:
         """All priority updates queued so far (non-blocking)."""

@@ -137,6 +137,11 @@ class ReplayBuffer:
         """New priorities for replayed rows; the uniform buffer ignores them."""
 
     # -- introspection and state -------------------------------------------------------
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the preallocated row storage (fixed once the first batch arrived)."""
+        return sum(col.nbytes for col in self._columns.values())
+
     def stats(self) -> dict[str, float]:
         """``size``, ``num_added`` and ``num_sampled`` (rows)."""
         return {"size": self._size, "num_added": self.num_added, "num_sampled": self.num_sampled}
@@ -248,6 +253,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.min_tree[idx] = scaled
         if priorities.size:
             self.max_priority = max(self.max_priority, float(priorities.max()))
+
+    @property
+    def nbytes(self) -> int:
+        """Row storage plus the priority array and both segment trees."""
+        trees = (self.sum_tree, self.min_tree)
+        return super().nbytes + self._priorities.nbytes + sum(t.nbytes for t in trees)
 
     def stats(self) -> dict[str, float]:
         """Adds ``max_priority`` and the ``mean_priority`` of the stored rows."""

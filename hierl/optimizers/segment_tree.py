@@ -53,6 +53,11 @@ class SegmentTree:
         self._neutral = float(neutral)
         self._tree = np.full(2 * self._size, self._neutral, dtype=np.float64)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the tree's array (fixed by ``capacity``)."""
+        return self._tree.nbytes
+
     def _leaf_indexes(self, indexes: Any) -> np.ndarray:
         idx = np.asarray(indexes)
         if idx.size and not np.issubdtype(idx.dtype, np.integer):

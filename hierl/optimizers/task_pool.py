@@ -112,6 +112,11 @@ class TaskPool:
             out.append(done)
         return out
 
+    def poll(self, timeout_s: float = 0.0, fetch: bool = True) -> list[Finished]:
+        """Every task finished so far, waiting up to ``timeout_s`` for the first one."""
+        done = self.wait(timeout_s=timeout_s, fetch=fetch) if timeout_s > 0 else []
+        return done + self.wait(timeout_s=0, fetch=fetch, num_returns=max(1, len(self)))
+
     def wait_any(self, deadline_s: float, fetch: bool = True) -> list[Finished]:
         """Block until at least one task finishes; TimeoutError after ``deadline_s``."""
         start = time.monotonic()

@@ -1,0 +1,157 @@
+"""Evaluators sampling for sharded replay: Ape-X's actors (Horgan et al. 2018, Alg. 1).
+
+* :func:`epsilon_ladder` / :func:`pin_epsilon_ladder` -- each evaluator explores with its
+  own epsilon, ``0.4 ** (1 + 7 (i - 1) / (N - 1))`` for evaluator ``i`` of ``N`` (§4.1);
+* :func:`sample_for_replay` -- the evaluator-side task: a batch with its initial
+  priorities, shaped so the bulk goes to a replay shard by object ref while the driver
+  fetches only a row count;
+* :class:`ReplaySamplers` -- the driver's side: bounded sample tasks per evaluator and a
+  weight refresh after every ``max_weight_sync_delay`` env steps an evaluator sampled.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from hierl.evaluators import EvaluatorSet, PolicyEvaluator
+from hierl.optimizers.replay import sample_with_priorities
+from hierl.optimizers.task_pool import Finished, TaskPool, is_actor_death
+from hierl.sample_batch import SampleBatch
+
+
+def epsilon_ladder(index: int, num: int, base: float = 0.4, alpha: float = 7.0) -> float:
+    """Ape-X exploration epsilon of evaluator ``index`` (1-based) out of ``num`` (§4.1)."""
+    if not 1 <= index <= num:
+        raise ValueError(f"evaluator index must be in [1, {num}], got {index}")
+    return base ** (1 + alpha * (index - 1) / max(num - 1, 1))
+
+
+def pin_epsilon(evaluator: PolicyEvaluator, epsilon: float) -> bool:
+    """``set_epsilon(epsilon)`` on each of the evaluator's policies that has it; True if any."""
+
+    def pin(policy: Any, _policy_id: str) -> bool:
+        if callable(getattr(policy, "set_epsilon", None)):
+            policy.set_epsilon(epsilon)
+            return True
+        return False
+
+    return any(evaluator.foreach_policy(pin))
+
+
+def pin_epsilon_ladder(evaluators: EvaluatorSet, base: float, alpha: float) -> list[float]:
+    """Pin each sampling evaluator to its rung of the ladder; returns the epsilons.
+
+    The samplers are the remote evaluators, or the local one when there are none.
+    Returns [] when no policy has ``set_epsilon`` (no ladder to pin).
+    """
+    remotes = evaluators.remote_evaluators
+    num = max(1, len(remotes))
+    eps = [epsilon_ladder(i, num, base, alpha) for i in range(1, num + 1)]
+    if remotes:
+        refs = [e.apply.remote(pin_epsilon, x) for e, x in zip(remotes, eps, strict=True)]
+        pinned = evaluators.get(refs)
+    else:
+        pinned = [pin_epsilon(evaluators.local_evaluator, eps[0])]
+    return eps if any(pinned) else []
+
+
+def sample_for_replay(
+    evaluator: PolicyEvaluator, prioritized: bool
+) -> tuple[SampleBatch, np.ndarray | None, tuple[int, float]]:
+    """A batch, its initial priorities and ``(env steps, seconds taken)``.
+
+    Called with ``num_returns=3`` so the driver fetches only the small last value and
+    hands the first two refs to a replay shard.
+    """
+    start = time.perf_counter()
+    batch, priorities = sample_with_priorities(evaluator, prioritized)
+    return batch, priorities, (batch.count, time.perf_counter() - start)
+
+
+class ReplaySamplers:
+    """The driver's side of the remote evaluators that sample for replay.
+
+    Keeps ``max_in_flight`` sample tasks per live evaluator in ``tasks``, tagged
+    ``("sample", index, batch_ref, priorities_ref)``.  A task counts as in flight until
+    its batch was handed on (:meth:`routed`), so an evaluator whose batches wait for a
+    shard gets no new task.  An evaluator receives fresh weights once it has sampled
+    ``max_weight_sync_delay`` env steps with its current ones; a dead one is skipped.
+    """
+
+    def __init__(
+        self,
+        evaluators: EvaluatorSet,
+        tasks: TaskPool,
+        max_in_flight: int,
+        max_weight_sync_delay: int,
+        prioritized: bool,
+    ):
+        self.evaluators = evaluators
+        self.tasks = tasks
+        self.max_in_flight = max_in_flight
+        self.max_weight_sync_delay = max_weight_sync_delay
+        self.prioritized = prioritized
+        num = len(evaluators.remote_evaluators)
+        self.outstanding = [0] * num
+        """Per evaluator: sample tasks launched whose batches were not yet handed on."""
+        self.steps_since_sync = [0] * num
+        self.num_weight_syncs = 0
+
+    @property
+    def num_dead(self) -> int:
+        """Evaluators found dead (they get no more tasks)."""
+        return sum(e in self.tasks.dead for e in self.evaluators.remote_evaluators)
+
+    @property
+    def num_in_flight(self) -> int:
+        """Sample tasks running or queued on the evaluators."""
+        return sum(map(self.tasks.count, self.evaluators.remote_evaluators))
+
+    def receive(self, finished: list[Finished]) -> list[tuple[int, Any, Any, int, float]]:
+        """Finished sample tasks as ``(index, batch_ref, priorities_ref, rows, seconds)``.
+
+        A dead evaluator's task is skipped; RuntimeError when the task failed otherwise
+        or when every evaluator has died.
+        """
+        out = []
+        for done in finished:
+            _, index, batch_ref, priorities_ref = done.tag
+            if done.error is None:
+                rows, seconds = done.value
+                self.steps_since_sync[index] += rows
+                out.append((index, batch_ref, priorities_ref, rows, seconds))
+            elif not is_actor_death(done.error):
+                raise RuntimeError(
+                    f"sampling on remote evaluator {index + 1} failed: {done.error!r}"
+                ) from done.error
+            elif self.num_dead == len(self.evaluators.remote_evaluators):
+                raise RuntimeError(
+                    f"all {len(self.evaluators.remote_evaluators)} remote evaluators have died"
+                ) from done.error
+        return out
+
+    def routed(self, index: int) -> None:
+        """Evaluator ``index``'s batch was handed on: it may get a new task."""
+        self.outstanding[index] -= 1
+
+    def launch(self, weights: Callable[[], Any], global_vars: Mapping[str, Any]) -> None:
+        """Refresh due evaluators with ``weights()`` (a ref) and fill their task slots."""
+        for index, evaluator in enumerate(self.evaluators.remote_evaluators):
+            if evaluator in self.tasks.dead:
+                continue
+            if self.steps_since_sync[index] >= self.max_weight_sync_delay:
+                evaluator.set_weights.remote(weights(), dict(global_vars))
+                self.steps_since_sync[index] = 0
+                self.num_weight_syncs += 1
+            while self.outstanding[index] < self.max_in_flight:
+                method = evaluator.apply.options(num_returns=3)
+                batch_ref, priorities_ref, info_ref = method.remote(
+                    sample_for_replay, self.prioritized
+                )
+                tag = ("sample", index, batch_ref, priorities_ref)
+                self.tasks.add(evaluator, info_ref, tag=tag)
+                self.outstanding[index] += 1

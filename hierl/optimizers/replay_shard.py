@@ -1,0 +1,68 @@
+"""A replay shard: one slice of Ape-X's replay memory (Horgan et al. 2018, §3).
+
+A preallocated (prioritized) buffer that runs as a Ray actor, or as a plain in-process
+object when nothing runs remotely; ``hierl.optimizers.sharded_replay`` drives several.
+"""
+
+from __future__ import annotations
+
+import resource
+from typing import Any
+
+import numpy as np
+
+from hierl.optimizers.replay_buffer import make_replay_buffer
+from hierl.sample_batch import SampleBatch
+
+
+class ReplayShard:
+    """One slice of the replay memory: a preallocated (prioritized) buffer.
+
+    Runs as a Ray actor (``ReplayShard.as_remote(num_cpus)``) or, in-process, as a plain
+    object.  ``capacity``, ``prioritized``, ``alpha`` and ``seed`` configure the buffer
+    (``make_replay_buffer``); ``replay`` returns None until it holds ``learning_starts``
+    rows.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        prioritized: bool,
+        alpha: float,
+        learning_starts: int,
+        seed: int | None = None,
+    ):
+        self.buffer = make_replay_buffer(capacity, prioritized, alpha=alpha, seed=seed)
+        self.learning_starts = learning_starts
+
+    @classmethod
+    def as_remote(cls, num_cpus: float = 0.0) -> Any:
+        """The Ray actor class of a shard reserving ``num_cpus``."""
+        import ray
+
+        return ray.remote(num_cpus=num_cpus)(cls)
+
+    def add_batch(self, batch: SampleBatch, priorities: np.ndarray | None = None) -> int:
+        """Store ``batch`` at ``priorities`` (None: the max priority); returns the size."""
+        self.buffer.add(batch, priorities)
+        return len(self.buffer)
+
+    def replay(self, num_items: int, beta: float) -> SampleBatch | None:
+        """A prioritized batch of ``num_items`` rows, or None before ``learning_starts``."""
+        if len(self.buffer) < self.learning_starts:
+            return None
+        return self.buffer.sample(num_items, beta=beta)
+
+    def update_priorities(self, indexes: np.ndarray, priorities: np.ndarray) -> None:
+        """New priorities of replayed rows."""
+        self.buffer.update_priorities(indexes, priorities)
+
+    def stats(self) -> dict[str, float]:
+        """The buffer's statistics, its ``capacity``, the bytes its storage occupies and
+        the peak resident memory of the process it runs in."""
+        return {
+            **self.buffer.stats(),
+            "capacity": self.buffer.capacity,
+            "nbytes": self.buffer.nbytes,
+            "process_max_rss_bytes": 1024 * resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        }
