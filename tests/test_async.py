@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import gymnasium as gym
@@ -10,6 +11,7 @@ import pytest
 
 from hierl.algorithms.pg import PGPolicy, PGTrainer
 from hierl.evaluators import PolicyEvaluator
+from hierl.evaluators.sample_queue import SampleQueue
 from hierl.optimizers.async_grads import AsyncGradientsOptimizer
 from hierl.sample_batch import SampleBatch
 
@@ -219,3 +221,23 @@ def test_a3c_style_pg_learns_cartpole_with_two_evaluators(ray_session):
         assert result["num_weight_syncs"] == result["num_gradients_applied"]
         assert result["num_healthy_evaluators"] == 2
     assert best >= 150
+
+
+def test_sample_queue_delivers_batches_sampled_before_a_failure_then_raises():
+    calls = iter([1, 2])
+
+    def sample():
+        value = next(calls, None)
+        if value is None:
+            raise RuntimeError("env broke")
+        return value
+
+    q = SampleQueue(sample, threading.RLock(), max_queued=2)
+    deadline = time.monotonic() + 10
+    while q._error is None:  # the thread has sampled twice and failed on the third
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert [q.get(timeout_s=1), q.get(timeout_s=1)] == [1, 2]
+    with pytest.raises(RuntimeError, match="env broke"):
+        q.get(timeout_s=1)
+    q.stop()

@@ -21,6 +21,7 @@ from hierl.algorithms.pg import PGPolicy, PGTrainer
 from hierl.algorithms.ppo import PPOConfig, PPOPolicy, PPOTrainer
 from hierl.evaluators import PolicyEvaluator
 from hierl.optimizers.learner import MultiDeviceLearner
+from hierl.optimizers.local import LocalOptimizer
 from hierl.optimizers.multi_gpu import MultiGPUConfig, MultiGPUOptimizer
 from hierl.optimizers.sgd import minibatch_sgd
 from hierl.sample_batch import SampleBatch
@@ -40,22 +41,27 @@ TINY = {
 }
 
 
+POLICY_CONFIG = {
+    "model": {"hiddens": [16, 16]},
+    "normalize_advantages": False,  # per-minibatch statistics would differ per tower
+    "entropy_coeff": 0.01,
+    "kl_coeff": 0.2,
+    "grad_clip": 0.5,
+}
+
+
+def _evaluator() -> PolicyEvaluator:
+    config = PPOConfig.from_dict(POLICY_CONFIG)
+    return PolicyEvaluator(
+        "CartPole-v1", PPOPolicy, config, num_envs=2, rollout_fragment_length=128, seed=0
+    )
+
+
 @pytest.fixture(scope="module")
 def setup():
     """A PPO policy without batch statistics in its loss, its initial state, a fixed batch."""
     torch.manual_seed(0)
-    config = PPOConfig.from_dict(
-        {
-            "model": {"hiddens": [16, 16]},
-            "normalize_advantages": False,  # per-minibatch statistics would differ per tower
-            "entropy_coeff": 0.01,
-            "kl_coeff": 0.2,
-            "grad_clip": 0.5,
-        }
-    )
-    ev = PolicyEvaluator(
-        "CartPole-v1", PPOPolicy, config, num_envs=2, rollout_fragment_length=128, seed=0
-    )
+    ev = _evaluator()
     batch = ev.sample()
     assert batch.count == 256
     return ev.policy, copy.deepcopy(ev.policy.get_state()), batch
@@ -146,6 +152,30 @@ def test_towers_split_each_minibatch_like_one_update_on_the_covered_rows(setup, 
     assert_weights(policy.get_weights(), expected, atol=ATOL)
     assert stats.pop("num_updates") == len(updates)
     assert stats == pytest.approx(mean_stats(updates), rel=1e-5)
+
+
+@pytest.mark.parametrize(("name", "towers"), [("local", 0), ("multi_gpu", 1), ("multi_gpu", 2)])
+def test_optimizer_step_on_a_fixed_batch_equals_the_single_process_reference(setup, name, towers):
+    # The reference: three full-batch updates of one policy in one process.
+    policy, state, batch = setup
+    reset(policy, state)
+    for _ in range(3):
+        policy.learn_on_batch(batch)
+    expected = policy.get_weights()
+
+    ev = _evaluator()
+    ev.policy.set_state(copy.deepcopy(state))
+    ev.sample = lambda: batch  # every optimizer sees the same fixed batch
+    settings = {"train_batch_size": 256, "num_sgd_iter": 3, "sgd_minibatch_size": 0}
+    if name == "multi_gpu":
+        opt = MultiGPUOptimizer(ev, config={**settings, "num_towers": towers})
+    else:
+        opt = LocalOptimizer(ev, config=settings)
+    opt.step()
+    opt.stop()
+    assert (opt.num_steps_sampled, opt.num_steps_trained, opt.num_updates) == (256, 768, 3)
+    # One tower runs the reference's very kernels: bit for bit.  Two: ATOL (see the top).
+    assert_weights(ev.policy.get_weights(), expected, **({"atol": ATOL} if towers > 1 else {}))
 
 
 def test_rows_beyond_a_multiple_of_towers_are_dropped(setup):

@@ -96,18 +96,26 @@ def test_segment_tree_rejects_bad_arguments():
 
 
 # -- replay buffers ----------------------------------------------------------------------
-def test_prioritized_sampling_frequencies_follow_p_to_the_alpha():
-    priorities = np.array([0.1, 0.5, 1.0, 2.0, 4.0, 8.0])
-    alpha = 0.6
-    buffer = PrioritizedReplayBuffer(len(priorities), alpha=alpha, seed=0)
-    buffer.add(rows(range(6)), priorities)
-    counts = np.zeros(6)
-    draws = 100 * 1000
-    for _ in range(100):
+@settings(max_examples=25, deadline=None)
+@given(
+    priorities=st.lists(st.floats(0.05, 20.0), min_size=2, max_size=12),
+    alpha=st.floats(0.0, 1.5),
+    seed=st.integers(0, 2**16),
+)
+def test_prioritized_sampling_frequencies_follow_p_to_the_alpha(priorities, alpha, seed):
+    priorities = np.array(priorities)
+    n = len(priorities)
+    buffer = PrioritizedReplayBuffer(n, alpha=alpha, seed=seed)
+    buffer.add(rows(range(n)), priorities)
+    counts = np.zeros(n)
+    draws = 40 * 1000
+    for _ in range(40):
         np.add.at(counts, buffer.sample(1000)[SB.BATCH_INDEXES], 1)
     q = priorities**alpha / (priorities**alpha).sum()
-    # Stratified sampling varies less than multinomial: a 4-sigma multinomial bound.
-    np.testing.assert_array_less(np.abs(counts / draws - q), 4 * np.sqrt(q * (1 - q) / draws))
+    # Stratified sampling varies less than multinomial: a 5-sigma multinomial bound
+    # (plus a floor for rows so rare that sigma is below one draw).
+    bound = 5 * np.sqrt(q * (1 - q) / draws) + 2 / draws
+    np.testing.assert_array_less(np.abs(counts / draws - q), bound)
 
 
 def test_importance_weights_closed_form():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -52,15 +53,25 @@ class SampleQueue:
         return self._queue.qsize()
 
     def get(self, timeout_s: float | None = None) -> Any:
-        """The oldest queued batch (blocks until one is ready)."""
+        """The oldest queued batch (blocks until one is ready).
+
+        Batches sampled before a failure of the thread are returned first; once the
+        queue is empty, the thread's exception is raised.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            if self._error is not None:
-                raise self._error
             try:
-                return self._queue.get(timeout=0.1 if timeout_s is None else timeout_s)
+                return self._queue.get_nowait()
             except queue.Empty:
-                if timeout_s is not None:
-                    raise TimeoutError(f"no sample within {timeout_s} s") from None
+                if self._error is not None:
+                    raise self._error from None
+            left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+            if left <= 0:
+                raise TimeoutError(f"no sample within {timeout_s} s")
+            try:
+                return self._queue.get(timeout=left)
+            except queue.Empty:
+                continue
 
     def stop(self) -> None:
         """Stop the thread (after its current fragment) and wait for it."""
