@@ -14,12 +14,12 @@ import hierl.optimizers.replay  # noqa: F401  (registers "replay")
 from hierl.checkpoint import load_checkpoint, save_checkpoint
 from hierl.config import ConfigError
 from hierl.evaluators import PolicyEvaluator
-from hierl.optimizers.replay import ReplayOptimizer
-from hierl.optimizers.replay_buffer import (
+from hierl.optimizers.prioritized_replay_buffer import (
     PrioritizedReplayBuffer,
-    ReplayBuffer,
     make_replay_buffer,
 )
+from hierl.optimizers.replay import ReplayOptimizer
+from hierl.optimizers.replay_buffer import ReplayBuffer
 from hierl.optimizers.segment_tree import MinSegmentTree, SumSegmentTree
 from hierl.sample_batch import SampleBatch as SB
 

@@ -20,13 +20,17 @@ of the model on their devices: CUDA devices when the policy itself lives on CUDA
 ``num_gpus > 0`` was requested and a GPU is visible), otherwise CPU towers, which run in
 a thread pool (torch releases the GIL in its kernels) so the multi-device code path is
 exercised -- and parallel -- on any machine.
+
+This module holds the loading and the SGD schedule; what one tower is and how towers are
+kept in step (device choice, policy and minibatch views, gradient averaging, weight
+copies) lives in :mod:`hierl.optimizers.towers`.
 """
 
 from __future__ import annotations
 
 import copy
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -34,64 +38,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from hierl.optimizers.towers import (
+    LazyRows,
+    average_grads,
+    resolve_devices,
+    sync_towers,
+    tower_backward,
+    tower_view,
+)
 from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
-
-
-class _Rows(Mapping):
-    """Read-only view of the rows ``index`` of a tensor batch, gathered on first access.
-
-    A loss reads a handful of columns; gathering only those (``index_select``) keeps
-    the per-minibatch cost at what the loss needs (e.g. ``new_obs`` is never copied).
-    """
-
-    def __init__(self, columns: TensorBatch, index: torch.Tensor):
-        self._columns = columns
-        self._index = index
-        self._rows: TensorBatch = {}
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        rows = self._rows.get(key)
-        if rows is None:
-            rows = self._rows[key] = self._columns[key].index_select(0, self._index)
-        return rows
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._columns
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._columns)
-
-    def __len__(self) -> int:
-        return len(self._columns)
-
-
-def _tower_view(policy: TorchPolicyGraph, model: nn.Module, device: torch.device) -> Any:
-    """A shallow copy of ``policy`` whose ``model`` and ``device`` are a tower's.
-
-    ``policy.loss`` reads ``self.model``; evaluating it on a view (rather than swapping
-    ``policy.model`` back and forth) lets towers run concurrently in threads.  Views are
-    rebuilt for each ``optimize`` call so they see current non-weight attributes (e.g.
-    PPO's adaptive ``kl_coeff``); the loss must therefore not mutate the policy.
-    """
-    view = copy.copy(policy)
-    view.model = model
-    view.device = device
-    return view
-
-
-def _state_tensors(model: nn.Module) -> list[torch.Tensor]:
-    return [*model.parameters(), *model.buffers()]
-
-
-def _backward(
-    view: Any, batch: Mapping[str, torch.Tensor], zero_grad: Callable[..., None]
-) -> tuple[torch.Tensor, dict]:
-    """Forward and backward of one tower on its slice: ``(detached loss, loss stats)``."""
-    zero_grad(set_to_none=False)
-    loss, stats = view.loss(batch)
-    loss.backward()
-    return loss.detach(), stats
 
 
 class MultiDeviceLearner:
@@ -124,36 +80,13 @@ class MultiDeviceLearner:
         if num_towers < 0:
             raise ValueError(f"num_towers must be >= 0, got {num_towers}")
         self.policy = policy
-        self.devices = self._resolve_devices(policy.device, devices, num_towers)
+        self.devices = resolve_devices(policy.device, devices, num_towers)
         self.towers: list[nn.Module] = [policy.model] + [
             copy.deepcopy(policy.model).to(d) for d in self.devices[1:]
         ]
         self._pool: ThreadPoolExecutor | None = None
         self._shards: list[TensorBatch] = []
         self.shard_rows = 0
-
-    @staticmethod
-    def _resolve_devices(
-        master: torch.device, devices: Sequence[torch.device | str] | None, num_towers: int
-    ) -> list[torch.device]:
-        if devices is not None:
-            out = [torch.device(d) for d in devices]
-            if not out or (num_towers and num_towers != len(out)):
-                raise ValueError(
-                    f"devices {[str(d) for d in out]} do not match num_towers={num_towers}"
-                )
-            if out[0] != master:
-                raise ValueError(
-                    f"devices[0] = {out[0]} must be the policy's device ({master}): "
-                    "tower 0 is the policy's own model"
-                )
-            return out
-        if master.type != "cuda":
-            return [master] * max(1, num_towers)
-        visible = torch.cuda.device_count()
-        first = master.index or 0
-        count = num_towers or visible
-        return [torch.device("cuda", (first + i) % visible) for i in range(count)]
 
     @property
     def num_towers(self) -> int:
@@ -208,7 +141,7 @@ class MultiDeviceLearner:
             )
         self._sync_towers()
         views = [self.policy] + [
-            _tower_view(self.policy, m, d)
+            tower_view(self.policy, m, d)
             for m, d in zip(self.towers[1:], self.devices[1:], strict=True)
         ]
         totals: dict[str, float] = defaultdict(float)
@@ -223,7 +156,7 @@ class MultiDeviceLearner:
                 perm_on = {d: perm.to(d, non_blocking=True) for d in set(self.devices)}
                 minibatches = [
                     [
-                        _Rows(shard, perm_on[d][start : start + per_tower])
+                        LazyRows(shard, perm_on[d][start : start + per_tower])
                         for shard, d in zip(self._shards, self.devices, strict=True)
                     ]
                     for start in range(0, n, per_tower)
@@ -241,10 +174,10 @@ class MultiDeviceLearner:
         """One synchronous data-parallel step: tower grads → mean → clip → step → copy."""
         policy = self.policy
         futures = [  # towers 1..K-1 in threads; none for K = 1, which is learn_on_batch
-            self._thread_pool().submit(_backward, v, b, v.model.zero_grad)
+            self._thread_pool().submit(tower_backward, v, b, v.model.zero_grad)
             for v, b in zip(views[1:], batches[1:], strict=True)
         ]
-        results = [_backward(policy, batches[0], policy.optimizer.zero_grad)]
+        results = [tower_backward(policy, batches[0], policy.optimizer.zero_grad)]
         results += [f.result() for f in futures]
         losses = [float(loss) for loss, _ in results]
         if not all(np.isfinite(losses)):
@@ -266,33 +199,11 @@ class MultiDeviceLearner:
 
     def _average_grads(self) -> None:
         """Master ``.grad`` = mean of the towers' gradients (equal slice sizes)."""
-        master = list(self.policy.model.parameters())
-        dst: list[torch.Tensor] = []
-        src: list[torch.Tensor] = []
-        for tower in self.towers[1:]:
-            for p, q in zip(master, tower.parameters(), strict=True):
-                if q.grad is None:
-                    continue
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                dst.append(p.grad)
-                src.append(q.grad.to(p.device, non_blocking=True))
-        if dst:
-            torch._foreach_add_(dst, src)
-        grads = [p.grad for p in master if p.grad is not None]
-        if grads:
-            torch._foreach_mul_(grads, 1.0 / self.num_towers)
+        average_grads(self.policy.model, self.towers[1:])
 
-    @torch.no_grad()
     def _sync_towers(self) -> None:
         """Copy the master's parameters and buffers into every other tower."""
-        master = _state_tensors(self.policy.model)
-        for tower, device in zip(self.towers[1:], self.devices[1:], strict=True):
-            if device == self.devices[0]:
-                torch._foreach_copy_(_state_tensors(tower), master)
-            else:
-                for t, m in zip(_state_tensors(tower), master, strict=True):
-                    t.copy_(m, non_blocking=True)
+        sync_towers(self.policy.model, self.devices[0], self.towers[1:], self.devices[1:])
 
     def _thread_pool(self) -> ThreadPoolExecutor:
         if self._pool is None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from hierl.optimizers.replay_buffer import make_replay_buffer
+from hierl.optimizers.prioritized_replay_buffer import make_replay_buffer
 from hierl.sample_batch import SampleBatch
 
 
