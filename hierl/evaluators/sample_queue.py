@@ -18,9 +18,14 @@ from typing import Any
 class SampleQueue:
     """Runs ``sample_fn`` in a daemon thread under ``lock`` and queues its results.
 
+    At most ``max_queued`` batches exist ahead of the consumer, counting the one being
+    sampled: the thread reserves a slot before it samples and ``get`` frees one.  So a
+    batch is at most ``max_queued`` weight versions old when it is taken (a thread that
+    sampled on while the queue was full would add one more version of lag).
+
     ``lock`` must also guard every other use of the policy, filters and episode list
     in the owning evaluator (weights are never swapped mid-fragment).  An exception in
-    the thread is re-raised by the next ``get``.
+    the thread is re-raised by ``get`` once the batches sampled before it are taken.
     """
 
     def __init__(self, sample_fn: Callable[[], Any], lock: threading.RLock, max_queued: int = 1):
@@ -28,7 +33,8 @@ class SampleQueue:
             raise ValueError(f"max_queued must be >= 1, got {max_queued}")
         self._sample_fn = sample_fn
         self._lock = lock
-        self._queue: queue.Queue = queue.Queue(maxsize=max_queued)
+        self._queue: queue.Queue = queue.Queue()  # bounded by the slots
+        self._slots = threading.Semaphore(max_queued)
         self._stop = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="hierl-sampler", daemon=True)
@@ -37,14 +43,11 @@ class SampleQueue:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
+                if not self._slots.acquire(timeout=0.1):
+                    continue
                 with self._lock:
                     batch = self._sample_fn()
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put(batch, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
+                self._queue.put(batch)
         except BaseException as e:  # surfaced to the caller of get()
             self._error = e
 
@@ -61,7 +64,7 @@ class SampleQueue:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             try:
-                return self._queue.get_nowait()
+                return self._take(block=False)
             except queue.Empty:
                 if self._error is not None:
                     raise self._error from None
@@ -69,9 +72,14 @@ class SampleQueue:
             if left <= 0:
                 raise TimeoutError(f"no sample within {timeout_s} s")
             try:
-                return self._queue.get(timeout=left)
+                return self._take(block=True, timeout=left)
             except queue.Empty:
                 continue
+
+    def _take(self, block: bool, timeout: float | None = None) -> Any:
+        batch = self._queue.get(block=block, timeout=timeout)
+        self._slots.release()  # the thread may sample the next one (with current weights)
+        return batch
 
     def stop(self) -> None:
         """Stop the thread (after its current fragment) and wait for it."""

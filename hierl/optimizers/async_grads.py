@@ -85,7 +85,6 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
         self.pool = TaskPool(self.config.max_in_flight_per_evaluator)
         self.num_gradients_applied = 0
         self.num_weight_syncs = 0
-        self.num_lost_tasks = 0
 
     def _done(self, grads: int, steps: int) -> bool:
         if self.config.grads_per_step:
@@ -140,9 +139,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
                 if f.error is None:
                     self._apply(f.value)
                     refresh.append(f.actor)
-                elif f.actor in self.pool.dead:
-                    self.num_lost_tasks += 1
-                else:
+                elif f.actor not in self.pool.dead:  # (the pool counts lost tasks)
                     raise f.error
             with self.timer("sync"):
                 weights = None
@@ -161,7 +158,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
             **super().stats(),
             "num_gradients_applied": self.num_gradients_applied,
             "num_weight_syncs": self.num_weight_syncs,
-            "num_lost_tasks": self.num_lost_tasks,
+            "num_lost_tasks": self.pool.num_lost_tasks,
             "num_healthy_evaluators": len(self.remote_evaluators) - len(self.pool.dead),
             "in_flight": len(self.pool),
         }

@@ -50,6 +50,8 @@ class TaskPool:
         self._per_actor: dict[Any, int] = defaultdict(int)
         self.dead: list[Any] = []
         self.num_failed_tasks = 0
+        self.num_lost_tasks = 0
+        """Tasks lost with a dead actor: the failed one and those dropped with it."""
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -78,6 +80,7 @@ class TaskPool:
             self.dead.append(actor)
         for ref in [r for r, (a, _) in self._tasks.items() if a == actor]:
             self._pop(ref)
+            self.num_lost_tasks += 1
 
     def wait(
         self, timeout_s: float | None = None, fetch: bool = True, num_returns: int = 1
@@ -108,6 +111,7 @@ class TaskPool:
                     done.error = e
                     self.num_failed_tasks += 1
                     if is_actor_death(e):
+                        self.num_lost_tasks += 1
                         self.mark_dead(actor)
             out.append(done)
         return out
