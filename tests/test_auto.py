@@ -88,3 +88,41 @@ def test_auto_survives_checkpoint_and_candidates_are_validated(counting_env, tmp
             np.testing.assert_array_equal(v, weights[k])
     with pytest.raises(ConfigError, match="candidates"):
         PGTrainer({**config, "optimizer_config": {"candidates": ["replay"]}})
+
+
+@pytest.mark.ray
+@pytest.mark.learning
+@pytest.mark.timeout(300)
+def test_auto_over_two_remote_evaluators_calibrates_every_strategy_and_learns(ray_session):
+    config = {
+        "env": "CartPole-v1",
+        "optimizer": "auto",
+        "optimizer_config": {"calibration_steps": 2},
+        "num_evaluators": 2,
+        "num_cpus_per_evaluator": 0.5,
+        "num_envs_per_evaluator": 8,
+        "rollout_fragment_length": 25,
+        "train_batch_size": 2000,
+        "lr": 0.004,
+        "seed": 0,
+    }
+    best, strategies = 0.0, []
+    with PGTrainer(config) as trainer:
+        opt = trainer.optimizer
+        assert sorted(opt.order) == sorted(ALL)  # every strategy PG declares
+        for i in range(60):
+            result = trainer.train()
+            strategies.append(result["auto_strategy"])
+            best = max(best, result["episode_reward_mean"])
+            if i >= 2 * len(ALL) and best >= 150:
+                break
+        # Strategies left behind hold no gradients that could be applied stale later.
+        for name in ("async", "sharded_ps"):
+            if name != opt.choice:
+                assert opt.optimizers[name].stats()["in_flight"] == 0, name
+    assert strategies[: 2 * len(ALL)] == [n for n in opt.order for _ in range(2)]
+    measured = {n: result[f"auto_samples_per_s/{n}"] for n in ALL}
+    assert all(v > 0 for v in measured.values()), measured
+    assert result["auto_chosen"] == max(measured, key=measured.get)
+    assert result["learn_throughput"] > 0
+    assert best >= 150

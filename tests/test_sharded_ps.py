@@ -177,7 +177,7 @@ def test_in_process_step_counters_and_results():
         shard_weights = opt.get_shard_weights()
         for name, value in shard_weights.items():
             np.testing.assert_array_equal(value, weights_of(trainer)[name])
-        assert [s["num_updates"] for s in opt.shard_stats()] == [2.0] * 3
+        assert [s["num_updates"] for s in opt.servers.stats()] == [2.0] * 3
 
 
 def test_grads_per_step_and_lr_schedule_reach_the_shards():

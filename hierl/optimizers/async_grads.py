@@ -163,6 +163,10 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
             "in_flight": len(self.pool),
         }
 
+    def drop_in_flight(self) -> None:
+        """Forget in-flight gradient tasks (their results would be stale when used)."""
+        self.pool.drain()
+
     def stop(self) -> None:
         """Forget in-flight tasks (the evaluators are stopped by their owner)."""
-        self.pool.drain()
+        self.drop_in_flight()

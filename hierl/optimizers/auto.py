@@ -135,6 +135,8 @@ class AutoOptimizer(PolicyOptimizer):
             name = self.choice = max(self.order, key=self.samples_per_s)
         opt = self._get(name)
         if name != self.current:
+            # CRUCIAL: the strategy left behind must not apply stale gradients later.
+            self._get(self.current).drop_in_flight()
             opt.push_local_weights({"timestep": self.num_steps_sampled})
             self.current = name
         # the candidate counts on from the global totals (its timestep drives schedules)
@@ -152,6 +154,7 @@ class AutoOptimizer(PolicyOptimizer):
             opt.num_steps_sampled,
             opt.num_steps_trained,
         )
+        self.timers = opt.timers  # the phases of the strategy that ran (learn_throughput)
         self.learner_stats = stats
         return stats
 

@@ -110,6 +110,14 @@ class PolicyOptimizer:
         """
         self.evaluators.sync_weights(global_vars)
 
+    def drop_in_flight(self) -> None:
+        """Forget work started in an earlier ``step()`` and not yet used (e.g. gradients
+        in flight), so that a later ``step()`` starts from the current weights.
+
+        Called when control passes to another optimizer over the same evaluators
+        (``auto`` switching strategies).  Synchronous optimizers keep nothing in flight.
+        """
+
     def stats(self) -> dict[str, float]:
         """Counters and per-phase mean times."""
         out: dict[str, float] = {

@@ -150,8 +150,7 @@ class ShardedPSOptimizer(PolicyOptimizer):
         return grads > 0 and rows >= self.config.train_batch_size
 
     def _push_to_shards(self, current: list[np.ndarray]) -> None:
-        # CRUCIAL: gradients in flight were computed on the replaced weights; drop them.
-        self.tasks.drop()
+        self.drop_in_flight()  # CRUCIAL: they were computed on the replaced weights
         self.servers.push(current)  # a new version: every evaluator pulls it next task
 
     def push_local_weights(self, global_vars: Mapping[str, Any] | None = None) -> None:
@@ -211,10 +210,6 @@ class ShardedPSOptimizer(PolicyOptimizer):
         """The trainable weights as the shards hold them now (fetched and concatenated)."""
         return self.servers.get_weights()
 
-    def shard_stats(self) -> list[dict[str, float]]:
-        """Each shard's ``stats()``."""
-        return self.servers.stats()
-
     def stats(self) -> dict[str, float]:
         """Base counters and timers plus the parameter-server counters."""
         pool = self.tasks.pool
@@ -243,7 +238,11 @@ class ShardedPSOptimizer(PolicyOptimizer):
         if state.get("adam") is not None:
             self.servers.set_adam_state(state["adam"])
 
+    def drop_in_flight(self) -> None:
+        """Cancel in-flight gradient tasks (computed on weights that will be stale)."""
+        self.tasks.drop()
+
     def stop(self) -> None:
         """Cancel in-flight gradient tasks and kill the shard actors."""
-        self.tasks.drop()
+        self.drop_in_flight()
         self.servers.kill()
