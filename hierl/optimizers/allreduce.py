@@ -37,7 +37,12 @@ from hierl.optimizers import collective
 from hierl.optimizers.allreduce_rank import ShardResult, disband_group, form_group, sample_and_learn
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
 from hierl.optimizers.registry import register_optimizer
-from hierl.optimizers.replica_state import _nbytes, policy_states, set_policy_states, weights_digest
+from hierl.optimizers.replica_state import (
+    policy_states,
+    set_policy_states,
+    state_nbytes,
+    weights_digest,
+)
 from hierl.optimizers.task_pool import TaskPool
 
 
@@ -159,7 +164,7 @@ class AllReduceOptimizer(PolicyOptimizer):
             if self.remote_evaluators:
                 ref = self.remote_evaluators[0].apply.remote(policy_states)
                 states = self.evaluators.get(ref)
-                self.bytes_through_driver = _nbytes(states) + len(pickle.dumps(results))
+                self.bytes_through_driver = state_nbytes(states) + len(pickle.dumps(results))
                 set_policy_states(self.local_evaluator, states)
             self.local_evaluator.set_global_vars({"timestep": self.num_steps_sampled})
         if check:

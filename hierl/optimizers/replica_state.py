@@ -37,8 +37,8 @@ def policy_states(evaluator: PolicyEvaluator) -> dict[str, Any]:
 def set_policy_states(evaluator: PolicyEvaluator, states: Mapping[str, Any]) -> None:
     """Load states produced by ``policy_states`` (by policy id)."""
     # CRUCIAL: copy first.  Arrays from the Ray object store are read-only views of shared
-    # memory; a policy that wraps them without copying (TorchPolicyGraph.set_state does for
-    # optimizer moments) would have every replica on the node update the SAME moments.
+    # memory; a PolicyGraph whose set_state wraps them without copying (TorchPolicyGraph's
+    # copies, a user's may not) would have every replica on the node update the SAME moments.
     states = _map_arrays(states, np.array)
     evaluator.foreach_policy(lambda p, pid: p.set_state(states[pid]) if pid in states else None)
 
@@ -54,7 +54,7 @@ def _map_arrays(tree: Any, fn: Callable[[np.ndarray], Any]) -> Any:
     return tree
 
 
-def _nbytes(tree: Any) -> int:
+def state_nbytes(tree: Any) -> int:
     """Bytes of the numpy array leaves of ``tree`` (dicts, lists, tuples)."""
     sizes: list[int] = []
     _map_arrays(tree, lambda a: sizes.append(a.nbytes))
