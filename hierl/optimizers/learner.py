@@ -184,8 +184,8 @@ class MultiDeviceLearner:
             raise FloatingPointError(
                 f"{type(policy).__name__}: tower losses are {losses}; weights left unchanged"
             )
-        if len(views) > 1:
-            self._average_grads()
+        if len(views) > 1:  # master .grad = mean of the towers' (equal slice sizes)
+            average_grads(self.policy.model, self.towers[1:])
         stats: dict[str, float] = defaultdict(float)
         for _, tower_stats in results:
             for key, value in tower_stats.items():
@@ -196,10 +196,6 @@ class MultiDeviceLearner:
         if len(views) > 1:
             self._sync_towers()
         return dict(stats)
-
-    def _average_grads(self) -> None:
-        """Master ``.grad`` = mean of the towers' gradients (equal slice sizes)."""
-        average_grads(self.policy.model, self.towers[1:])
 
     def _sync_towers(self) -> None:
         """Copy the master's parameters and buffers into every other tower."""

@@ -73,8 +73,13 @@ class ShardGroup:
         actor_class = ray.remote(num_cpus=num_cpus)(ParameterShard)
         threads = max(1, int(num_cpus))
         self.shards = [actor_class.remote(w, lr, threads) for w in initial]
-        self.bytes_through_driver += sum(w.nbytes for w in initial)
+        self._count(initial)
         self.weight_refs = [s.get_weights.remote() for s in self.shards]
+
+    def _count(self, arrays: Sequence[np.ndarray]) -> Sequence[np.ndarray]:
+        """Add ``arrays`` (sent to or fetched from the actors) to ``bytes_through_driver``."""
+        self.bytes_through_driver += sum(a.nbytes for a in arrays)
+        return arrays
 
     def call(self, method: str, *per_shard: Sequence[Any]) -> list[Any]:
         """``shard_k.method(per_shard[0][k], ...)`` on every shard, waiting for the results."""
@@ -119,7 +124,7 @@ class ShardGroup:
         self.version += 1
         self.local_version = self.version
         if self.remote:
-            self.bytes_through_driver += sum(s.nbytes for s in shards)
+            self._count(shards)
             self.weight_refs = [s.get_weights.remote() for s in self.shards]
 
     def pull(self, shards: list[np.ndarray] | None = None) -> None:
@@ -128,8 +133,7 @@ class ShardGroup:
         ``shards`` defaults to (actors) the ones behind ``weight_refs``, fetched here.
         """
         if shards is None:
-            shards = self._get(self.weight_refs)
-            self.bytes_through_driver += sum(s.nbytes for s in shards)
+            shards = self._count(self._get(self.weight_refs))
         load_weight_shards(self.local, self.spec, shards)
         self.synced = self.spec.concat(shards)
         self.local_version = self.version
@@ -138,7 +142,7 @@ class ShardGroup:
         """The trainable weights as the shards hold them now (fetched and concatenated)."""
         shards = self.call("get_weights")
         if self.remote:
-            self.bytes_through_driver += sum(s.nbytes for s in shards)
+            self._count(shards)
         return dict(zip(self.spec.names, self.spec.concat(shards), strict=True))
 
     # -- Adam --------------------------------------------------------------------------
