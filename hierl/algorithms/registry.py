@@ -8,8 +8,15 @@ from hierl.config import ConfigError, suggest
 
 # name → "module:Class"; imported lazily so ``hierl --help`` stays fast.
 _TRAINERS: dict[str, str] = {
+    "A2C": "hierl.algorithms.a2c:A2CTrainer",
+    "A3C": "hierl.algorithms.a2c:A3CTrainer",
+    "APEX": "hierl.algorithms.dqn:ApexTrainer",
+    "APEX_DDPG": "hierl.algorithms.ddpg:ApexDDPGTrainer",
+    "DDPG": "hierl.algorithms.ddpg:DDPGTrainer",
+    "DQN": "hierl.algorithms.dqn:DQNTrainer",
     "PG": "hierl.algorithms.pg:PGTrainer",
     "PPO": "hierl.algorithms.ppo:PPOTrainer",
+    "TD3": "hierl.algorithms.ddpg:TD3Trainer",
 }
 _CUSTOM: dict[str, type] = {}
 
