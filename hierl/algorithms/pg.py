@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from hierl.algorithms.trainer import Trainer, TrainerConfig
+from hierl.models import ActionDistribution
 from hierl.postprocessing import compute_advantages
 from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
@@ -48,7 +49,13 @@ class PGPolicy(TorchPolicyGraph):
     def loss(self, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, Any]]:
         """``-E[log pi(a|s) A] + c * E[(V(s) - R)^2]``."""
         dist_inputs, values = self.model(batch[SampleBatch.OBS])
-        logp = self.dist_class(dist_inputs).logp(batch[SampleBatch.ACTIONS])
+        return self.policy_gradient_loss(batch, self.dist_class(dist_inputs), values)
+
+    def policy_gradient_loss(
+        self, batch: TensorBatch, dist: ActionDistribution, values: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The loss of ``loss`` given the model's action distribution and values."""
+        logp = dist.logp(batch[SampleBatch.ACTIONS])
         adv = batch[SampleBatch.ADVANTAGES]
         if self.config.normalize_advantages and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
