@@ -6,7 +6,9 @@ action distributions and value estimates:
 * :class:`ModelConfig` -- a plain dataclass describing the network architecture.
 * Preprocessors (:func:`get_preprocessor`) -- numpy, batched conversion of observations in
   Gymnasium's *vectorized* layout into float32 arrays that can be fed to a network.
-* Torch modules -- :class:`MLP`, :class:`NatureCNN` and :class:`ActorCritic`.
+* Torch modules -- :class:`MLP`, :class:`NatureCNN`, :class:`ActorCritic` and its recurrent
+  variant :class:`RecurrentActorCritic` (picked by :func:`make_actor_critic` when
+  ``ModelConfig.use_lstm`` is set).
 * Action distributions -- :class:`Categorical`, :class:`MultiCategorical` and
   :class:`DiagGaussian`, selected for an action space by :func:`get_action_dist`.
 * :func:`to_env_action` -- maps sampled actions onto what the environment accepts (clipping
@@ -44,11 +46,13 @@ __all__ = [
     "MultiDiscretePreprocessor",
     "NatureCNN",
     "Preprocessor",
+    "RecurrentActorCritic",
     "TuplePreprocessor",
     "get_action_dist",
     "get_activation",
     "get_preprocessor",
     "is_image_space",
+    "make_actor_critic",
     "to_env_action",
 ]
 
@@ -100,6 +104,14 @@ class ModelConfig:
         free_log_std: For continuous (Box) actions, use a state-independent learned
             log-standard-deviation parameter (PPO style) instead of predicting it.
         init_log_std: Initial value of the free log-std parameter.
+        use_lstm: Recurrent model: an LSTM follows the torso and both heads read its
+            output (:class:`RecurrentActorCritic`; with it the heads always share the torso
+            and the LSTM, so ``vf_share_layers`` does not apply). Policies then carry state
+            through ``compute_actions`` and train on sequences (truncated BPTT).
+        lstm_cell_size: Hidden (and cell) state size of the LSTM.
+        max_seq_len: Longest sequence of consecutive steps the loss unrolls the LSTM over
+            (truncated backpropagation through time); longer episode segments are cut into
+            several sequences, each started from its recorded state.
 
     Lists are accepted for the tuple fields and normalised to tuples.
     """
@@ -110,6 +122,9 @@ class ModelConfig:
     conv_filters: tuple[tuple[int, int, int], ...] | None = None
     free_log_std: bool = True
     init_log_std: float = 0.0
+    use_lstm: bool = False
+    lstm_cell_size: int = 64
+    max_seq_len: int = 20
 
     def __post_init__(self) -> None:
         """Normalise list-valued fields to tuples and validate the configuration."""
@@ -134,6 +149,15 @@ class ModelConfig:
         self.vf_share_layers = bool(self.vf_share_layers)
         self.free_log_std = bool(self.free_log_std)
         self.init_log_std = float(self.init_log_std)
+        self.use_lstm = bool(self.use_lstm)
+        self.lstm_cell_size = int(self.lstm_cell_size)
+        if self.lstm_cell_size <= 0:
+            raise ValueError(
+                f"lstm_cell_size must be a positive integer, got {self.lstm_cell_size}"
+            )
+        self.max_seq_len = int(self.max_seq_len)
+        if self.max_seq_len <= 0:
+            raise ValueError(f"max_seq_len must be a positive integer, got {self.max_seq_len}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -480,7 +504,17 @@ class ActorCritic(nn.Module):
     """
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, config: ModelConfig) -> None:
-        """Build torsos and heads for the given spaces and configuration."""
+        """Build torsos and heads for the given spaces and configuration.
+
+        Raises:
+            ValueError: If ``config.use_lstm`` is set (build :class:`RecurrentActorCritic`,
+                e.g. through :func:`make_actor_critic`).
+        """
+        if config.use_lstm:
+            raise ValueError(
+                "ActorCritic is feed-forward but config.use_lstm=True; use "
+                "RecurrentActorCritic (make_actor_critic picks the right class)"
+            )
         super().__init__()
         self.config = config
         self.preprocessor = get_preprocessor(obs_space)
@@ -526,6 +560,99 @@ class ActorCritic(nn.Module):
         obs = self._as_float(obs)
         torso = self.pi_torso if self.vf_torso is None else self.vf_torso
         return self.vf_head(torso(obs)).squeeze(-1)
+
+
+class RecurrentActorCritic(nn.Module):
+    """Actor-critic with an LSTM between the torso and the heads (``ModelConfig.use_lstm``).
+
+    Each observation goes through the torso (:class:`NatureCNN` for images, else an
+    :class:`MLP` with ``config.hiddens``), then through a single-layer LSTM of
+    ``config.lstm_cell_size`` units; the policy head (orthogonal gain 0.01) and the value head
+    (gain 1.0) both read the LSTM output. Distribution inputs are laid out as in
+    :class:`ActorCritic` (including the free log-std for Box actions).
+
+    The recurrent state of one agent is ``[h, c]``, two float32 vectors of
+    ``lstm_cell_size`` (:meth:`get_initial_state`: zeros). :meth:`forward` runs padded
+    sequences ``(N, T, ...)`` from one state per sequence; acting is ``T = 1``. The LSTM is
+    causal, so outputs at valid steps do not depend on any padding after them.
+
+    Attributes:
+        is_recurrent: Always True; policies look for it to carry state.
+        max_seq_len: ``config.max_seq_len``, the longest sequence the loss unrolls.
+        cell_size: ``config.lstm_cell_size``.
+        preprocessor, dist_class, num_dist_inputs, log_std: As in :class:`ActorCritic`.
+    """
+
+    is_recurrent = True
+
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, config: ModelConfig) -> None:
+        """Build torso, LSTM and heads for the given spaces and configuration."""
+        super().__init__()
+        self.config = config
+        self.preprocessor = get_preprocessor(obs_space)
+        self.dist_class, self.num_dist_inputs = get_action_dist(action_space)
+        self.is_image = isinstance(self.preprocessor, ImagePreprocessor)
+        self.max_seq_len = config.max_seq_len
+        self.cell_size = config.lstm_cell_size
+        if self.is_image:
+            self.torso: MLP | NatureCNN = NatureCNN(self.preprocessor.shape, config.conv_filters)
+        else:
+            self.torso = MLP(self.preprocessor.size, config.hiddens, config.activation)
+        self.lstm = nn.LSTM(self.torso.out_features, self.cell_size, batch_first=True)
+        for name, param in self.lstm.named_parameters():
+            if name.startswith("bias"):
+                nn.init.zeros_(param)
+            else:
+                nn.init.orthogonal_(param, gain=1.0)
+        use_free_log_std = isinstance(action_space, spaces.Box) and config.free_log_std
+        head_out = self.num_dist_inputs // 2 if use_free_log_std else self.num_dist_inputs
+        self.pi_head = _init_layer(nn.Linear(self.cell_size, head_out), 0.01)
+        self.vf_head = _init_layer(nn.Linear(self.cell_size, 1), 1.0)
+        if use_free_log_std:
+            self.log_std: nn.Parameter | None = nn.Parameter(
+                torch.full((head_out,), float(config.init_log_std))
+            )
+        else:
+            self.register_parameter("log_std", None)
+
+    def get_initial_state(self) -> list[np.ndarray]:
+        """The state at an episode's start: ``[h, c]``, zeros of shape ``(cell_size,)``."""
+        return [np.zeros(self.cell_size, dtype=np.float32) for _ in range(2)]
+
+    def forward(
+        self, obs: torch.Tensor, state: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """Unroll over sequences of preprocessed observations.
+
+        Args:
+            obs: ``(N, T, *obs_shape)``: N sequences of T steps.
+            state: ``[h, c]``, each ``(N, cell_size)``: the state before each sequence's
+                first step.
+
+        Returns:
+            ``(dist_inputs (N, T, num_dist_inputs), values (N, T), [h, c])`` where ``[h, c]``
+            is the state after step T of every sequence.
+        """
+        n, t = obs.shape[0], obs.shape[1]
+        x = obs.reshape(n * t, *obs.shape[2:])
+        x = x if x.dtype == torch.float32 else x.float()
+        features = self.torso(x).reshape(n, t, -1)
+        h, c = (s.to(features.dtype).unsqueeze(0).contiguous() for s in state)
+        out, (h_out, c_out) = self.lstm(features, (h, c))
+        dist_inputs = self.pi_head(out)
+        if self.log_std is not None:
+            dist_inputs = torch.cat([dist_inputs, self.log_std.expand_as(dist_inputs)], dim=-1)
+        values = self.vf_head(out).squeeze(-1)
+        return dist_inputs, values, [h_out.squeeze(0), c_out.squeeze(0)]
+
+
+def make_actor_critic(
+    obs_space: gym.Space, action_space: gym.Space, config: ModelConfig
+) -> ActorCritic | RecurrentActorCritic:
+    """The default model for ``config``: :class:`RecurrentActorCritic` when ``use_lstm``."""
+    if config.use_lstm:
+        return RecurrentActorCritic(obs_space, action_space, config)
+    return ActorCritic(obs_space, action_space, config)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -150,8 +150,12 @@ class SampleBatch(dict):
     batch holding those rows (numpy views where possible, see :meth:`slice`).
 
     The ``seq_lens`` column (:attr:`SEQ_LENS`) holds one entry per sequence and is exempt from the
-    length check. Recurrent (sequence) support is not implemented yet: slicing, shuffling,
-    iterating minibatches of or splitting a batch that has ``seq_lens`` raises ``ValueError``.
+    length check: a recurrent batch's rows are consecutive sequences (runs of steps of one
+    episode, see :meth:`chop_into_sequences`) of those lengths, summing to :attr:`count`. Row
+    operations keep sequences whole: slices must start and end on sequence boundaries,
+    :meth:`shuffle` permutes whole sequences and :meth:`minibatches` splits between them; each
+    result carries its own ``seq_lens``. Recurrent state columns (``state_in_0``, ...) stay
+    per row.
 
     Compressed columns (see :meth:`compress`) are stored as :class:`CompressedColumn` (bulk) or a
     1-D object array of per-row :class:`CompressedColumn` (``bulk=False``). Row-selecting
@@ -302,18 +306,41 @@ class SampleBatch(dict):
 
     # ------------------------------------------------------------------ row selection
 
-    def _check_no_seq_lens(self, operation: str) -> None:
-        if self.SEQ_LENS in self:
-            raise ValueError(
-                f"cannot {operation} a SampleBatch that has a {self.SEQ_LENS!r} column: "
-                "recurrent (sequence) batches are not supported yet"
-            )
-
     def _take(self, index: slice | np.ndarray) -> SampleBatch:
-        """New batch of the rows selected by ``index`` (a slice or integer index array)."""
-        self._check_no_seq_lens("slice")
+        """New batch of the rows selected by ``index`` (a slice or integer index array).
+
+        With ``seq_lens``, ``index`` must be a slice whose ends are sequence boundaries.
+        """
+        if self.SEQ_LENS not in self:
+            return self._take_rows(index)
+        if not isinstance(index, slice):
+            raise ValueError(
+                f"cannot select arbitrary rows of a SampleBatch that has a {self.SEQ_LENS!r} "
+                "column: sequences must stay whole (slice on sequence boundaries)"
+            )
+        bounds = self._sequence_bounds()
+        start, stop, step = index.indices(self.count)
+        if step != 1:
+            raise ValueError(f"cannot slice a sequence batch with step {step}")
+        stop = max(start, stop)
+        first, last = np.searchsorted(bounds, [start, stop])
+        if bounds[first] != start or bounds[last] != stop:
+            raise ValueError(
+                f"cannot slice rows {start}:{stop} of a SampleBatch with {self.SEQ_LENS!r}: "
+                f"both ends must be sequence boundaries (sequence starts are "
+                f"{bounds[:-1].tolist()[:20]}{'...' if len(bounds) > 21 else ''})"
+            )
+        out = self._take_rows(slice(start, stop))
+        lens = np.asarray(dict.__getitem__(self, self.SEQ_LENS))
+        dict.__setitem__(out, self.SEQ_LENS, lens[first:last])
+        return out
+
+    def _take_rows(self, index: slice | np.ndarray) -> SampleBatch:
+        """New batch of the rows ``index`` selects; ``seq_lens`` is not copied."""
         out = SampleBatch()
         for k, v in self.items():
+            if k == self.SEQ_LENS:
+                continue
             if isinstance(v, CompressedColumn):
                 # Copy so the result does not keep the whole decompressed column alive.
                 v = np.array(v.decompress()[index])
@@ -323,6 +350,98 @@ class SampleBatch(dict):
                 v = v[index]
             dict.__setitem__(out, k, v)
         return out
+
+    # ------------------------------------------------------------------ sequences
+
+    def _sequence_bounds(self) -> np.ndarray:
+        """Row offsets ``[0, end_0, end_1, ..., count]`` of the sequences in ``seq_lens``.
+
+        Raises:
+            ValueError: If ``seq_lens`` is not a 1-D array of positive integers summing to
+                :attr:`count`.
+        """
+        lens = np.asarray(dict.__getitem__(self, self.SEQ_LENS))
+        if lens.ndim != 1 or not (lens.size == 0 or np.issubdtype(lens.dtype, np.integer)):
+            raise ValueError(
+                f"{self.SEQ_LENS!r} must be a 1-D integer array, got dtype {lens.dtype} and "
+                f"shape {lens.shape}"
+            )
+        if (lens <= 0).any():
+            raise ValueError(f"{self.SEQ_LENS!r} must be positive, got {lens.tolist()}")
+        bounds = np.zeros(lens.size + 1, dtype=np.int64)
+        np.cumsum(lens, out=bounds[1:])
+        if bounds[-1] != self.count:
+            raise ValueError(
+                f"{self.SEQ_LENS!r} sum to {int(bounds[-1])} but the batch has {self.count} rows"
+            )
+        return bounds
+
+    def _take_sequences(
+        self, seq_index: np.ndarray, bounds: np.ndarray | None = None
+    ) -> SampleBatch:
+        """New batch of whole sequences ``seq_index`` (in that order), with their ``seq_lens``.
+
+        ``bounds`` is :meth:`_sequence_bounds` when the caller already has it.
+        """
+        if bounds is None:
+            bounds = self._sequence_bounds()
+        seq_index = np.asarray(seq_index, dtype=np.int64)
+        lens = np.diff(bounds)[seq_index]
+        starts = bounds[:-1][seq_index]
+        offsets = np.cumsum(lens) - lens
+        rows = np.arange(int(lens.sum())) + np.repeat(starts - offsets, lens)
+        out = self._take_rows(rows)
+        seq_lens = np.asarray(dict.__getitem__(self, self.SEQ_LENS))
+        dict.__setitem__(out, self.SEQ_LENS, seq_lens[seq_index])
+        return out
+
+    def _segment_bounds(self) -> np.ndarray:
+        """Row offsets of the runs of equal ``eps_id`` (and ``env_id``); ``[0, ..., count]``."""
+        count = self.count
+        if count == 0:
+            return np.zeros(1, dtype=np.int64)
+        change = np.zeros(count - 1, dtype=bool)
+        for key in (self.EPS_ID, self.ENV_ID):
+            if key in self:
+                ids = np.asarray(_decompressed(super().__getitem__(key)))
+                diff = ids[1:] != ids[:-1]
+                if diff.ndim > 1:
+                    diff = diff.reshape(count - 1, -1).any(axis=1)
+                change |= diff
+        return np.concatenate(([0], np.flatnonzero(change) + 1, [count])).astype(np.int64)
+
+    def chop_into_sequences(self, max_seq_len: int) -> SampleBatch:
+        """Set ``seq_lens``: cut every episode segment into sequences of ``max_seq_len`` steps.
+
+        Segments are the runs of equal ``eps_id`` (and ``env_id`` when present) that
+        :meth:`split_by_episode` returns; a batch with neither column is one segment. Each
+        segment is cut from its first row into sequences of ``max_seq_len`` rows, the last
+        one holding the remainder, so a sequence never crosses an episode boundary. Rows are
+        not moved. Modifies the batch in place and returns it.
+
+        Raises:
+            ValueError: If ``max_seq_len`` is not positive.
+        """
+        max_seq_len = operator.index(max_seq_len)
+        if max_seq_len <= 0:
+            raise ValueError(f"max_seq_len must be positive, got {max_seq_len}")
+        seg_lens = np.diff(self._segment_bounds())
+        pieces = -(-seg_lens // max_seq_len)  # ceil
+        lens = np.full(int(pieces.sum()), max_seq_len, dtype=np.int64)
+        if lens.size:
+            last_piece = np.cumsum(pieces) - 1
+            lens[last_piece] = seg_lens - max_seq_len * (pieces - 1)
+        dict.__setitem__(self, self.SEQ_LENS, lens)
+        return self
+
+    @property
+    def num_sequences(self) -> int | None:
+        """Number of sequences (length of ``seq_lens``), or None without that column."""
+        if self.SEQ_LENS not in self:
+            return None
+        return len(dict.__getitem__(self, self.SEQ_LENS))
+
+    # ------------------------------------------------------------------ row selection
 
     def _decompressed_view(self) -> SampleBatch:
         """Shallow batch sharing uncompressed arrays, with compressed columns decompressed.
@@ -340,28 +459,29 @@ class SampleBatch(dict):
         """Rows ``start:end`` (Python slice semantics) as a new batch; same as ``batch[start:end]``.
 
         Uncompressed columns of the result are numpy views of this batch's arrays; compressed
-        columns are decompressed into new arrays.
+        columns are decompressed into new arrays. A batch with ``seq_lens`` can only be
+        sliced on sequence boundaries; the result holds the ``seq_lens`` of the sequences
+        in the slice.
 
         Raises:
-            ValueError: If the batch has a ``seq_lens`` column.
+            ValueError: If the batch has ``seq_lens`` and an end falls inside a sequence.
         """
         return self._take(slice(start, end))
 
     def shuffle(self, rng: np.random.Generator | int | None = None) -> SampleBatch:
         """Return a new batch whose rows are permuted by one random permutation.
 
-        The same permutation is applied to every column, so rows stay aligned. ``self`` is not
-        modified.
+        The same permutation is applied to every column, so rows stay aligned. With
+        ``seq_lens`` whole sequences are permuted (rows keep their order inside each
+        sequence) and ``seq_lens`` follows. ``self`` is not modified.
 
         Args:
             rng: A numpy ``Generator``, a seed, or ``None`` for fresh entropy.
-
-        Raises:
-            ValueError: If the batch has a ``seq_lens`` column.
         """
-        self._check_no_seq_lens("shuffle")
-        perm = np.random.default_rng(rng).permutation(self.count)
-        return self._take(perm)
+        rng = np.random.default_rng(rng)
+        if self.SEQ_LENS in self:
+            return self._take_sequences(rng.permutation(self.num_sequences or 0))
+        return self._take(rng.permutation(self.count))
 
     def minibatches(
         self,
@@ -377,19 +497,32 @@ class SampleBatch(dict):
         batch yields nothing. Arguments are validated eagerly (on the call, not the first
         ``next``).
 
+        A batch with ``seq_lens`` is split into whole sequences instead (shuffled as whole
+        sequences): each minibatch takes the next sequences until it has at least ``size``
+        rows (so it may exceed ``size`` by less than one sequence), the last one takes what
+        is left, and each carries its own ``seq_lens``.
+
         Args:
             size: Rows per minibatch, must be positive.
             shuffle: Shuffle the rows (once) before splitting.
             rng: Generator or seed used for shuffling.
 
         Raises:
-            ValueError: If ``size <= 0`` or the batch has a ``seq_lens`` column.
+            ValueError: If ``size <= 0``, or ``seq_lens`` does not fit the rows.
         """
         size = operator.index(size)
         if size <= 0:
             raise ValueError(f"minibatch size must be positive, got size={size}")
-        self._check_no_seq_lens("split into minibatches")
         source = self._decompressed_view()
+        if self.SEQ_LENS in self:
+            bounds = self._sequence_bounds()
+            lens = np.diff(bounds)
+            order = (
+                np.random.default_rng(rng).permutation(lens.size)
+                if shuffle
+                else np.arange(lens.size)
+            )
+            return self._sequence_minibatch_iter(source, bounds, order, size)
         if shuffle:
             source = source.shuffle(rng)
         return self._minibatch_iter(source, size)
@@ -400,31 +533,34 @@ class SampleBatch(dict):
         for start in range(0, count, size):
             yield source._take(slice(start, min(start + size, count)))
 
+    @staticmethod
+    def _sequence_minibatch_iter(
+        source: SampleBatch, bounds: np.ndarray, order: np.ndarray, size: int
+    ) -> Iterator[SampleBatch]:
+        lens = np.diff(bounds)[order].tolist()
+        first, rows = 0, 0
+        for i, n in enumerate(lens):
+            rows += n
+            if rows >= size or i == len(lens) - 1:
+                yield source._take_sequences(order[first : i + 1], bounds)
+                first, rows = i + 1, 0
+
     def split_by_episode(self) -> list[SampleBatch]:
         """Split into contiguous runs of equal ``eps_id`` (and ``env_id`` if that column exists).
 
         A new run starts wherever ``eps_id`` changes, and also wherever ``env_id`` changes when
         the batch has an ``env_id`` column. Runs are returned in order; concatenating them gives
-        back this batch. An empty batch gives an empty list.
+        back this batch. An empty batch gives an empty list. With ``seq_lens`` every run
+        boundary must be a sequence boundary (as :meth:`chop_into_sequences` makes them).
 
         Raises:
-            ValueError: If there is no ``eps_id`` column, or the batch has ``seq_lens``.
+            ValueError: If there is no ``eps_id`` column, or a run boundary cuts a sequence.
         """
         if self.EPS_ID not in self:
             raise ValueError(f"split_by_episode needs an {self.EPS_ID!r} column")
-        self._check_no_seq_lens("split")
-        count = self.count
-        if count == 0:
+        if self.count == 0:
             return []
-        change = np.zeros(count - 1, dtype=bool)
-        for key in (self.EPS_ID, self.ENV_ID):
-            if key in self:
-                ids = np.asarray(_decompressed(super().__getitem__(key)))
-                diff = ids[1:] != ids[:-1]
-                if diff.ndim > 1:
-                    diff = diff.reshape(count - 1, -1).any(axis=1)
-                change |= diff
-        bounds = np.concatenate(([0], np.flatnonzero(change) + 1, [count]))
+        bounds = self._segment_bounds()
         source = self._decompressed_view()
         return [source._take(slice(s, e)) for s, e in itertools.pairwise(bounds.tolist())]
 

@@ -9,6 +9,10 @@ A new algorithm subclasses it and defines ``loss`` (and optionally
             logp = self.dist_class(dist_inputs).logp(batch[SampleBatch.ACTIONS])
             return -(logp * batch[SampleBatch.ADVANTAGES]).mean(), {}
 
+A loss that reads the model through ``self.model_outputs(batch)`` (as PPO's does) works
+unchanged for recurrent models: for them it unrolls the LSTM over the batch's sequences
+(truncated BPTT) and returns one output per row, padded steps dropped.
+
 Everything framework-specific (devices, tensors, optimizer moments) stays in this file.
 """
 
@@ -24,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hierl.models import ActorCritic, ModelConfig
+from hierl.models import ModelConfig, make_actor_critic
 from hierl.policy_graph import PolicyGraph, Weights
 from hierl.postprocessing import segment_ends
 from hierl.sample_batch import SampleBatch
@@ -60,6 +64,18 @@ class TorchPolicyGraph(PolicyGraph):
     (ModelConfig), ``lr``, ``lr_schedule``, ``grad_clip`` and ``num_gpus``.  Pass
     ``model`` to use your own module: it must return ``(dist_inputs, values)`` from
     ``forward(obs)`` and may define ``value(obs)``.
+
+    A *recurrent* model (``ModelConfig.use_lstm``, or your own module with
+    ``is_recurrent = True``) instead defines ``get_initial_state() -> [arrays]`` (one
+    agent's state), ``max_seq_len`` and ``forward(obs (N, T, ...), state [(N, ...)]) ->
+    (dist_inputs (N, T, D), values (N, T), state_out)``.  Then ``compute_actions`` takes
+    one state per row and returns the next one, sample batches carry the state at the
+    start of every step (``state_in_0``, ``state_in_1``, ...) and ``seq_lens``, and
+    :meth:`model_outputs` unrolls the model over those sequences.
+
+    Attributes:
+        is_recurrent: Whether the model is recurrent.
+        max_seq_len: Longest training sequence (recurrent models only; else 0).
     """
 
     def __init__(
@@ -74,14 +90,22 @@ class TorchPolicyGraph(PolicyGraph):
         self.device = torch.device("cuda" if use_cuda else "cpu")
         self.model = (model if model is not None else self.make_model()).to(self.device)
         self.dist_class = self.model.dist_class
+        self.is_recurrent = bool(getattr(self.model, "is_recurrent", False))
+        self._initial_state: list[np.ndarray] = []
+        self.max_seq_len = 0
+        if self.is_recurrent:
+            self._initial_state = [
+                np.asarray(s, dtype=np.float32) for s in self.model.get_initial_state()
+            ]
+            self.max_seq_len = int(getattr(self.model, "max_seq_len", ModelConfig.max_seq_len))
         self.optimizer = self.make_optimizer()
         self._param_names = [name for name, _ in self.model.named_parameters()]
 
     # -- construction hooks -------------------------------------------------------------
     def make_model(self) -> nn.Module:
-        """Build the default actor-critic model from ``config.model``."""
+        """Build the default actor-critic model from ``config.model`` (LSTM if ``use_lstm``)."""
         model_config = getattr(self.config, "model", None) or ModelConfig()
-        return ActorCritic(self.observation_space, self.action_space, model_config)
+        return make_actor_critic(self.observation_space, self.action_space, model_config)
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """Build the torch optimizer (Adam with ``config.lr``)."""
@@ -99,7 +123,14 @@ class TorchPolicyGraph(PolicyGraph):
         state_batches: list[np.ndarray] | None = None,
         explore: bool = True,
     ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
-        """Sample (or, with ``explore=False``, take the mode of) the action distribution."""
+        """Sample (or, with ``explore=False``, take the mode of) the action distribution.
+
+        For a recurrent model ``state_batches`` holds one array per state tensor with one
+        row per observation (None: every row starts from :meth:`get_initial_state`), and
+        the returned ``state_out`` is the state after this step, in the same layout.
+        """
+        if self.is_recurrent:
+            return self._compute_actions_recurrent(obs_batch, state_batches, explore)
         obs = torch.as_tensor(obs_batch, device=self.device)
         dist_inputs, values = self.model(obs)
         dist = self.dist_class(dist_inputs)
@@ -111,10 +142,54 @@ class TorchPolicyGraph(PolicyGraph):
         }
         return actions.cpu().numpy(), [], extra
 
+    def _compute_actions_recurrent(
+        self,
+        obs_batch: np.ndarray,
+        state_batches: list[np.ndarray] | None,
+        explore: bool,
+    ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
+        obs = torch.as_tensor(obs_batch, device=self.device).unsqueeze(1)
+        state = self._state_tensors(state_batches, obs.shape[0])
+        dist_inputs, values, state_out = self.model(obs, state)
+        dist_inputs, values = dist_inputs[:, 0], values[:, 0]
+        dist = self.dist_class(dist_inputs)
+        actions = dist.sample() if explore else dist.deterministic_sample()
+        extra = {
+            SampleBatch.ACTION_LOGP: dist.logp(actions).cpu().numpy(),
+            SampleBatch.VF_PREDS: values.cpu().numpy(),
+            SampleBatch.ACTION_DIST_INPUTS: dist_inputs.cpu().numpy(),
+        }
+        return actions.cpu().numpy(), [s.cpu().numpy() for s in state_out], extra
+
+    def _state_tensors(self, state_batches: list[np.ndarray] | None, n: int) -> list[torch.Tensor]:
+        """Recurrent state tensors for ``n`` rows (the initial state when None/empty)."""
+        if not state_batches:
+            return [
+                torch.from_numpy(s).to(self.device).expand(n, *s.shape) for s in self._initial_state
+            ]
+        if len(state_batches) != len(self._initial_state):
+            raise ValueError(
+                f"{type(self).__name__} has {len(self._initial_state)} recurrent state "
+                f"tensors, got {len(state_batches)} state batches"
+            )
+        return [torch.as_tensor(np.asarray(s), device=self.device) for s in state_batches]
+
+    def get_initial_state(self) -> list[np.ndarray]:
+        """The model's recurrent state at an episode start (``[]`` for feed-forward models)."""
+        return [s.copy() for s in self._initial_state]
+
     @torch.no_grad()
-    def value(self, obs_batch: np.ndarray) -> np.ndarray:
-        """State values V(obs) for a batch of preprocessed observations."""
+    def value(
+        self, obs_batch: np.ndarray, state_batches: list[np.ndarray] | None = None
+    ) -> np.ndarray:
+        """State values V(obs) for a batch of preprocessed observations.
+
+        A recurrent model reads one state per row (None: the initial state).
+        """
         obs = torch.as_tensor(obs_batch, device=self.device)
+        if self.is_recurrent:
+            state = self._state_tensors(state_batches, obs.shape[0])
+            return self.model(obs.unsqueeze(1), state)[1][:, 0].cpu().numpy()
         if hasattr(self.model, "value"):
             return self.model.value(obs).cpu().numpy()
         return self.model(obs)[1].cpu().numpy()
@@ -123,15 +198,66 @@ class TorchPolicyGraph(PolicyGraph):
         """Per row: V(NEW_OBS) at segment ends that did not terminate, else 0.
 
         One batched forward pass over the rows that need it (truncated episodes and
-        fragments cut mid-episode); terminal states get no bootstrap.
+        fragments cut mid-episode); terminal states get no bootstrap.  A recurrent model
+        evaluates V(NEW_OBS) in the state *after* the row's step: it re-runs that step
+        from the row's recorded ``state_in`` (exactly the state the sampler carried on).
         """
         out = np.zeros(batch.count, dtype=np.float32)
         if batch.count == 0:
             return out
         rows = np.flatnonzero(segment_ends(batch) & ~batch[SampleBatch.TERMINATEDS])
-        if len(rows):
+        if not len(rows):
+            return out
+        if not self.is_recurrent:
             out[rows] = self.value(batch[SampleBatch.NEW_OBS][rows])
+            return out
+        # CRUCIAL: V(s_T) must see the memory of the whole segment: unroll two steps,
+        # (obs_T-1 from state_in_T-1) then new_obs, and read the value of the second.
+        pair = np.stack([batch[SampleBatch.OBS][rows], batch[SampleBatch.NEW_OBS][rows]], axis=1)
+        state = self._state_tensors(self._state_in_columns(batch, rows), len(rows))
+        with torch.no_grad():
+            values = self.model(torch.as_tensor(pair, device=self.device), state)[1]
+        out[rows] = values[:, 1].cpu().numpy()
         return out
+
+    def _state_in_columns(self, batch: Mapping[str, Any], rows: Any = None) -> list[Any]:
+        """The batch's ``state_in_i`` columns (at ``rows`` if given)."""
+        names = [SampleBatch.STATE_IN + str(i) for i in range(len(self._initial_state))]
+        missing = [n for n in names if n not in batch]
+        if missing:
+            raise ValueError(
+                f"{type(self).__name__} is recurrent but the batch lacks the state columns "
+                f"{missing} (sample it with a recurrent-aware sampler)"
+            )
+        return [batch[n] if rows is None else batch[n][rows] for n in names]
+
+    def model_outputs(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(dist_inputs (B, D), values (B,))`` of the model for every row of a loss batch.
+
+        Feed-forward: ``model(batch[OBS])``.  Recurrent: the rows are laid out as the
+        padded ``(num_seqs, max(seq_lens))`` sequences of ``batch[SEQ_LENS]``, the model is
+        unrolled over each from its first row's ``state_in`` (truncated BPTT: gradients stop
+        at sequence starts), and the padded steps are dropped again, so every loss term is
+        a mean over real steps only (padding is masked out) and rows keep their order.
+        """
+        if not self.is_recurrent:
+            return self.model(batch[SampleBatch.OBS])
+        if SampleBatch.SEQ_LENS not in batch:
+            raise ValueError(
+                f"{type(self).__name__} is recurrent: its loss batch needs "
+                f"{SampleBatch.SEQ_LENS!r} (SampleBatch.chop_into_sequences)"
+            )
+        obs = batch[SampleBatch.OBS]
+        lens = batch[SampleBatch.SEQ_LENS].to(device=obs.device, dtype=torch.long)
+        starts = torch.cumsum(lens, 0) - lens
+        steps = torch.arange(int(lens.max()), device=obs.device)
+        mask = steps[None, :] < lens[:, None]
+        # Padded positions repeat the sequence's first row; the LSTM is causal, so they
+        # cannot change the outputs of real steps, and they are dropped below.
+        index = torch.where(mask, starts[:, None] + steps[None, :], starts[:, None])
+        state = [s[starts] for s in self._state_in_columns(batch)]
+        dist_inputs, values, _ = self.model(obs[index], state)
+        return dist_inputs[mask], values[mask]
 
     # -- loss --------------------------------------------------------------------------
     @abc.abstractmethod
@@ -148,6 +274,8 @@ class TorchPolicyGraph(PolicyGraph):
         }
 
     def _backward(self, batch: SampleBatch, clip: bool = True) -> dict[str, float]:
+        if self.is_recurrent and SampleBatch.SEQ_LENS not in batch:
+            batch = SampleBatch(batch).chop_into_sequences(self.max_seq_len)
         loss, stats = self.loss(self.to_tensors(batch))
         if not torch.isfinite(loss):
             raise FloatingPointError(

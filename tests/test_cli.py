@@ -296,7 +296,7 @@ def test_train_help_subprocess():
     )
     assert proc.returncode == 0, proc.stderr
     assert "--stop KEY=VALUE" in proc.stdout
-    assert "algorithms: PG, PPO" in proc.stdout
+    assert "algorithms: A2C, A3C, APEX, APEX_DDPG, DDPG, DQN, PG, PPO, TD3" in proc.stdout
     assert "example:" in proc.stdout and "hierl train --algo PPO" in proc.stdout
 
 
@@ -308,7 +308,9 @@ def test_help_returns_0(argv, capsys):
 
 def test_list_and_config(capsys):
     assert main(["list"]) == 0
-    assert capsys.readouterr().out.split() == ["PG", "PPO"]
+    assert capsys.readouterr().out.split() == [
+        *("A2C", "A3C", "APEX", "APEX_DDPG", "DDPG", "DQN", "PG", "PPO", "TD3")
+    ]
     assert main(["config", "PPO"]) == 0
     text = capsys.readouterr().out
     assert re.search(r"^  lr = [\d.e-]+$", text, re.M)

@@ -19,9 +19,11 @@ from hierl.models import (
     ModelConfig,
     MultiCategorical,
     NatureCNN,
+    RecurrentActorCritic,
     get_action_dist,
     get_activation,
     get_preprocessor,
+    make_actor_critic,
     to_env_action,
 )
 
@@ -434,3 +436,59 @@ def test_free_log_std_parameter_gets_gradients() -> None:
     no_free = ActorCritic(obs_space, act, ModelConfig(hiddens=(8,), free_log_std=False))
     assert no_free.log_std is None and no_free.pi_head.out_features == 4
     assert no_free(x)[0].shape == (5, 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Recurrent model
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("lstm_cell_size", 0), ("max_seq_len", 0), ("max_seq_len", -2)]
+)
+def test_model_config_rejects_bad_lstm_sizes(field: str, value: int) -> None:
+    with pytest.raises(ValueError, match=field):
+        ModelConfig(**{field: value})
+
+
+def test_make_actor_critic_picks_the_recurrent_model() -> None:
+    obs_space = spaces.Box(-1, 1, (5,), dtype=np.float32)
+    cfg = ModelConfig(hiddens=(8,), use_lstm=True, lstm_cell_size=6, max_seq_len=7)
+    model = make_actor_critic(obs_space, spaces.Discrete(3), cfg)
+    assert isinstance(model, RecurrentActorCritic) and model.is_recurrent
+    assert model.max_seq_len == 7 and model.cell_size == 6
+    plain = make_actor_critic(obs_space, spaces.Discrete(3), ModelConfig(hiddens=(8,)))
+    assert isinstance(plain, ActorCritic) and not getattr(plain, "is_recurrent", False)
+    with pytest.raises(ValueError, match="RecurrentActorCritic"):
+        ActorCritic(obs_space, spaces.Discrete(3), cfg)
+
+
+@pytest.mark.parametrize(
+    ("obs_space", "action_space", "n_inputs"),
+    [
+        (spaces.Box(-1, 1, (5,), dtype=np.float32), spaces.Box(-1, 1, (2,), dtype=np.float32), 4),
+        (spaces.Box(0, 255, (42, 42, 3), dtype=np.uint8), spaces.Discrete(3), 3),
+    ],
+)
+def test_recurrent_actor_critic_shapes_and_state(
+    obs_space: gym.Space, action_space: gym.Space, n_inputs: int
+) -> None:
+    cfg = ModelConfig(
+        hiddens=(8,), conv_filters=((8, 4, 2), (16, 3, 2)), use_lstm=True, lstm_cell_size=6
+    )
+    model = RecurrentActorCritic(obs_space, action_space, cfg)
+    init = model.get_initial_state()
+    assert [s.shape for s in init] == [(6,), (6,)] and all((s == 0).all() for s in init)
+    obs = np.stack([obs_space.sample() for _ in range(3 * 4)])
+    x = torch.as_tensor(model.preprocessor.transform(obs)).reshape(3, 4, *model.preprocessor.shape)
+    state = [torch.zeros(3, 6), torch.zeros(3, 6)]
+    dist_inputs, values, (h, c) = model(x, state)
+    assert dist_inputs.shape == (3, 4, n_inputs) and values.shape == (3, 4)
+    assert h.shape == c.shape == (3, 6)
+    # unrolling in two halves, carrying the state, gives the same outputs
+    d1, v1, mid = model(x[:, :2], state)
+    d2, v2, (h2, c2) = model(x[:, 2:], mid)
+    torch.testing.assert_close(torch.cat([d1, d2], 1), dist_inputs)
+    torch.testing.assert_close(torch.cat([v1, v2], 1), values)
+    torch.testing.assert_close(h2, h)
+    torch.testing.assert_close(c2, c)

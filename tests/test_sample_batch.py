@@ -138,17 +138,114 @@ def test_length_mismatch_on_setitem_names_column() -> None:
     assert single.count == 5
 
 
-def test_seq_lens_exempt_and_row_ops_raise() -> None:
-    b = SampleBatch(obs=np.zeros((6, 2)), seq_lens=np.array([4, 2]))
-    assert b.count == 6
-    with pytest.raises(ValueError, match="seq_lens"):
+def test_seq_lens_exempt_and_row_ops_keep_sequences_whole() -> None:
+    b = SampleBatch(obs=np.arange(6.0), seq_lens=np.array([4, 2]))
+    assert b.count == 6 and b.num_sequences == 2
+    assert SampleBatch(obs=np.zeros(2)).num_sequences is None
+    np.testing.assert_array_equal(b[0:4]["obs"], [0, 1, 2, 3])
+    np.testing.assert_array_equal(b[0:4][SB.SEQ_LENS], [4])
+    np.testing.assert_array_equal(b.slice(4)[SB.SEQ_LENS], [2])
+    assert b[6:6].count == 0 and len(b[6:6][SB.SEQ_LENS]) == 0
+    with pytest.raises(ValueError, match="sequence boundaries"):
         b[0:2]
-    with pytest.raises(ValueError, match="seq_lens"):
-        b.slice(0, 2)
-    with pytest.raises(ValueError, match="seq_lens"):
-        b.shuffle(0)
-    with pytest.raises(ValueError, match="seq_lens"):
-        b.minibatches(2)
+    with pytest.raises(ValueError, match="sequence boundaries"):
+        b.slice(1, 6)
+    with pytest.raises(ValueError, match="step 2"):
+        b[0:6:2]
+    shuffled = b.shuffle(1)
+    assert sorted(shuffled[SB.SEQ_LENS].tolist()) == [2, 4]
+    with pytest.raises(ValueError, match="sum to 5 but the batch has 6 rows"):
+        SampleBatch(obs=np.zeros(6), seq_lens=np.array([4, 1])).minibatches(2)
+    with pytest.raises(ValueError, match="positive"):
+        SampleBatch(obs=np.zeros(6), seq_lens=np.array([6, 0])).shuffle(0)
+
+
+def test_chop_into_sequences_closed_form() -> None:
+    eps = np.array([1, 1, 1, 1, 1, 2, 2, 3, 3, 3, 3, 3, 3, 3])
+    b = SampleBatch(obs=np.zeros(14), eps_id=eps).chop_into_sequences(3)
+    np.testing.assert_array_equal(b[SB.SEQ_LENS], [3, 2, 2, 3, 3, 1])
+    # env_id changes split too; no id column: one segment
+    b = SampleBatch(obs=np.zeros(4), eps_id=np.zeros(4), env_id=np.array([0, 0, 1, 1]))
+    np.testing.assert_array_equal(b.chop_into_sequences(5)[SB.SEQ_LENS], [2, 2])
+    np.testing.assert_array_equal(
+        SampleBatch(obs=np.zeros(7)).chop_into_sequences(3)[SB.SEQ_LENS], [3, 3, 1]
+    )
+    assert len(SampleBatch(obs=np.zeros(0)).chop_into_sequences(3)[SB.SEQ_LENS]) == 0
+    with pytest.raises(ValueError, match="max_seq_len"):
+        SampleBatch(obs=np.zeros(2)).chop_into_sequences(0)
+
+
+@st.composite
+def sequence_batches(draw: st.DrawFn) -> SampleBatch:
+    """A batch of random sequences; ``seq_id`` names each row's sequence, ``row_id`` the row."""
+    lens = draw(st.lists(st.integers(1, 6), max_size=12))
+    n = sum(lens)
+    return SampleBatch(
+        {
+            ROW_ID: np.arange(n, dtype=np.int64),
+            "seq_id": np.repeat(np.arange(len(lens)), lens).astype(np.int64),
+            SB.OBS: draw(hnp.arrays(np.float32, (n, 2))),
+            SB.SEQ_LENS: np.array(lens, dtype=np.int64),
+        }
+    )
+
+
+def assert_whole_sequences(original: SampleBatch, result: SampleBatch) -> None:
+    """``result`` is whole sequences of ``original``, in order inside each, with their lengths."""
+    lens = result[SB.SEQ_LENS]
+    assert lens.sum() == result.count
+    starts = np.cumsum(lens) - lens
+    bounds = np.cumsum(original[SB.SEQ_LENS]) - original[SB.SEQ_LENS]
+    for start, n in zip(starts, lens, strict=True):
+        seq = result["seq_id"][start]
+        assert (result["seq_id"][start : start + n] == seq).all()
+        assert n == original[SB.SEQ_LENS][seq]
+        np.testing.assert_array_equal(result[ROW_ID][start : start + n], bounds[seq] + np.arange(n))
+    for k in original:
+        if k != SB.SEQ_LENS:
+            np.testing.assert_array_equal(result[k], original[k][result[ROW_ID]], err_msg=k)
+
+
+@FAST
+@given(
+    batch=sequence_batches(), size=st.integers(1, 20), shuffle=st.booleans(), seed=st.integers(0, 9)
+)
+def test_sequence_minibatches_cover_every_row_once_and_keep_sequences_whole(
+    batch: SampleBatch, size: int, shuffle: bool, seed: int
+) -> None:
+    mbs = list(batch.minibatches(size, shuffle=shuffle, rng=seed))
+    ids = np.concatenate([mb[ROW_ID] for mb in mbs]) if mbs else np.zeros(0, dtype=np.int64)
+    np.testing.assert_array_equal(np.sort(ids), np.arange(batch.count))
+    if not shuffle:
+        np.testing.assert_array_equal(ids, np.arange(batch.count))
+    for i, mb in enumerate(mbs):
+        assert_whole_sequences(batch, mb)
+        if i < len(mbs) - 1:  # at least size rows, over by less than one sequence
+            assert size <= mb.count < size + mb[SB.SEQ_LENS][-1]
+    assert sum(mb.num_sequences for mb in mbs) == batch.num_sequences
+
+
+@FAST
+@given(batch=sequence_batches(), seed=st.integers(0, 99), data=st.data())
+def test_sequence_shuffle_slice_split_and_concat(
+    batch: SampleBatch, seed: int, data: st.DataObject
+) -> None:
+    shuffled = batch.shuffle(seed)
+    assert_whole_sequences(batch, shuffled)
+    assert sorted(shuffled["seq_id"].tolist()) == batch["seq_id"].tolist()
+    bounds = np.concatenate(([0], np.cumsum(batch[SB.SEQ_LENS]))).tolist()
+    cut = sorted(data.draw(st.lists(st.sampled_from(bounds), min_size=2, max_size=2)))
+    part = batch[cut[0] : cut[1]]
+    assert_whole_sequences(batch, part)
+    rest = SampleBatch.concat_samples([batch[: cut[0]], part, batch[cut[1] :]])
+    assert_batches_equal(rest, batch)
+    # eps_id runs on sequence boundaries split like any batch
+    batch[SB.EPS_ID] = batch["seq_id"] // 2
+    if batch.count:
+        pieces = batch.split_by_episode()
+        assert_batches_equal(SampleBatch.concat_samples(pieces), batch)
+        for p in pieces:
+            assert_whole_sequences(batch, p)
 
 
 def test_copy_is_deep() -> None:

@@ -76,7 +76,7 @@ class A2CPolicy(PGPolicy):
 
     def loss(self, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, Any]]:
         """``-E[log pi(a|s) A] + c_v E[(V(s) - R)^2] - c_e H[pi(.|s)]``."""
-        dist_inputs, values = self.model(batch[SampleBatch.OBS])
+        dist_inputs, values = self.model_outputs(batch)  # recurrent: over sequences
         dist = self.dist_class(dist_inputs)
         total, stats = self.policy_gradient_loss(batch, dist, values)
         entropy = dist.entropy().mean()

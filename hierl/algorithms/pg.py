@@ -48,7 +48,7 @@ class PGPolicy(TorchPolicyGraph):
 
     def loss(self, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, Any]]:
         """``-E[log pi(a|s) A] + c * E[(V(s) - R)^2]``."""
-        dist_inputs, values = self.model(batch[SampleBatch.OBS])
+        dist_inputs, values = self.model_outputs(batch)  # recurrent: over sequences
         return self.policy_gradient_loss(batch, self.dist_class(dist_inputs), values)
 
     def policy_gradient_loss(

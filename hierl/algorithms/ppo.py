@@ -4,6 +4,11 @@ Schulman et al. 2017, "Proximal Policy Optimization Algorithms",
 https://arxiv.org/abs/1707.06347 (clipped objective, §3; adaptive KL penalty, §4).
 Implementation details follow "The 37 Implementation Details of PPO" (Huang et al. 2022):
 per-minibatch advantage normalisation, optional value clipping, global grad-norm clip.
+
+Recurrent PPO is the same trainer with ``model.use_lstm=True``: the loss unrolls the LSTM
+over sequences of at most ``model.max_seq_len`` steps (truncated BPTT, as in RLlib's
+recurrent PPO), each started from the state recorded while sampling; padded steps are
+excluded from every mean (policy, value, entropy, KL).
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from typing import Any
 import torch
 
 from hierl.algorithms.trainer import Trainer, TrainerConfig
+from hierl.policy_graph import PolicyGraph
 from hierl.postprocessing import compute_advantages
-from hierl.sample_batch import SampleBatch
+from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
 
 
@@ -84,7 +90,8 @@ class PPOPolicy(TorchPolicyGraph):
     def loss(self, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, Any]]:
         """Clipped surrogate + value loss - entropy bonus (+ adaptive KL penalty)."""
         cfg = self.config
-        dist_inputs, values = self.model(batch[SampleBatch.OBS])
+        # Recurrent models: truncated BPTT over the batch's sequences, padding dropped.
+        dist_inputs, values = self.model_outputs(batch)
         dist = self.dist_class(dist_inputs)
         logp = dist.logp(batch[SampleBatch.ACTIONS])
         ratio = torch.exp(logp - batch[SampleBatch.ACTION_LOGP])
@@ -151,8 +158,21 @@ class PPOTrainer(Trainer):
     supported_optimizers = ("local", "multi_gpu", "allreduce", "auto")
 
     def after_optimizer_step(self, learner_stats: dict[str, float]) -> None:
-        """Adapt the learner's KL coefficient from the epoch-mean KL."""
-        if self.config.kl_coeff > 0 and "kl" in learner_stats:
-            kl = learner_stats["kl"]
-            # every replica: with allreduce the evaluators compute the loss too
-            self.evaluators.foreach_evaluator(lambda ev: ev.policy.update_kl(kl))
+        """Adapt each policy's KL coefficient from its own epoch-mean KL."""
+        # single-agent stats carry "kl"; multi-agent ones "<policy_id>/kl"
+        kls = {
+            pid: learner_stats[f"{pid}/kl"]
+            for pid in self.local_evaluator.policy_map
+            if f"{pid}/kl" in learner_stats
+        }
+        if "kl" in learner_stats:
+            kls[DEFAULT_POLICY_ID] = learner_stats["kl"]
+        if not any(getattr(self.get_policy(pid), "kl_coeff", 0) > 0 for pid in kls):
+            return
+
+        def update(policy: PolicyGraph, policy_id: str) -> None:
+            if policy_id in kls and isinstance(policy, PPOPolicy):
+                policy.update_kl(kls[policy_id])
+
+        # every replica: with allreduce the evaluators compute the loss too
+        self.evaluators.foreach_evaluator(lambda ev: ev.foreach_policy(update))

@@ -17,7 +17,7 @@ import collections
 import dataclasses
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -26,14 +26,21 @@ import numpy as np
 from hierl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from hierl.config import Config, ConfigError
 from hierl.evaluators import EvaluatorSet
-from hierl.evaluators.policy_evaluator import seed_everything
+from hierl.evaluators.policy_evaluator import MULTI_AGENT_FIELDS, PolicySpec, seed_everything
 from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S
 from hierl.models import ModelConfig
 from hierl.optimizers import PolicyOptimizer, get_optimizer_class
 from hierl.optimizers.auto import GRADIENT_STRATEGIES, AutoOptimizer
 from hierl.policy_graph import PolicyGraph, Weights
+from hierl.sample_batch import DEFAULT_POLICY_ID
 
 CHECKPOINT_KIND = "hierl-trainer"
+MULTI_AGENT = (
+    "supports_multi_agent",
+    "multi-agent training (config field 'policies' or a MultiAgentEnv)",
+)
+RECURRENT = ("supports_recurrent", "recurrent models (model.use_lstm=True)")
+"""Optimizer capabilities a config may need: (PolicyOptimizer class flag, description)."""
 
 
 @dataclasses.dataclass
@@ -64,6 +71,10 @@ class TrainerConfig(Config):
     """Cut episodes at fragment ends (bootstrapping) or return whole episodes only."""
     train_batch_size: int = 4000
     """Environment steps gathered per training iteration."""
+    timesteps_per_iteration: int = 0
+    """Each ``train()`` repeats optimizer steps until this many env steps were sampled
+    (0: one step), so that an iteration of a one-step-per-update algorithm (DQN, DDPG)
+    is not a single env step."""
     num_sgd_iter: int = 1
     """Epochs over each train batch."""
     sgd_minibatch_size: int = 0
@@ -98,6 +109,14 @@ class TrainerConfig(Config):
     """Join this Ray cluster instead of starting a local instance."""
     callbacks: Any = None
     """An ``hierl.evaluators.EpisodeCallbacks`` subclass (custom episode metrics)."""
+    policies: dict = dataclasses.field(default_factory=dict)
+    """Multi-agent: policy id → ``PolicySpec`` (policy class, None = this algorithm's;
+    spaces, None = from the env's agents mapped to it; config overrides) or a dict of
+    its fields.  Empty: single-agent (or one policy for every agent of a MultiAgentEnv)."""
+    policy_mapping_fn: Callable[[Any], str] | None = None
+    """Multi-agent: ``fn(agent_id) -> policy_id``; may be omitted with one policy."""
+    policies_to_train: tuple[str, ...] | None = None
+    """Multi-agent: the policy ids to update (None: all); the others act but stay frozen."""
 
     def __post_init__(self) -> None:
         self.check("num_evaluators", self.num_evaluators >= 0, "must be >= 0")
@@ -105,6 +124,7 @@ class TrainerConfig(Config):
         self.check("num_cpus_per_evaluator", self.num_cpus_per_evaluator >= 0, "must be >= 0")
         self.check("rollout_fragment_length", self.rollout_fragment_length >= 0, "must be >= 0")
         self.check("train_batch_size", self.train_batch_size >= 1, "must be >= 1")
+        self.check("timesteps_per_iteration", self.timesteps_per_iteration >= 0, ">= 0")
         self.check("num_sgd_iter", self.num_sgd_iter >= 1, "must be >= 1")
         self.check("sgd_minibatch_size", self.sgd_minibatch_size >= 0, "must be >= 0")
         self.check("gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
@@ -113,6 +133,65 @@ class TrainerConfig(Config):
         self.check("clip_rewards", self.clip_rewards is None or self.clip_rewards > 0, "> 0")
         self.check("sample_timeout_s", self.sample_timeout_s > 0, "must be > 0")
         self.check("metrics_smoothing_episodes", self.metrics_smoothing_episodes >= 1, ">= 1")
+        self._check_multi_agent()
+
+    def _check_multi_agent(self) -> None:
+        self.policies = {str(pid): PolicySpec.coerce(pid, s) for pid, s in self.policies.items()}
+        self.check(
+            "policy_mapping_fn",
+            self.policy_mapping_fn is None or callable(self.policy_mapping_fn),
+            "a function agent_id -> policy_id",
+        )
+        if len(self.policies) > 1 and self.policy_mapping_fn is None:
+            raise ConfigError(
+                f"config field 'policy_mapping_fn' is required with more than one policy "
+                f"(policies: {sorted(self.policies)})"
+            )
+        if self.policies_to_train is not None:
+            valid = sorted(self.policies) or [DEFAULT_POLICY_ID]
+            unknown = [p for p in self.policies_to_train if p not in valid]
+            if unknown:
+                raise ConfigError(
+                    f"config field 'policies_to_train' names unknown policies {unknown}; "
+                    f"valid policy ids: {valid}"
+                )
+        for pid in self.policies:
+            self.policy_config(pid)  # validates the overrides now, not in an evaluator
+
+    def policy_classes(self, policy_id: str) -> tuple[Any, type[Config]]:
+        """``(policy_class or None, config class)`` of a policy; names are resolved."""
+        spec = self.policies[policy_id]
+        cls, config_class = spec.policy_class, spec.config_class
+        if isinstance(cls, str):
+            from hierl.algorithms.registry import get_trainer_class
+
+            try:
+                trainer_cls = get_trainer_class(cls)
+            except ConfigError as e:
+                raise ConfigError(f"policies['{policy_id}'].policy_class: {e}") from e
+            cls = trainer_cls.policy_class
+            config_class = config_class or trainer_cls.config_class
+        return cls, config_class or type(self)
+
+    def policy_config(self, policy_id: str) -> Config:
+        """The config policy ``policy_id`` is built with: this config, its config class,
+        its overrides (validated: an unknown key is an error with a "did you mean")."""
+        spec = self.policies[policy_id]
+        if not isinstance(spec.config, Mapping):
+            return spec.config
+        _, config_class = self.policy_classes(policy_id)
+        if config_class is type(self) and not spec.config:
+            return self
+        bad = sorted(set(spec.config) & set(MULTI_AGENT_FIELDS))
+        if bad:
+            raise ConfigError(f"policies['{policy_id}'].config cannot set {bad}")
+        names = {f.name for f in dataclasses.fields(config_class) if f.init}
+        names -= set(MULTI_AGENT_FIELDS)
+        shared = {n: getattr(self, n) for n in names if hasattr(self, n)}
+        try:
+            return config_class.from_dict({**shared, **spec.config})
+        except ConfigError as e:
+            raise ConfigError(f"config of policy '{policy_id}': {e}") from e
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict; a callable env is recorded by name only."""
@@ -123,7 +202,33 @@ class TrainerConfig(Config):
         if self.callbacks is not None:
             # Code is never stored in (or loaded from) checkpoints: pass it again.
             out["callbacks"] = None
+        if self.policy_mapping_fn is not None:
+            out["policy_mapping_fn"] = None
+            out["policy_mapping_fn_callable"] = _qualname(self.policy_mapping_fn)
+        if self.policies:
+            specs = {pid: _spec_json(spec) for pid, spec in self.policies.items()}
+            code = {pid: d for pid, d in specs.items() if isinstance(d, str)}
+            # Classes and spaces are code, not data: the whole spec must be passed again.
+            out["policies"] = None if code else specs
+            if code:
+                out["policies_callable"] = code
         return out
+
+
+def _spec_json(spec: PolicySpec) -> dict[str, Any] | str:
+    """A PolicySpec as JSON, or a description of the code that keeps it from being one."""
+    code = [c for c in (spec.policy_class, spec.config_class) if isinstance(c, type)]
+    if spec.observation_space is not None or spec.action_space is not None:
+        code.append("spaces")
+    if not isinstance(spec.config, Mapping):
+        code.append(type(spec.config))
+    if code:
+        return ", ".join(c if isinstance(c, str) else _qualname(c) for c in code)
+    return {"policy_class": spec.policy_class, "config": dict(spec.config)}
+
+
+def _qualname(obj: Any) -> str:
+    return getattr(obj, "__qualname__", None) or repr(obj)
 
 
 def _use_driver_cpus(num_cpus: float) -> None:
@@ -180,9 +285,19 @@ class Trainer:
                 f"{self.name or type(self).__name__}; valid: {', '.join(self.supported_optimizers)}"
             )
         self.config = dataclasses.replace(config, optimizer=optimizer_name)
+        if self.config.policies:
+            self._check_optimizer_supports(optimizer_name, MULTI_AGENT)
+        if self.config.model.use_lstm:
+            self._check_optimizer_supports(optimizer_name, RECURRENT)
         _use_driver_cpus(self.config.num_cpus_for_driver)
         seed_everything(self.config.seed)
         self.evaluators = self._make_evaluators()
+        if self.local_evaluator.multi_agent:  # also a MultiAgentEnv without `policies`
+            try:
+                self._check_optimizer_supports(optimizer_name, MULTI_AGENT)
+            except ConfigError:
+                self.evaluators.stop()
+                raise
         self.optimizer = self._make_optimizer(optimizer_name)
         self.iteration = 0
         self.time_total_s = 0.0
@@ -190,8 +305,34 @@ class Trainer:
         self._episodes: collections.deque = collections.deque(
             maxlen=self.config.metrics_smoothing_episodes
         )
+        self._policy_rewards: dict[str, collections.deque] = {}
 
     # -- construction hooks ------------------------------------------------------------
+    def _check_optimizer_supports(self, name: str, feature: tuple[str, str]) -> None:
+        """ConfigError unless optimizer ``name`` has the capability ``(flag, description)``."""
+        flag, what = feature
+        if getattr(get_optimizer_class(name), flag, False):
+            return
+        ok = [n for n in self.supported_optimizers if getattr(get_optimizer_class(n), flag, False)]
+        raise ConfigError(
+            f"config field 'optimizer' = '{name}' does not support {what}; valid for "
+            f"{self.name or type(self).__name__}: {', '.join(ok) or 'none'}"
+        )
+
+    def _policy_specs(self) -> dict[str, PolicySpec]:
+        """The ``policies`` config with classes and configs resolved, for the evaluators."""
+        cfg = self.config
+        out = {}
+        for pid, spec in cfg.policies.items():
+            cls, _ = cfg.policy_classes(pid)
+            out[pid] = PolicySpec(
+                policy_class=cls or self.policy_class,
+                observation_space=spec.observation_space,
+                action_space=spec.action_space,
+                config=cfg.policy_config(pid),
+            )
+        return out
+
     def rollout_fragment_length(self) -> int:
         """The configured fragment length, or train_batch_size split over all sub-envs."""
         cfg = self.config
@@ -216,6 +357,9 @@ class Trainer:
             "compress_observations": cfg.compress_observations,
             "callbacks": cfg.callbacks,
             "sample_async": cfg.sample_async,
+            "policies": self._policy_specs(),
+            "policy_mapping_fn": cfg.policy_mapping_fn,
+            "policies_to_train": cfg.policies_to_train,
         }
         return EvaluatorSet(
             kwargs,
@@ -259,9 +403,14 @@ class Trainer:
         """The driver's PolicyEvaluator."""
         return self.evaluators.local_evaluator
 
-    def get_policy(self) -> PolicyGraph:
-        """The driver's (default) policy graph."""
-        return self.local_evaluator.policy
+    def get_policy(self, policy_id: str | None = None) -> PolicyGraph:
+        """The driver's policy graph ``policy_id`` (None: the single-agent default)."""
+        if policy_id is None:
+            return self.local_evaluator.policy
+        policy_map = self.local_evaluator.policy_map
+        if policy_id not in policy_map:
+            raise ValueError(f"unknown policy id {policy_id!r}; valid: {sorted(policy_map)}")
+        return policy_map[policy_id]
 
     def _collect_episodes(self) -> list:
         episodes = self.local_evaluator.get_metrics()
@@ -275,13 +424,20 @@ class Trainer:
         """Run one iteration; return the flat result dict."""
         start = time.perf_counter()
         steps_before = self.optimizer.num_steps_sampled
-        learner_stats = self.optimizer.step()
-        self.after_optimizer_step(learner_stats)
+        while True:
+            learner_stats = self.optimizer.step()
+            self.after_optimizer_step(learner_stats)
+            sampled = self.optimizer.num_steps_sampled - steps_before
+            if sampled >= self.config.timesteps_per_iteration:
+                break
         if self.config.observation_filter != "NoFilter":
             self.evaluators.sync_filters()
         episodes = self._collect_episodes()
         self._episodes.extend((e.episode_reward, e.episode_length) for e in episodes)
         self.episodes_total += len(episodes)
+        for e in episodes:
+            for pid, returns in getattr(e, "policy_rewards", {}).items():
+                self._policy_window(pid).extend(returns)
         self.iteration += 1
         elapsed = time.perf_counter() - start
         self.time_total_s += elapsed
@@ -316,14 +472,30 @@ class Trainer:
             result[f"custom_metrics/{k}_mean"] = float(np.mean(values))
             result[f"custom_metrics/{k}_min"] = float(np.min(values))
             result[f"custom_metrics/{k}_max"] = float(np.max(values))
+        for pid, returns in self._policy_rewards.items():
+            if returns:
+                result[f"policy_reward_mean/{pid}"] = float(np.mean(returns))
+                result[f"policy_reward_min/{pid}"] = float(np.min(returns))
+                result[f"policy_reward_max/{pid}"] = float(np.max(returns))
+        # multi-agent optimizers key their stats "<policy_id>/<stat>"
         for k, v in learner_stats.items():
             result[f"learner/{k}"] = v
         return result
 
+    def _policy_window(self, policy_id: str) -> collections.deque:
+        """The smoothing window of one policy's per-agent episode returns."""
+        if policy_id not in self._policy_rewards:
+            maxlen = self.config.metrics_smoothing_episodes
+            self._policy_rewards[policy_id] = collections.deque(maxlen=maxlen)
+        return self._policy_rewards[policy_id]
+
     # -- acting ------------------------------------------------------------------------
-    def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
-        """The action for one raw env observation, in the env's action format."""
-        return self.local_evaluator.compute_single_action(obs, explore=explore)
+    def compute_single_action(
+        self, obs: Any, explore: bool = False, policy_id: str = DEFAULT_POLICY_ID
+    ) -> Any:
+        """The action of policy ``policy_id`` for one raw env observation, in the env's
+        action format."""
+        return self.local_evaluator.compute_single_action(obs, explore=explore, policy_id=policy_id)
 
     def get_weights(self) -> dict[str, Weights]:
         """Weights of the driver's policies."""
@@ -346,6 +518,10 @@ class Trainer:
                 "episodes_total": self.episodes_total,
             },
             "episodes": np.asarray(list(self._episodes), dtype=np.float64).reshape(-1, 2),
+            "policy_rewards": {
+                pid: np.asarray(list(r), dtype=np.float64)
+                for pid, r in self._policy_rewards.items()
+            },
         }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
@@ -361,6 +537,9 @@ class Trainer:
         self.episodes_total = int(counters["episodes_total"])
         self._episodes.clear()
         self._episodes.extend((float(r), int(n)) for r, n in state["episodes"])
+        self._policy_rewards.clear()
+        for pid, returns in state.get("policy_rewards", {}).items():
+            self._policy_window(pid).extend(float(r) for r in returns)
         self.optimizer.push_local_weights({"timestep": self.optimizer.num_steps_sampled})
         self.evaluators.push_filters()
 
@@ -394,7 +573,14 @@ class Trainer:
         cls = get_trainer_class(str(meta.get("algorithm")))
         config = dict(meta.get("config") or {})
         config.pop("env_callable", None)
+        config.pop("policy_mapping_fn_callable", None)
+        code = config.pop("policies_callable", None)
         config.update(config_overrides)
+        if code and config.get("policies") is None:
+            raise CheckpointError(
+                f"checkpoint '{checkpoint_dir}' was made with policies given as code ({code}); "
+                "pass policies=... (and policy_mapping_fn=...) to from_checkpoint"
+            )
         if config.get("env") is None:
             raise CheckpointError(
                 f"checkpoint '{checkpoint_dir}' was made with a callable env; pass env=... "

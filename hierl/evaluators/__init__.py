@@ -1,8 +1,10 @@
-"""PolicyEvaluator, the rollout loop, env creation, observation filters, evaluator sets."""
+"""PolicyEvaluator, the rollout loops, env creation, observation filters, evaluator sets."""
 
 from hierl.evaluators.env import EnvContext, register_env
 from hierl.evaluators.evaluator_set import EvaluatorSet
-from hierl.evaluators.policy_evaluator import PolicyEvaluator
+from hierl.evaluators.multi_agent_env import MultiAgentEnv, make_multi_agent
+from hierl.evaluators.multi_agent_sampler import MultiAgentEpisodeRecord
+from hierl.evaluators.policy_evaluator import PolicyEvaluator, PolicySpec
 from hierl.evaluators.sampler import EnvError, EpisodeCallbacks, EpisodeRecord
 
 __all__ = [
@@ -11,6 +13,10 @@ __all__ = [
     "EpisodeCallbacks",
     "EpisodeRecord",
     "EvaluatorSet",
+    "MultiAgentEnv",
+    "MultiAgentEpisodeRecord",
     "PolicyEvaluator",
+    "PolicySpec",
+    "make_multi_agent",
     "register_env",
 ]

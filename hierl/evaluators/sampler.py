@@ -12,6 +12,13 @@ Gymnasium's three autoreset modes are handled:
 * ``NEXT_STEP`` (Gymnasium's default, e.g. ``CartPoleVectorEnv``): the step after a done
   only resets that sub-env; its row is dropped;
 * ``DISABLED``: the sampler resets finished sub-envs itself with ``reset_mask``.
+
+Recurrent policies (a non-empty ``get_initial_state()``) get their state carried per
+sub-env: it is passed to ``compute_actions`` every step, recorded as it was at the start
+of each step (``state_in_0``, ``state_in_1``, ...), and reset to the initial state for a
+sub-env whose episode ended.  Their batches are cut into sequences (``seq_lens``, at most
+the policy's ``max_seq_len`` steps of one episode each).  Feed-forward policies get
+neither the extra columns nor any per-step cost.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from hierl.evaluators.filters import NoFilter
-from hierl.models import Preprocessor, to_env_action
+from hierl.models import ModelConfig, Preprocessor, to_env_action
 from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import SampleBatch
 
@@ -86,6 +93,10 @@ class VectorSampler:
     fewer for NEXT_STEP envs by the dropped reset rows).  With
     ``batch_mode="complete_episodes"`` only whole episodes are returned (at least that
     many rows); unfinished ones are carried over to the next call.
+
+    Attributes:
+        state: For recurrent policies, the current state of every sub-env (one array of
+            ``num_envs`` rows per state tensor); ``[]`` otherwise.
     """
 
     def __init__(
@@ -137,6 +148,10 @@ class VectorSampler:
         self.ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self.ep_len = np.zeros(self.num_envs, dtype=np.int64)
         self.pending_reset = np.zeros(self.num_envs, dtype=bool)
+        self.initial_state = [np.asarray(s) for s in policy.get_initial_state()]
+        self.recurrent = bool(self.initial_state)
+        self.max_seq_len = int(getattr(policy, "max_seq_len", 0) or ModelConfig.max_seq_len)
+        self.state = [np.repeat(s[None], self.num_envs, axis=0) for s in self.initial_state]
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -161,11 +176,17 @@ class VectorSampler:
         valid_buf = np.empty(shape, dtype=bool)
         act_buf: np.ndarray | None = None
         extra_bufs: dict[str, np.ndarray] = {}
+        state_bufs = [np.empty(shape + s.shape[1:], dtype=s.dtype) for s in self.state]
         for step in range(steps):
             # CRUCIAL: record the observation before stepping; with copy=False vector envs
             # (and the no-copy preprocessor) self.obs may alias the env's own buffer.
             obs_buf[step] = self.obs
-            actions, _, extra = self.policy.compute_actions(self.obs)
+            if self.recurrent:
+                for buf, s in zip(state_bufs, self.state, strict=True):
+                    buf[step] = s
+                actions, state_out, extra = self.policy.compute_actions(self.obs, self.state)
+            else:
+                actions, _, extra = self.policy.compute_actions(self.obs)
             if act_buf is None:
                 act_buf = np.empty(shape + actions.shape[1:], dtype=actions.dtype)
                 extra_bufs = {
@@ -199,6 +220,14 @@ class VectorSampler:
                     next_obs = next_obs.copy()
                     next_obs[idx] = self.filter(self.preprocessor.transform(reset_raw))[idx]
                 self._finish_episodes(idx, info)
+            if self.recurrent:
+                # A finished episode's successor starts from the initial state; so does the
+                # row after a NEXT_STEP reset step (~valid: its output is from the old one).
+                self.state = [np.array(s, copy=True) for s in state_out]
+                reset = done | ~valid
+                if reset.any():
+                    for s, init in zip(self.state, self.initial_state, strict=True):
+                        s[reset] = init
             if self.autoreset_mode == AutoresetMode.NEXT_STEP:
                 self.pending_reset = done
             self.obs = next_obs
@@ -214,6 +243,7 @@ class VectorSampler:
             SampleBatch.EPS_ID: eps_buf,
             SampleBatch.T: t_buf,
             **extra_bufs,
+            **{SampleBatch.STATE_IN + str(i): buf for i, buf in enumerate(state_bufs)},
         }
         valid_rows = valid_buf.T.reshape(n * steps)
         all_valid = bool(valid_rows.all())
@@ -252,9 +282,7 @@ class VectorSampler:
         """Collect and postprocess one batch (see the class docstring for its size)."""
         if self.batch_mode == "truncate_episodes":
             batch = self._collect(self.fragment_length)
-            if not self._postprocess:
-                return batch
-            return self.policy.postprocess_trajectories(batch)
+            return self._finish(batch)
         target = self.fragment_length * self.num_envs
         done_segments: list[SampleBatch] = []
         count = 0
@@ -277,8 +305,15 @@ class VectorSampler:
                 else:
                     carry.append(seg)
             self._carry = SampleBatch.concat_samples(carry) if carry else None
-        batch = SampleBatch.concat_samples(done_segments)
-        return self.policy.postprocess_trajectories(batch) if self._postprocess else batch
+        return self._finish(SampleBatch.concat_samples(done_segments))
+
+    def _finish(self, batch: SampleBatch) -> SampleBatch:
+        """Postprocess (if the policy does) and, for recurrent policies, cut sequences."""
+        if self._postprocess:
+            batch = self.policy.postprocess_trajectories(batch)
+        if self.recurrent:
+            batch.chop_into_sequences(self.max_seq_len)
+        return batch
 
     def pop_episodes(self) -> list[EpisodeRecord]:
         """Return and forget the episodes finished since the last call."""

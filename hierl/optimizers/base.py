@@ -63,6 +63,12 @@ class PolicyOptimizer:
 
     name: ClassVar[str] = ""
     config_class: ClassVar[type[OptimizerConfig]] = OptimizerConfig
+    supports_multi_agent: ClassVar[bool] = False
+    """Whether ``step()`` handles MultiAgentBatches (several policies); the Trainer
+    refuses a multi-agent config with an optimizer that does not."""
+    supports_recurrent: ClassVar[bool] = False
+    """Whether its batches keep recurrent sequences whole (``seq_lens``): the Trainer
+    refuses ``model.use_lstm`` with an optimizer that shards or trims batches by rows."""
 
     def __init__(
         self,

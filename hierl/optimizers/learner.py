@@ -79,6 +79,14 @@ class MultiDeviceLearner:
             )
         if num_towers < 0:
             raise ValueError(f"num_towers must be >= 0, got {num_towers}")
+        if getattr(policy, "is_recurrent", False):
+            # Shards and minibatches here are row ranges/permutations: they would cut the
+            # sequences a recurrent loss unrolls over.
+            raise ValueError(
+                f"MultiDeviceLearner (optimizer 'multi_gpu') does not support recurrent "
+                f"policies ({type(policy).__name__} with model.use_lstm=True); use the "
+                "'local' optimizer"
+            )
         self.policy = policy
         self.devices = resolve_devices(policy.device, devices, num_towers)
         self.towers: list[nn.Module] = [policy.model] + [

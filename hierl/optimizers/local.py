@@ -2,7 +2,9 @@
 
 RLlib (ICML 2018) Fig. 4 / original ``SyncSamplesOptimizer``: gather samples from all
 evaluators (or from the local one when there are none), run minibatch SGD epochs on the
-driver's policy, broadcast the new weights.
+driver's policy, broadcast the new weights.  Multi-agent: the samples are a
+MultiAgentBatch and every policy in the evaluator's ``policies_to_train`` gets its own
+SGD epochs on its own rows; the others stay frozen.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
 from hierl.optimizers.registry import register_optimizer
 from hierl.optimizers.sgd import minibatch_sgd
-from hierl.sample_batch import SampleBatch
+from hierl.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
 
 
 @dataclasses.dataclass
@@ -35,14 +37,17 @@ class LocalOptimizer(PolicyOptimizer):
 
     name = "local"
     config_class = LocalConfig
+    supports_multi_agent = True
+    supports_recurrent = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.rng = np.random.default_rng(self.config.seed)
 
-    def gather(self) -> SampleBatch:
-        """Sample in rounds over all evaluators until ``train_batch_size`` rows."""
-        batches: list[SampleBatch] = []
+    def gather(self) -> SampleBatch | MultiAgentBatch:
+        """Sample in rounds over all evaluators until ``train_batch_size`` rows
+        (environment steps for multi-agent batches)."""
+        batches: list[SampleBatch | MultiAgentBatch] = []
         count = 0
         while count < self.config.train_batch_size:
             if self.remote_evaluators:
@@ -51,23 +56,45 @@ class LocalOptimizer(PolicyOptimizer):
                 new = [self.local_evaluator.sample()]
             batches.extend(new)
             count += sum(b.count for b in new)
-        return SampleBatch.concat_samples(batches)
+        return concat_samples(batches)
 
     def step(self) -> dict[str, float]:
         """One synchronous round."""
         with self.timer("sample"):
             batch = self.gather()
         with self.timer("learn"):
-            self.learner_stats = minibatch_sgd(
-                self.local_evaluator.policy,
-                batch,
-                self.config.num_sgd_iter,
-                self.config.sgd_minibatch_size,
-                self.rng,
-            )
+            if isinstance(batch, MultiAgentBatch):
+                self.learner_stats = self._learn_multi_agent(batch)
+            else:
+                self.learner_stats = minibatch_sgd(
+                    self.local_evaluator.policy,
+                    batch,
+                    self.config.num_sgd_iter,
+                    self.config.sgd_minibatch_size,
+                    self.rng,
+                )
         self.num_updates += int(self.learner_stats.pop("num_updates"))
         self.num_steps_sampled += batch.count
         self.num_steps_trained += batch.count * self.config.num_sgd_iter
         with self.timer("sync"):
             self.evaluators.sync_weights({"timestep": self.num_steps_sampled})
         return self.learner_stats
+
+    def _learn_multi_agent(self, batch: MultiAgentBatch) -> dict[str, float]:
+        """SGD epochs per trained policy; stats keyed ``<policy_id>/<stat>``."""
+        evaluator = self.local_evaluator
+        stats: dict[str, float] = {"num_updates": 0}
+        for pid in evaluator.policies_to_train:
+            policy_batch = batch.policy_batches.get(pid)
+            if policy_batch is None or policy_batch.count == 0:
+                continue
+            policy_stats = minibatch_sgd(
+                evaluator.policy_map[pid],
+                policy_batch,
+                self.config.num_sgd_iter,
+                self.config.sgd_minibatch_size,
+                self.rng,
+            )
+            stats["num_updates"] += policy_stats.pop("num_updates")
+            stats.update({f"{pid}/{k}": v for k, v in policy_stats.items()})
+        return stats

@@ -50,6 +50,8 @@ class MultiGPUOptimizer(LocalOptimizer):
 
     name = "multi_gpu"
     config_class = MultiGPUConfig
+    supports_multi_agent = False  # one learner over one policy
+    supports_recurrent = False  # towers split batches by rows
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -20,6 +20,8 @@ def minibatch_sgd(
     """``num_sgd_iter`` epochs of shuffled minibatches; returns stats averaged over updates.
 
     ``minibatch_size <= 0`` or ``>= batch.count`` means one full-batch update per epoch.
+    A batch with ``seq_lens`` (recurrent policies) is split between whole sequences, so
+    its minibatches may exceed ``minibatch_size`` by less than one sequence.
     The stats include ``num_updates``, the number of updates made.
     """
     batch.decompress_if_needed()
