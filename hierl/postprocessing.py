@@ -1,4 +1,4 @@
-"""Trajectory postprocessing: discounted returns and generalized advantage estimation.
+"""Trajectory postprocessing: discounted returns, GAE and n-step returns.
 
 All functions work on ONE trajectory segment of one agent: consecutive steps of a single
 episode, possibly cut before the episode ended.  The caller supplies the bootstrap value
@@ -9,6 +9,8 @@ of the state after the last step:
 
 GAE: Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized
 Advantage Estimation", https://arxiv.org/abs/1506.02438
+n-step returns: Sutton & Barto 2018, §7.1; as used in Rainbow (Hessel et al. 2018,
+https://arxiv.org/abs/1710.02298) and Ape-X (Horgan et al. 2018).
 """
 
 from __future__ import annotations
@@ -141,3 +143,50 @@ def compute_advantages(
     batch[SampleBatch.ADVANTAGES] = adv.astype(np.float32)
     batch[SampleBatch.VALUE_TARGETS] = targets.astype(np.float32)
     return batch
+
+
+N_STEP_DISCOUNTS = "n_step_discounts"
+"""Column added by :func:`compute_n_step`: ``gamma ** m`` per row, the discount of the
+bootstrap value of its (new) NEW_OBS, where ``m`` is the number of rewards its return sums."""
+
+
+def compute_n_step(batch: SampleBatch, n: int, gamma: float) -> SampleBatch:
+    """n-step transitions for a batch of one or more trajectory segments (runs of EPS_ID).
+
+    Row ``t`` of a segment gets, with ``m = min(n, rows left in its segment from t)``:
+
+    * REWARDS = ``sum_{k<m} gamma^k r_{t+k}``;
+    * NEW_OBS, TERMINATEDS (and TRUNCATEDS) = those of row ``t+m-1``;
+    * :data:`N_STEP_DISCOUNTS` = ``gamma^m``.
+
+    The target of row t is then ``REWARDS + N_STEP_DISCOUNTS * (1 - TERMINATEDS) * V(NEW_OBS)``:
+    an episode that terminates inside the window shortens it and is not bootstrapped, while
+    a truncated (time-limit) or fragment-cut segment still bootstraps from its last NEW_OBS.
+    Vectorised over rows (the Python loop runs ``n`` times).  Returns a new batch; the
+    other columns are shared with ``batch``, which is left unchanged.
+    """
+    if n < 1:
+        raise ValueError(f"n-step length must be >= 1, got {n}")
+    out = SampleBatch(batch)  # shallow copy: the input keeps its 1-step columns
+    count = out.count
+    if count == 0:
+        out[N_STEP_DISCOUNTS] = np.zeros(0, np.float32)
+        return out
+    out.decompress_if_needed([SampleBatch.NEW_OBS])
+    rows = np.arange(count)
+    end_idx = np.flatnonzero(segment_ends(out))
+    seg_end = end_idx[np.searchsorted(end_idx, rows)]
+    m = np.minimum(n, seg_end - rows + 1)
+    rewards = np.asarray(out[SampleBatch.REWARDS], dtype=np.float64)
+    returns = np.zeros(count)
+    for k in range(int(m.max())):
+        # CRUCIAL: a window never crosses its segment's end (another episode or env).
+        valid = k < m
+        returns[valid] += gamma**k * rewards[rows[valid] + k]
+    last = rows + m - 1
+    out[SampleBatch.REWARDS] = returns.astype(np.float32)
+    for column in (SampleBatch.NEW_OBS, SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS):
+        if column in out:
+            out[column] = np.asarray(out[column])[last]
+    out[N_STEP_DISCOUNTS] = np.power(np.float64(gamma), m).astype(np.float32)
+    return out

@@ -1,11 +1,18 @@
-"""Closed-form checks of discounting and GAE, including termination vs truncation."""
+"""Closed-form checks of discounting, GAE and n-step returns, incl. termination vs truncation."""
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hierl.postprocessing import bootstrap_needed, compute_advantages, compute_gae, discount_cumsum
+from hierl.postprocessing import (
+    N_STEP_DISCOUNTS,
+    bootstrap_needed,
+    compute_advantages,
+    compute_gae,
+    compute_n_step,
+    discount_cumsum,
+)
 from hierl.sample_batch import SampleBatch
 
 
@@ -109,3 +116,109 @@ def test_vectorised_gae_equals_per_segment(lengths, gamma, lam, seed):
         np.testing.assert_allclose(adv[start:end], a, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(targets[start:end], t, rtol=1e-4, atol=1e-4)
         start = end
+
+
+# -- n-step returns -----------------------------------------------------------------------
+def _steps(rewards, terminated=False, truncated=False, eps_id=None) -> SampleBatch:
+    """One segment; NEW_OBS of row t is [t + 1] so tests can see which row it came from."""
+    n = len(rewards)
+    ends = np.zeros(n, dtype=bool)
+    ends[-1] = True
+    batch = SampleBatch(
+        {
+            SampleBatch.OBS: np.arange(n, dtype=np.float32)[:, None],
+            SampleBatch.NEW_OBS: np.arange(1, n + 1, dtype=np.float32)[:, None],
+            SampleBatch.REWARDS: np.asarray(rewards, np.float32),
+            SampleBatch.TERMINATEDS: ends & terminated,
+            SampleBatch.TRUNCATEDS: ends & truncated,
+        }
+    )
+    if eps_id is not None:
+        batch[SampleBatch.EPS_ID] = np.full(n, eps_id)
+    return batch
+
+
+def test_n_step_episode_terminating_inside_the_window():
+    g = 0.5
+    out = compute_n_step(_steps([1.0, 2.0, 3.0, 4.0], terminated=True), n=3, gamma=g)
+    np.testing.assert_allclose(
+        out[SampleBatch.REWARDS],
+        [1 + g * 2 + g * g * 3, 2 + g * 3 + g * g * 4, 3 + g * 4, 4],
+        rtol=1e-6,
+    )
+    # the window of rows 1-3 reaches the terminal step: shortened, no bootstrap
+    np.testing.assert_array_equal(out[SampleBatch.NEW_OBS][:, 0], [3, 4, 4, 4])
+    np.testing.assert_array_equal(out[SampleBatch.TERMINATEDS], [False, True, True, True])
+    np.testing.assert_allclose(out[N_STEP_DISCOUNTS], [g**3, g**3, g**2, g])
+    np.testing.assert_array_equal(out[SampleBatch.OBS][:, 0], [0, 1, 2, 3])  # untouched
+
+
+@pytest.mark.parametrize("truncated", [True, False])  # time limit, or a fragment cut
+def test_n_step_truncated_or_cut_segments_still_bootstrap(truncated):
+    g = 0.9
+    batch = _steps([1.0, 1.0, 1.0], truncated=truncated)
+    out = compute_n_step(batch, n=2, gamma=g)
+    np.testing.assert_allclose(out[SampleBatch.REWARDS], [1 + g, 1 + g, 1], rtol=1e-6)
+    np.testing.assert_array_equal(out[SampleBatch.NEW_OBS][:, 0], [2, 3, 3])
+    assert not out[SampleBatch.TERMINATEDS].any()  # every row bootstraps
+    np.testing.assert_array_equal(out[SampleBatch.TRUNCATEDS], [False, truncated, truncated])
+    np.testing.assert_allclose(out[N_STEP_DISCOUNTS], [g**2, g**2, g], rtol=1e-6)
+    # the input batch keeps its 1-step columns
+    np.testing.assert_array_equal(batch[SampleBatch.NEW_OBS][:, 0], [1, 2, 3])
+    assert N_STEP_DISCOUNTS not in batch
+
+
+def test_n_step_windows_stop_at_segment_boundaries():
+    g = 0.5
+    a = _steps([1.0, 2.0, 3.0], terminated=True, eps_id=7)
+    b = _steps([10.0, 20.0], eps_id=9)  # cut mid-episode
+    c = _steps([5.0], terminated=True, eps_id=7)  # the same id again, later: a new segment
+    batch = SampleBatch.concat_samples([a, b, c])
+    out = compute_n_step(batch, n=3, gamma=g)
+    np.testing.assert_allclose(
+        out[SampleBatch.REWARDS],
+        [1 + g * 2 + g * g * 3, 2 + g * 3, 3, 10 + g * 20, 20, 5],
+        rtol=1e-6,
+    )
+    np.testing.assert_array_equal(out[SampleBatch.NEW_OBS][:, 0], [3, 3, 3, 2, 2, 1])
+    np.testing.assert_array_equal(
+        out[SampleBatch.TERMINATEDS], [True, True, True, False, False, True]
+    )
+    np.testing.assert_allclose(out[N_STEP_DISCOUNTS], [g**3, g**2, g, g**2, g, g])
+
+
+def test_one_step_is_the_identity_plus_gamma():
+    batch = _steps([1.0, -2.0, 3.0], terminated=True)
+    out = compute_n_step(batch, n=1, gamma=0.97)
+    for k in batch:
+        np.testing.assert_array_equal(out[k], batch[k])
+    np.testing.assert_allclose(out[N_STEP_DISCOUNTS], [0.97] * 3, rtol=1e-6)
+    with pytest.raises(ValueError, match="n-step length must be >= 1, got 0"):
+        compute_n_step(batch, n=0, gamma=0.97)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.integers(1, 9), min_size=1, max_size=6),
+    st.integers(1, 5),
+    st.floats(0.0, 1.0),
+    st.integers(0, 2**31),
+)
+def test_vectorised_n_step_equals_a_loop_over_rows(lengths, n, gamma, seed):
+    rng = np.random.default_rng(seed)
+    segments = [
+        _steps(rng.normal(size=k), terminated=bool(rng.integers(2)), eps_id=i)
+        for i, k in enumerate(lengths)
+    ]
+    out = compute_n_step(SampleBatch.concat_samples(segments), n, gamma)
+    row = 0
+    for seg in segments:
+        r = seg[SampleBatch.REWARDS].astype(np.float64)
+        for t in range(seg.count):
+            m = min(n, seg.count - t)
+            expected = sum(gamma**k * r[t + k] for k in range(m))
+            assert out[SampleBatch.REWARDS][row] == pytest.approx(expected, rel=1e-4, abs=1e-4)
+            assert out[N_STEP_DISCOUNTS][row] == pytest.approx(gamma**m, rel=1e-5, abs=1e-7)
+            assert out[SampleBatch.TERMINATEDS][row] == seg[SampleBatch.TERMINATEDS][t + m - 1]
+            assert out[SampleBatch.NEW_OBS][row, 0] == t + m
+            row += 1

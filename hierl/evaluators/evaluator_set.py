@@ -84,6 +84,8 @@ class EvaluatorSet:
     def foreach_evaluator(self, fn: Callable[[PolicyEvaluator], T]) -> list[T]:
         """``fn(evaluator)`` on the local evaluator, then on every remote (in parallel)."""
         local = fn(self.local_evaluator)
+        if not self.remote_evaluators:  # CRUCIAL: ray.get([]) would start Ray
+            return [local]
         return [local, *self.get([e.apply.remote(fn) for e in self.remote_evaluators])]
 
     def stop(self) -> None:

@@ -1,0 +1,603 @@
+"""DDPG, TD3 and Ape-X DDPG: deterministic actor-critic for continuous (Box) actions.
+
+* DDPG: Lillicrap et al. 2016, "Continuous control with deep reinforcement learning",
+  https://arxiv.org/abs/1509.02971 (Algorithm 1: deterministic actor, critic Q(s, a),
+  Polyak-averaged target networks, exploration noise added to the actor's action).
+* TD3: Fujimoto et al. 2018, "Addressing Function Approximation Error in Actor-Critic
+  Methods", https://arxiv.org/abs/1802.09477 (Algorithm 1: clipped double-Q with twin
+  critics, target policy smoothing, delayed actor and target updates).  TD3 is DDPG with
+  ``twin_q``, ``smooth_target_policy`` and ``policy_delay=2`` on.
+* Ape-X DDPG: Horgan et al. 2018, "Distributed Prioritized Experience Replay",
+  https://arxiv.org/abs/1803.00933 (§4.2): the same learner on the ``apex`` optimizer;
+  each evaluator explores with its own noise scale (``DDPGPolicy.set_epsilon``).
+
+One learner update (``DDPGPolicy.learn_on_replay_batch``), as in TD3's Algorithm 1::
+
+    y = r + gamma * (1 - terminated) * min_i Q'_i(s', clip(mu'(s') + clip(eps, -c, c), -1, 1))
+    critic(s): minimise  w * (Q_i(s, a) - y)^2         (w: prioritized replay weights)
+    every policy_delay-th update:
+        actor: maximise Q_1(s, mu(s));  then targets <- tau * online + (1 - tau) * targets
+
+With ``policy_delay=1`` the actor and the targets are updated after every critic update,
+which is DDPG's Algorithm 1.  Actions are handled in a normalised space: the actor's tanh
+output ``u`` in ``[-1, 1]`` maps to ``low + (u + 1) (high - low) / 2``; the critic sees ``u``
+and all noise scales are fractions of half the action range (TD3's ``0.1 * max_action``).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from hierl.algorithms.trainer import Trainer, TrainerConfig
+from hierl.models import MLP, ModelConfig, get_preprocessor
+from hierl.policy_graph import LearnResult, PolicyGraph, Weights
+from hierl.postprocessing import N_STEP_DISCOUNTS, compute_n_step
+from hierl.sample_batch import SampleBatch as SB
+
+
+@dataclasses.dataclass
+class DDPGConfig(TrainerConfig):
+    """DDPG settings.
+
+    The defaults are the TD3 paper's re-tuned DDPG ("Our DDPG", Fujimoto et al. 2018,
+    §6.1): Adam 1e-3 for both networks, tau 0.005, Gaussian exploration noise 0.1, actions
+    fed to the critic's first layer, no L2 penalty, a uniform-random warm-up.  The replay
+    settings carry the names of the ``replay``/``apex`` optimizer configs and are passed
+    to them.
+    """
+
+    model: ModelConfig = dataclasses.field(
+        default_factory=lambda: ModelConfig(hiddens=(256, 256), activation="relu")
+    )
+    """Hidden layers and activation of the actor and of each critic (the other
+    ModelConfig fields are not used)."""
+    lr: float = 1e-3
+    """Not used: DDPG has two optimizers (``actor_lr``, ``critic_lr``)."""
+    rollout_fragment_length: int = 1
+    """Env steps per sub-env per sample; with ``replay_ratio = train_batch_size`` each
+    sampled step is followed by one update (TD3's interleaving)."""
+    train_batch_size: int = 256
+    """Rows per replayed batch (one learner update each)."""
+    timesteps_per_iteration: int = 1000
+    """Env steps per ``train()`` (each optimizer step samples only one)."""
+    actor_lr: float = 1e-3
+    """Learning rate of the actor's Adam optimizer."""
+    critic_lr: float = 1e-3
+    """Learning rate of the critics' Adam optimizer."""
+    tau: float = 0.005
+    """Polyak coefficient: ``target <- tau * online + (1 - tau) * target`` after each actor
+    update (1.0: hard copy)."""
+    twin_q: bool = False
+    """Two critics; the TD target takes their minimum (TD3's clipped double-Q)."""
+    policy_delay: int = 1
+    """Critic updates per actor update; the targets are updated with the actor (TD3: 2)."""
+    smooth_target_policy: bool = False
+    """Add clipped Gaussian noise to the target actor's action (TD3's target smoothing)."""
+    target_noise: float = 0.2
+    """Std of the target smoothing noise, as a fraction of half the action range."""
+    target_noise_clip: float = 0.5
+    """The smoothing noise is clipped to ``[-c, c]`` (same units as ``target_noise``)."""
+    exploration_noise: float = 0.1
+    """Std of the Gaussian noise added to the actor's action when exploring, as a fraction
+    of half the action range; ``set_epsilon(x)`` multiplies it by ``x``."""
+    random_timesteps: int = 1000
+    """Sampled env steps (the global timestep) with uniformly random actions first."""
+    n_step: int = 1
+    """n-step TD targets (Ape-X); windows stay inside one sample fragment, so
+    ``rollout_fragment_length`` must be >= ``n_step``."""
+    use_huber: bool = False
+    """Huber critic loss instead of the squared error."""
+    huber_threshold: float = 1.0
+    """Huber loss delta (with ``use_huber``)."""
+    buffer_size: int = 1_000_000
+    """Rows kept in replay (over all shards with ``apex``)."""
+    prioritized_replay: bool = False
+    """Proportional prioritized replay by |TD error of the first critic| (else uniform)."""
+    prioritized_replay_alpha: float = 0.6
+    """Prioritization exponent alpha."""
+    prioritized_replay_beta: float = 0.4
+    """Initial importance-sampling exponent beta."""
+    final_prioritized_replay_beta: float = 1.0
+    """Beta after annealing."""
+    prioritized_replay_beta_annealing_timesteps: int = 20_000
+    """Sampled env steps over which beta is annealed."""
+    prioritized_replay_eps: float = 1e-6
+    """Added to |TD error| to make every priority positive."""
+    learning_starts: int = 1000
+    """Stored rows needed before the first update."""
+    replay_ratio: float = 256.0
+    """Rows replayed per env step sampled; ``train_batch_size`` = one update per step."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("actor_lr", "critic_lr", "target_noise_clip", "huber_threshold"):
+            self.check(name, getattr(self, name) > 0, "must be > 0")
+        for name in ("exploration_noise", "target_noise", "random_timesteps"):
+            self.check(name, getattr(self, name) >= 0, "must be >= 0")
+        self.check("tau", 0.0 < self.tau <= 1.0, "must be in (0, 1]")
+        self.check("policy_delay", self.policy_delay >= 1, "must be >= 1")
+        self.check("n_step", self.n_step >= 1, "must be >= 1")
+        self.check(
+            "rollout_fragment_length",
+            self.rollout_fragment_length == 0 or self.rollout_fragment_length >= self.n_step,
+            f"must be >= n_step={self.n_step} (n-step windows stay inside a fragment)",
+        )
+        self.check("replay_ratio", self.replay_ratio > 0, "must be > 0")
+        self.check("buffer_size", self.buffer_size >= 1, "must be >= 1")
+        self.check(
+            "learning_starts",
+            1 <= self.learning_starts <= self.buffer_size,
+            f"must be in [1, buffer_size={self.buffer_size}]",
+        )
+        self.check(
+            "lr_schedule",
+            self.lr_schedule is None,
+            "not supported by DDPG (it has two optimizers: set actor_lr and critic_lr)",
+        )
+
+
+@dataclasses.dataclass
+class TD3Config(DDPGConfig):
+    """TD3 (Fujimoto et al. 2018, Algorithm 1 and §6.1): DDPG with twin critics, target
+    policy smoothing (0.2, clipped at 0.5) and actor/target updates every 2 critic updates;
+    10k uniformly random warm-up steps, learning from then on."""
+
+    actor_lr: float = 3e-4
+    """Learning rate of the actor's Adam optimizer (the authors' code)."""
+    critic_lr: float = 3e-4
+    """Learning rate of the critics' Adam optimizer (the authors' code)."""
+    twin_q: bool = True
+    """Clipped double-Q: the TD target is the minimum of two target critics."""
+    policy_delay: int = 2
+    """Critic updates per actor (and target) update."""
+    smooth_target_policy: bool = True
+    """Target policy smoothing."""
+    random_timesteps: int = 10_000
+    """Uniformly random actions for the first this-many sampled env steps."""
+    learning_starts: int = 10_000
+    """Stored rows before the first update (the end of the random warm-up)."""
+
+
+@dataclasses.dataclass
+class ApexDDPGConfig(DDPGConfig):
+    """Ape-X DDPG (Horgan et al. 2018, §4.2) on the ``apex`` optimizer.
+
+    Evaluator ``i`` of ``N`` explores with noise ``exploration_noise * 0.4 ** (1 + 7 (i-1)
+    / (N-1))`` (the ladder pinned through ``DDPGPolicy.set_epsilon``); replay is
+    prioritized by |TD error| and sharded.
+    """
+
+    num_evaluators: int = 2
+    """Remote evaluators (the Ape-X actors)."""
+    rollout_fragment_length: int = 50
+    """Env steps per sample task of an evaluator (its batch to a replay shard)."""
+    n_step: int = 3
+    """n-step TD targets (RLlib's Ape-X DDPG value)."""
+    exploration_noise: float = 0.25
+    """Noise std before the per-evaluator ladder scales it (rung 1: 0.4 x 0.25 = 0.1)."""
+    random_timesteps: int = 0
+    """Uniformly random actions while the global timestep (refreshed on weight syncs) is
+    below this; the noise ladder explores instead by default."""
+    prioritized_replay: bool = True
+    """Proportional prioritized replay (Ape-X's)."""
+    buffer_size: int = 200_000
+    """Rows kept over all replay shards."""
+    learning_starts: int = 10_000
+    """Rows stored (over all shards) before the learner starts."""
+    num_replay_shards: int = 4
+    """Replay shard actors."""
+    max_weight_sync_delay: int = 400
+    """Env steps an evaluator samples before it receives fresh weights."""
+    per_worker_epsilon: bool = True
+    """Pin the Ape-X noise ladder on the evaluators (``set_epsilon``)."""
+    epsilon_base: float = 0.4
+    """The ladder's largest noise scale."""
+    epsilon_alpha: float = 7.0
+    """The ladder's exponent range."""
+    min_step_time_s: float = 1.0
+    """Each ``train()`` runs the apex event loop at least this long."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.check("num_replay_shards", self.num_replay_shards >= 1, "must be >= 1")
+        self.check("max_weight_sync_delay", self.max_weight_sync_delay >= 1, "must be >= 1")
+        self.check("epsilon_base", 0.0 <= self.epsilon_base <= 1.0, "must be in [0, 1]")
+        self.check("epsilon_alpha", self.epsilon_alpha >= 0, "must be >= 0")
+        self.check("min_step_time_s", self.min_step_time_s >= 0, "must be >= 0")
+
+
+# -- networks --------------------------------------------------------------------------------
+class DDPGActor(nn.Module):
+    """Deterministic policy ``mu(s)``: an MLP with a tanh output in ``[-1, 1]^act_dim``."""
+
+    def __init__(self, obs_size: int, act_dim: int, config: ModelConfig):
+        super().__init__()
+        # Small final layer: initial actions near the middle of the range, not saturated.
+        self.net = MLP(obs_size, config.hiddens, config.activation, act_dim, out_gain=0.01)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net(obs))
+
+
+class DDPGCritic(nn.Module):
+    """``Q(s, u)`` on the concatenated observation and normalised action (TD3's layout)."""
+
+    def __init__(self, obs_size: int, act_dim: int, config: ModelConfig):
+        super().__init__()
+        self.net = MLP(obs_size + act_dim, config.hiddens, config.activation, 1)
+
+    def forward(self, obs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs, u], dim=-1)).squeeze(-1)
+
+
+class DDPGModel(nn.Module):
+    """Actor, critic(s) and their target copies in one module (one stable naming).
+
+    ``state_dict`` names: ``actor.*``, ``critic.*``, ``critic2.*`` (twin only) and the same
+    with a ``target_`` prefix.
+    """
+
+    def __init__(self, obs_size: int, act_dim: int, config: ModelConfig, twin_q: bool):
+        super().__init__()
+        self.actor = DDPGActor(obs_size, act_dim, config)
+        self.critic = DDPGCritic(obs_size, act_dim, config)
+        self.critic2 = DDPGCritic(obs_size, act_dim, config) if twin_q else None
+        self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.target_critic2 = copy.deepcopy(self.critic2).requires_grad_(False) if twin_q else None
+
+    def critics(self) -> list[DDPGCritic]:
+        return [c for c in (self.critic, self.critic2) if c is not None]
+
+    def target_critics(self) -> list[DDPGCritic]:
+        return [c for c in (self.target_critic, self.target_critic2) if c is not None]
+
+    def online_target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        pairs = [(self.actor, self.target_actor), (self.critic, self.target_critic)]
+        if self.critic2 is not None:
+            pairs.append((self.critic2, self.target_critic2))
+        return pairs
+
+
+def _make_adam(params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    try:  # fused Adam: one kernel for all parameters (CPU support since torch 2.4)
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.Adam(params, lr=lr, foreach=True)
+
+
+def _numpy_tree(value: Any) -> Any:
+    if torch.is_tensor(value):
+        return value.detach().cpu().numpy().copy()
+    if isinstance(value, Mapping):
+        return {str(k): _numpy_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_numpy_tree(v) for v in value]
+    return value
+
+
+def _load_optimizer(optimizer: torch.optim.Optimizer, saved: Mapping[str, Any]) -> None:
+    """Inverse of ``_numpy_tree(optimizer.state_dict())``.
+
+    ``load_state_dict`` moves the moments to each parameter's device and dtype.
+    """
+    state = {
+        # copies: arrays from the object store are shared, read-only memory
+        int(k): {n: torch.tensor(np.asarray(v)) for n, v in s.items()}
+        for k, s in saved["state"].items()
+    }
+    optimizer.load_state_dict({"state": state, "param_groups": list(saved["param_groups"])})
+
+
+# -- the policy graph ------------------------------------------------------------------------
+class DDPGPolicy(PolicyGraph):
+    """DDPG/TD3 policy graph: act with noise, learn on replayed batches, Polyak targets.
+
+    ``config`` is a :class:`DDPGConfig` (or a subclass).  Weights (``get_weights``) include
+    the target networks, so replicas that compute Ape-X priorities use the learner's
+    targets.  ``get_state`` adds both Adam optimizers' moments, the update counter (the
+    ``policy_delay`` phase), the last actor loss and the exploration scale.
+    """
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any):
+        super().__init__(observation_space, action_space, config)
+        if not isinstance(action_space, gym.spaces.Box):
+            raise ValueError(
+                f"DDPG/TD3 need a continuous Box action space, got {action_space!r} "
+                f"({type(action_space).__name__})"
+            )
+        low = np.asarray(action_space.low, np.float64).reshape(-1)
+        high = np.asarray(action_space.high, np.float64).reshape(-1)
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            raise ValueError(
+                f"DDPG/TD3 need finite action bounds to scale the tanh actor, got {action_space!r}"
+            )
+        if not np.issubdtype(action_space.dtype, np.floating):
+            raise ValueError(f"DDPG/TD3 need a float Box action space, got {action_space!r}")
+        use_cuda = getattr(config, "num_gpus", 0) > 0 and torch.cuda.is_available()
+        self.device = torch.device("cuda" if use_cuda else "cpu")
+        self.act_shape = tuple(action_space.shape)
+        self.act_dim = int(low.size)
+        obs_size = get_preprocessor(observation_space).size
+        self.model = DDPGModel(obs_size, self.act_dim, config.model, config.twin_q).to(self.device)
+        self._center = torch.as_tensor((high + low) / 2, dtype=torch.float32, device=self.device)
+        self._half = torch.as_tensor((high - low) / 2, dtype=torch.float32, device=self.device)
+        self.actor_optimizer = _make_adam(list(self.model.actor.parameters()), config.actor_lr)
+        critic_params = [p for c in self.model.critics() for p in c.parameters()]
+        self.critic_optimizer = _make_adam(critic_params, config.critic_lr)
+        self.num_updates = 0
+        """Critic updates so far (every ``policy_delay``-th also updates actor and targets)."""
+        self.noise_scale = 1.0
+        """Multiplies ``exploration_noise``; pinned per evaluator by ``set_epsilon``."""
+        self.last_actor_loss = math.nan
+
+    # -- action scaling --------------------------------------------------------------------
+    def scale_actions(self, u: torch.Tensor) -> torch.Tensor:
+        """Normalised ``u`` in ``[-1, 1]`` → env actions in ``[low, high]``."""
+        return self._center + self._half * u
+
+    def unscale_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """Env actions in ``[low, high]`` → normalised ``[-1, 1]`` (inverse of scale_actions)."""
+        return (actions.reshape(-1, self.act_dim).float() - self._center) / self._half
+
+    def _tensor(self, value: Any) -> torch.Tensor:
+        array = np.asarray(value)
+        if not array.flags.writeable:  # shared object-store memory: torch wants to own it
+            array = array.copy()
+        return torch.as_tensor(array, device=self.device)
+
+    def _obs(self, obs: Any) -> torch.Tensor:
+        x = self._tensor(obs).float()
+        return x.reshape(x.shape[0], -1)
+
+    # -- act -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def compute_actions(self, obs_batch, state_batches=None, explore=True):
+        """``mu(s)`` plus Gaussian noise (clipped to the bounds) when exploring.
+
+        Uniformly random actions while the global timestep is below ``random_timesteps``;
+        ``explore=False`` returns the deterministic ``mu(s)``.
+        """
+        cfg = self.config
+        obs = self._obs(obs_batch)
+        u = self.model.actor(obs)
+        if explore:
+            if self.global_timestep < cfg.random_timesteps:
+                u = torch.rand_like(u) * 2.0 - 1.0
+            else:
+                std = cfg.exploration_noise * self.noise_scale
+                if std > 0:
+                    u = (u + std * torch.randn_like(u)).clamp(-1.0, 1.0)
+        actions = self.scale_actions(u).cpu().numpy().reshape(-1, *self.act_shape)
+        return actions.astype(self.action_space.dtype, copy=False), [], {}
+
+    def set_epsilon(self, epsilon: float) -> None:
+        """Scale the exploration noise by ``epsilon`` (Ape-X's per-evaluator ladder).
+
+        The Gaussian noise std becomes ``epsilon * exploration_noise``; 0 explores only
+        during the random warm-up.
+        """
+        if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
+            raise ValueError(f"epsilon must be a number (noise scale), got {epsilon!r}")
+        if not (math.isfinite(epsilon) and epsilon >= 0):
+            raise ValueError(f"epsilon (noise scale) must be finite and >= 0, got {epsilon}")
+        self.noise_scale = float(epsilon)
+
+    # -- postprocess -----------------------------------------------------------------------
+    def postprocess_trajectory(self, batch, other_agent_batches=None):
+        """n-step returns when ``n_step > 1`` (see ``postprocess_trajectories``)."""
+        return self.postprocess_trajectories(batch)
+
+    def postprocess_trajectories(self, batch: SB) -> SB:
+        """With ``n_step > 1``: n-step rewards and NEW_OBS/TERMINATEDS of each row's window
+        end, plus ``N_STEP_DISCOUNTS`` (``compute_n_step``); else the batch as is."""
+        if self.config.n_step == 1:
+            return batch
+        return compute_n_step(batch, self.config.n_step, self.config.gamma)
+
+    # -- loss ------------------------------------------------------------------------------
+    def _tensors(self, batch: SB) -> dict[str, torch.Tensor]:
+        batch.decompress_if_needed([SB.OBS, SB.NEW_OBS])
+        out = {
+            SB.OBS: self._obs(batch[SB.OBS]),
+            SB.NEW_OBS: self._obs(batch[SB.NEW_OBS]),
+            "u": self.unscale_actions(self._tensor(batch[SB.ACTIONS])),
+            SB.REWARDS: self._tensor(batch[SB.REWARDS]).float(),
+            SB.TERMINATEDS: self._tensor(batch[SB.TERMINATEDS]).float(),
+        }
+        for column in (SB.PRIO_WEIGHTS, N_STEP_DISCOUNTS):
+            if column in batch:
+                out[column] = self._tensor(batch[column]).float()
+        return out
+
+    @torch.no_grad()
+    def td_targets(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """``r + gamma (1 - terminated) min_i Q'_i(s', u')`` with ``u'`` the target actor's
+        (smoothed) normalised action; ``gamma ** m`` from ``N_STEP_DISCOUNTS`` for n-step
+        rows."""
+        cfg = self.config
+        new_obs = batch[SB.NEW_OBS]
+        u_next = self.model.target_actor(new_obs)
+        if cfg.smooth_target_policy and cfg.target_noise > 0:
+            noise = (torch.randn_like(u_next) * cfg.target_noise).clamp(
+                -cfg.target_noise_clip, cfg.target_noise_clip
+            )
+            u_next = (u_next + noise).clamp(-1.0, 1.0)
+        q_next = torch.stack([q(new_obs, u_next) for q in self.model.target_critics()]).amin(0)
+        # CRUCIAL: only termination stops bootstrapping; truncated steps (time limits) bootstrap.
+        not_terminal = 1.0 - batch[SB.TERMINATEDS]
+        discount = batch.get(N_STEP_DISCOUNTS, cfg.gamma)
+        return batch[SB.REWARDS] + discount * not_terminal * q_next
+
+    def _critic_loss(self, q: torch.Tensor, target: torch.Tensor, weights: torch.Tensor):
+        cfg = self.config
+        if cfg.use_huber:
+            per_row = F.huber_loss(q, target, reduction="none", delta=cfg.huber_threshold)
+        else:
+            per_row = (q - target) ** 2
+        return (weights * per_row).mean()
+
+    def _clip(self, module: nn.Module) -> dict[str, float]:
+        clip = getattr(self.config, "grad_clip", None)
+        if not clip:
+            return {}
+        return {"grad_gnorm": float(nn.utils.clip_grad_norm_(module.parameters(), clip))}
+
+    def learn_on_replay_batch(self, batch: SB) -> LearnResult:
+        """One critic update; every ``policy_delay``-th also the actor and the targets.
+
+        The critic loss is weighted by ``PRIO_WEIGHTS`` when present; ``td_error`` is
+        ``Q_1(s, a) - y`` before the update.
+        """
+        tb = self._tensors(batch)
+        obs, u = tb[SB.OBS], tb["u"]
+        target = self.td_targets(tb)
+        weights = tb.get(SB.PRIO_WEIGHTS, torch.ones_like(target))
+        qs = [critic(obs, u) for critic in self.model.critics()]
+        critic_loss = sum(self._critic_loss(q, target, weights) for q in qs)
+        if not torch.isfinite(critic_loss):
+            raise FloatingPointError(
+                f"DDPG critic loss is {critic_loss.item()} on a batch of {batch.count} rows; "
+                "weights left unchanged"
+            )
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        stats = {f"critic_{k}": v for k, v in self._clip(self.model.critic).items()}
+        if self.model.critic2 is not None:
+            stats.update({f"critic2_{k}": v for k, v in self._clip(self.model.critic2).items()})
+        self.critic_optimizer.step()
+        self.num_updates += 1
+        if self.num_updates % self.config.policy_delay == 0:
+            # The actor climbs the first critic, just updated (TD3's order).
+            actor_loss = -self.model.critic(obs, self.model.actor(obs)).mean()
+            self.actor_optimizer.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            stats.update({f"actor_{k}": v for k, v in self._clip(self.model.actor).items()})
+            self.actor_optimizer.step()
+            self.last_actor_loss = float(actor_loss.detach())
+            self.update_target(self.config.tau)
+        td = (qs[0] - target).detach()
+        stats.update(
+            critic_loss=float(critic_loss.detach()),
+            # the latest actor loss (also on critic-only updates: stats are averaged)
+            actor_loss=self.last_actor_loss,
+            mean_q=float(qs[0].detach().mean()),
+            mean_target=float(target.mean()),
+            mean_abs_td_error=float(td.abs().mean()),
+        )
+        return LearnResult(stats, td.cpu().numpy())
+
+    def learn_on_batch(self, batch: SB) -> dict[str, float]:
+        """Same as ``learn_on_replay_batch`` (unweighted when the batch has no weights)."""
+        return self.learn_on_replay_batch(batch).stats
+
+    @torch.no_grad()
+    def update_target(self, tau: float | None = None) -> None:
+        """Polyak averaging ``target <- tau * online + (1 - tau) * target`` of the actor and
+        every critic (``tau`` defaults to ``config.tau``; 1.0 copies)."""
+        tau = self.config.tau if tau is None else float(tau)
+        if not 0.0 <= tau <= 1.0:
+            raise ValueError(f"tau must be in [0, 1], got {tau}")
+        for online, target in self.model.online_target_pairs():
+            for p, t in zip(online.parameters(), target.parameters(), strict=True):
+                t.lerp_(p, tau)  # t + tau (p - t)
+
+    @torch.no_grad()
+    def compute_priorities(self, batch: SB) -> np.ndarray:
+        """``|Q_1(s, a) - y| + prioritized_replay_eps`` of fresh rows (Ape-X evaluators)."""
+        tb = self._tensors(batch)
+        td = self.model.critic(tb[SB.OBS], tb["u"]) - self.td_targets(tb)
+        return td.abs().cpu().numpy() + self.config.prioritized_replay_eps
+
+    # -- weights and state -----------------------------------------------------------------
+    def get_weights(self) -> Weights:
+        """Online and target networks as numpy arrays (copies), by ``state_dict`` name."""
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def set_weights(self, weights: Weights) -> None:
+        """Load weights from ``get_weights``; a missing name or shape mismatch raises."""
+        own = self.model.state_dict()
+        missing, unexpected = sorted(set(own) - set(weights)), sorted(set(weights) - set(own))
+        if missing or unexpected:
+            raise ValueError(
+                f"weights do not match DDPGPolicy's model: missing {missing}, "
+                f"unexpected {unexpected}"
+            )
+        for name, value in weights.items():
+            if tuple(np.shape(value)) != tuple(own[name].shape):
+                raise ValueError(
+                    f"weight '{name}' has shape {tuple(np.shape(value))}, the model expects "
+                    f"{tuple(own[name].shape)}"
+                )
+        self.model.load_state_dict(
+            {k: torch.from_numpy(np.array(v, copy=True)) for k, v in weights.items()}
+        )
+
+    def get_state(self) -> dict[str, Any]:
+        """Weights (with targets), both optimizers' moments and the counters."""
+        return {
+            **super().get_state(),
+            "actor_optimizer": _numpy_tree(self.actor_optimizer.state_dict()),
+            "critic_optimizer": _numpy_tree(self.critic_optimizer.state_dict()),
+            "num_updates": self.num_updates,
+            "noise_scale": self.noise_scale,
+            "last_actor_loss": self.last_actor_loss,
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Inverse of ``get_state``."""
+        super().set_state(state)
+        _load_optimizer(self.actor_optimizer, state["actor_optimizer"])
+        _load_optimizer(self.critic_optimizer, state["critic_optimizer"])
+        self.num_updates = int(state["num_updates"])
+        self.noise_scale = float(state["noise_scale"])
+        self.last_actor_loss = float(state["last_actor_loss"])
+
+
+# -- trainers --------------------------------------------------------------------------------
+class DDPGTrainer(Trainer):
+    """DDPG on the ``replay`` optimizer (default) or ``apex``."""
+
+    name = "DDPG"
+    config_class = DDPGConfig
+    policy_class = DDPGPolicy
+    supported_optimizers = ("replay", "apex")
+    default_optimizer = "replay"
+
+
+class TD3Trainer(DDPGTrainer):
+    """TD3: DDPG with :class:`TD3Config`'s defaults (twin critics, smoothing, delay 2)."""
+
+    name = "TD3"
+    config_class = TD3Config
+
+
+class ApexDDPGTrainer(DDPGTrainer):
+    """Ape-X DDPG: DDPG on the ``apex`` optimizer with a per-evaluator noise ladder."""
+
+    name = "APEX_DDPG"
+    config_class = ApexDDPGConfig
+    supported_optimizers = ("apex", "replay")
+    default_optimizer = "apex"
+
+
+__all__ = [
+    "ApexDDPGConfig",
+    "ApexDDPGTrainer",
+    "DDPGConfig",
+    "DDPGPolicy",
+    "DDPGTrainer",
+    "TD3Config",
+    "TD3Trainer",
+]
