@@ -23,10 +23,12 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from hierl.algorithms import multi_agent
 from hierl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from hierl.config import Config, ConfigError
 from hierl.evaluators import EvaluatorSet
-from hierl.evaluators.policy_evaluator import MULTI_AGENT_FIELDS, PolicySpec, seed_everything
+from hierl.evaluators.policy_evaluator import seed_everything
+from hierl.evaluators.policy_map import PolicySpec
 from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S
 from hierl.models import ModelConfig
 from hierl.optimizers import PolicyOptimizer, get_optimizer_class
@@ -133,65 +135,8 @@ class TrainerConfig(Config):
         self.check("clip_rewards", self.clip_rewards is None or self.clip_rewards > 0, "> 0")
         self.check("sample_timeout_s", self.sample_timeout_s > 0, "must be > 0")
         self.check("metrics_smoothing_episodes", self.metrics_smoothing_episodes >= 1, ">= 1")
-        self._check_multi_agent()
-
-    def _check_multi_agent(self) -> None:
         self.policies = {str(pid): PolicySpec.coerce(pid, s) for pid, s in self.policies.items()}
-        self.check(
-            "policy_mapping_fn",
-            self.policy_mapping_fn is None or callable(self.policy_mapping_fn),
-            "a function agent_id -> policy_id",
-        )
-        if len(self.policies) > 1 and self.policy_mapping_fn is None:
-            raise ConfigError(
-                f"config field 'policy_mapping_fn' is required with more than one policy "
-                f"(policies: {sorted(self.policies)})"
-            )
-        if self.policies_to_train is not None:
-            valid = sorted(self.policies) or [DEFAULT_POLICY_ID]
-            unknown = [p for p in self.policies_to_train if p not in valid]
-            if unknown:
-                raise ConfigError(
-                    f"config field 'policies_to_train' names unknown policies {unknown}; "
-                    f"valid policy ids: {valid}"
-                )
-        for pid in self.policies:
-            self.policy_config(pid)  # validates the overrides now, not in an evaluator
-
-    def policy_classes(self, policy_id: str) -> tuple[Any, type[Config]]:
-        """``(policy_class or None, config class)`` of a policy; names are resolved."""
-        spec = self.policies[policy_id]
-        cls, config_class = spec.policy_class, spec.config_class
-        if isinstance(cls, str):
-            from hierl.algorithms.registry import get_trainer_class
-
-            try:
-                trainer_cls = get_trainer_class(cls)
-            except ConfigError as e:
-                raise ConfigError(f"policies['{policy_id}'].policy_class: {e}") from e
-            cls = trainer_cls.policy_class
-            config_class = config_class or trainer_cls.config_class
-        return cls, config_class or type(self)
-
-    def policy_config(self, policy_id: str) -> Config:
-        """The config policy ``policy_id`` is built with: this config, its config class,
-        its overrides (validated: an unknown key is an error with a "did you mean")."""
-        spec = self.policies[policy_id]
-        if not isinstance(spec.config, Mapping):
-            return spec.config
-        _, config_class = self.policy_classes(policy_id)
-        if config_class is type(self) and not spec.config:
-            return self
-        bad = sorted(set(spec.config) & set(MULTI_AGENT_FIELDS))
-        if bad:
-            raise ConfigError(f"policies['{policy_id}'].config cannot set {bad}")
-        names = {f.name for f in dataclasses.fields(config_class) if f.init}
-        names -= set(MULTI_AGENT_FIELDS)
-        shared = {n: getattr(self, n) for n in names if hasattr(self, n)}
-        try:
-            return config_class.from_dict({**shared, **spec.config})
-        except ConfigError as e:
-            raise ConfigError(f"config of policy '{policy_id}': {e}") from e
+        multi_agent.validate(self)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict; a callable env is recorded by name only."""
@@ -202,33 +147,8 @@ class TrainerConfig(Config):
         if self.callbacks is not None:
             # Code is never stored in (or loaded from) checkpoints: pass it again.
             out["callbacks"] = None
-        if self.policy_mapping_fn is not None:
-            out["policy_mapping_fn"] = None
-            out["policy_mapping_fn_callable"] = _qualname(self.policy_mapping_fn)
-        if self.policies:
-            specs = {pid: _spec_json(spec) for pid, spec in self.policies.items()}
-            code = {pid: d for pid, d in specs.items() if isinstance(d, str)}
-            # Classes and spaces are code, not data: the whole spec must be passed again.
-            out["policies"] = None if code else specs
-            if code:
-                out["policies_callable"] = code
+        out.update(multi_agent.to_json(self))
         return out
-
-
-def _spec_json(spec: PolicySpec) -> dict[str, Any] | str:
-    """A PolicySpec as JSON, or a description of the code that keeps it from being one."""
-    code = [c for c in (spec.policy_class, spec.config_class) if isinstance(c, type)]
-    if spec.observation_space is not None or spec.action_space is not None:
-        code.append("spaces")
-    if not isinstance(spec.config, Mapping):
-        code.append(type(spec.config))
-    if code:
-        return ", ".join(c if isinstance(c, str) else _qualname(c) for c in code)
-    return {"policy_class": spec.policy_class, "config": dict(spec.config)}
-
-
-def _qualname(obj: Any) -> str:
-    return getattr(obj, "__qualname__", None) or repr(obj)
 
 
 def _use_driver_cpus(num_cpus: float) -> None:
@@ -305,7 +225,7 @@ class Trainer:
         self._episodes: collections.deque = collections.deque(
             maxlen=self.config.metrics_smoothing_episodes
         )
-        self._policy_rewards: dict[str, collections.deque] = {}
+        self._policy_rewards = multi_agent.PolicyRewards(self.config.metrics_smoothing_episodes)
 
     # -- construction hooks ------------------------------------------------------------
     def _check_optimizer_supports(self, name: str, feature: tuple[str, str]) -> None:
@@ -318,20 +238,6 @@ class Trainer:
             f"config field 'optimizer' = '{name}' does not support {what}; valid for "
             f"{self.name or type(self).__name__}: {', '.join(ok) or 'none'}"
         )
-
-    def _policy_specs(self) -> dict[str, PolicySpec]:
-        """The ``policies`` config with classes and configs resolved, for the evaluators."""
-        cfg = self.config
-        out = {}
-        for pid, spec in cfg.policies.items():
-            cls, _ = cfg.policy_classes(pid)
-            out[pid] = PolicySpec(
-                policy_class=cls or self.policy_class,
-                observation_space=spec.observation_space,
-                action_space=spec.action_space,
-                config=cfg.policy_config(pid),
-            )
-        return out
 
     def rollout_fragment_length(self) -> int:
         """The configured fragment length, or train_batch_size split over all sub-envs."""
@@ -357,7 +263,7 @@ class Trainer:
             "compress_observations": cfg.compress_observations,
             "callbacks": cfg.callbacks,
             "sample_async": cfg.sample_async,
-            "policies": self._policy_specs(),
+            "policies": multi_agent.resolve_policy_specs(cfg, self.policy_class),
             "policy_mapping_fn": cfg.policy_mapping_fn,
             "policies_to_train": cfg.policies_to_train,
         }
@@ -435,9 +341,7 @@ class Trainer:
         episodes = self._collect_episodes()
         self._episodes.extend((e.episode_reward, e.episode_length) for e in episodes)
         self.episodes_total += len(episodes)
-        for e in episodes:
-            for pid, returns in getattr(e, "policy_rewards", {}).items():
-                self._policy_window(pid).extend(returns)
+        self._policy_rewards.add(episodes)
         self.iteration += 1
         elapsed = time.perf_counter() - start
         self.time_total_s += elapsed
@@ -472,22 +376,11 @@ class Trainer:
             result[f"custom_metrics/{k}_mean"] = float(np.mean(values))
             result[f"custom_metrics/{k}_min"] = float(np.min(values))
             result[f"custom_metrics/{k}_max"] = float(np.max(values))
-        for pid, returns in self._policy_rewards.items():
-            if returns:
-                result[f"policy_reward_mean/{pid}"] = float(np.mean(returns))
-                result[f"policy_reward_min/{pid}"] = float(np.min(returns))
-                result[f"policy_reward_max/{pid}"] = float(np.max(returns))
+        result.update(self._policy_rewards.metrics())
         # multi-agent optimizers key their stats "<policy_id>/<stat>"
         for k, v in learner_stats.items():
             result[f"learner/{k}"] = v
         return result
-
-    def _policy_window(self, policy_id: str) -> collections.deque:
-        """The smoothing window of one policy's per-agent episode returns."""
-        if policy_id not in self._policy_rewards:
-            maxlen = self.config.metrics_smoothing_episodes
-            self._policy_rewards[policy_id] = collections.deque(maxlen=maxlen)
-        return self._policy_rewards[policy_id]
 
     # -- acting ------------------------------------------------------------------------
     def compute_single_action(
@@ -518,10 +411,7 @@ class Trainer:
                 "episodes_total": self.episodes_total,
             },
             "episodes": np.asarray(list(self._episodes), dtype=np.float64).reshape(-1, 2),
-            "policy_rewards": {
-                pid: np.asarray(list(r), dtype=np.float64)
-                for pid, r in self._policy_rewards.items()
-            },
+            "policy_rewards": self._policy_rewards.get_state(),
         }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
@@ -537,9 +427,7 @@ class Trainer:
         self.episodes_total = int(counters["episodes_total"])
         self._episodes.clear()
         self._episodes.extend((float(r), int(n)) for r, n in state["episodes"])
-        self._policy_rewards.clear()
-        for pid, returns in state.get("policy_rewards", {}).items():
-            self._policy_window(pid).extend(float(r) for r in returns)
+        self._policy_rewards.set_state(state.get("policy_rewards", {}))
         self.optimizer.push_local_weights({"timestep": self.optimizer.num_steps_sampled})
         self.evaluators.push_filters()
 
@@ -573,14 +461,8 @@ class Trainer:
         cls = get_trainer_class(str(meta.get("algorithm")))
         config = dict(meta.get("config") or {})
         config.pop("env_callable", None)
-        config.pop("policy_mapping_fn_callable", None)
-        code = config.pop("policies_callable", None)
+        multi_agent.pop_code_descriptions(config, config_overrides, checkpoint_dir)
         config.update(config_overrides)
-        if code and config.get("policies") is None:
-            raise CheckpointError(
-                f"checkpoint '{checkpoint_dir}' was made with policies given as code ({code}); "
-                "pass policies=... (and policy_mapping_fn=...) to from_checkpoint"
-            )
         if config.get("env") is None:
             raise CheckpointError(
                 f"checkpoint '{checkpoint_dir}' was made with a callable env; pass env=... "

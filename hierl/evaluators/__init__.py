@@ -4,7 +4,8 @@ from hierl.evaluators.env import EnvContext, register_env
 from hierl.evaluators.evaluator_set import EvaluatorSet
 from hierl.evaluators.multi_agent_env import MultiAgentEnv, make_multi_agent
 from hierl.evaluators.multi_agent_sampler import MultiAgentEpisodeRecord
-from hierl.evaluators.policy_evaluator import PolicyEvaluator, PolicySpec
+from hierl.evaluators.policy_evaluator import PolicyEvaluator
+from hierl.evaluators.policy_map import PolicySpec
 from hierl.evaluators.sampler import EnvError, EpisodeCallbacks, EpisodeRecord
 
 __all__ = [

@@ -8,7 +8,6 @@ each remote replica (``PolicyEvaluator.as_remote(num_cpus=...).remote(...)``).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import random
@@ -16,14 +15,14 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-import gymnasium as gym
 import numpy as np
 
-from hierl.config import Config, ConfigError
+from hierl.config import ConfigError
 from hierl.evaluators.env import EnvContext, EnvCreator, make_vector_env, resolve_env_creator
 from hierl.evaluators.filters import make_filter
 from hierl.evaluators.multi_agent_env import MultiAgentEnv
 from hierl.evaluators.multi_agent_sampler import MultiAgentSampler
+from hierl.evaluators.policy_map import PolicySpec, build_policy_map
 from hierl.evaluators.sample_queue import SampleQueue
 from hierl.evaluators.sampler import EpisodeCallbacks, EpisodeRecord, VectorSampler, batch_obs
 from hierl.models import get_preprocessor, to_env_action
@@ -42,74 +41,6 @@ def _locked(method: Callable[..., T]) -> Callable[..., T]:
             return method(self, *args, **kwargs)
 
     return wrapper
-
-
-@dataclasses.dataclass
-class PolicySpec(Config):
-    """One entry of a multi-agent ``policies`` dict (policy id → PolicySpec).
-
-    In a trainer config an entry may also be given as a dict of these fields, a tuple
-    ``(policy_class, observation_space, action_space, config)`` (RLlib's form) or None
-    (all defaults).
-    """
-
-    policy_class: Any = None
-    """The PolicyGraph class; None = the trainer's own.  In a trainer config, an
-    algorithm name (e.g. ``"PG"``) means that algorithm's policy and config classes."""
-    observation_space: Any = None
-    """None = the space of the env's agents mapped to this policy (they must agree)."""
-    action_space: Any = None
-    """None = as for ``observation_space``."""
-    config: Any = dataclasses.field(default_factory=dict)
-    """Overrides of the trainer's config for this policy (validated: unknown keys are
-    errors), or a complete config object."""
-    config_class: Any = None
-    """The config dataclass ``policy_class`` expects when it is not the trainer's (e.g.
-    ``PGConfig`` for a PG policy in a PPO trainer); fields it shares with the trainer's
-    config take the trainer's values, then ``config`` applies."""
-
-    def __post_init__(self) -> None:
-        cls = self.policy_class
-        ok = cls is None or isinstance(cls, str)
-        ok = ok or (isinstance(cls, type) and issubclass(cls, PolicyGraph))
-        self.check("policy_class", ok, "a PolicyGraph subclass, an algorithm name or None")
-        for name in ("observation_space", "action_space"):
-            value = getattr(self, name)
-            self.check(name, value is None or isinstance(value, gym.Space), "a gymnasium Space")
-        config_class = self.config_class
-        ok = config_class is None
-        ok = ok or (isinstance(config_class, type) and dataclasses.is_dataclass(config_class))
-        self.check("config_class", ok, "a config dataclass or None")
-
-    @classmethod
-    def coerce(cls, policy_id: str, value: Any) -> PolicySpec:
-        """A PolicySpec from any of the accepted forms; errors name the policy id."""
-        try:
-            if isinstance(value, PolicySpec):
-                return value
-            if value is None:
-                return cls()
-            if isinstance(value, Mapping):
-                return cls.from_dict(value)
-            if isinstance(value, (tuple, list)) and len(value) == 4:
-                return cls(*value)
-            if isinstance(value, type) and issubclass(value, PolicyGraph):
-                return cls(policy_class=value)
-        except ConfigError as e:
-            raise ConfigError(f"policies['{policy_id}']: {e}") from e
-        raise ConfigError(
-            f"policies['{policy_id}'] = {value!r} is invalid: give a PolicySpec, a dict of its "
-            "fields, a (policy_class, observation_space, action_space, config) tuple or None"
-        )
-
-
-MULTI_AGENT_FIELDS = ("policies", "policy_mapping_fn", "policies_to_train")
-"""Trainer config fields that describe the multi-agent setup, not one policy."""
-
-
-def _map_to(policy_id: str, agent_id: Any) -> str:
-    """The default policy mapping: every agent to the one policy."""
-    return policy_id
 
 
 def seed_everything(seed: int | None) -> None:
@@ -154,6 +85,7 @@ class PolicyEvaluator:
 
     With a MultiAgentEnv, ``sample()`` returns a MultiAgentBatch (one SampleBatch per
     policy, ``count`` = environment steps) and ``get_metrics()`` MultiAgentEpisodeRecords.
+    ``policy_map`` is built by ``hierl.evaluators.policy_map.build_policy_map``.
     """
 
     def __init__(
@@ -198,20 +130,9 @@ class PolicyEvaluator:
         probe = self.env_creator(EnvContext(self.env_config, 0, 0))
         try:
             self.multi_agent = isinstance(probe, MultiAgentEnv)
-            if self.multi_agent:
-                self.policy_map = self._build_policies(
-                    probe, policy_class, policy_config, policies, policy_mapping_fn
-                )
-            elif policies:
-                raise ConfigError(
-                    f"config field 'policies' needs a MultiAgentEnv; env '{self.env_name}' "
-                    f"made a {type(probe).__name__}"
-                )
-            else:
-                obs_space, act_space = _single_agent_spaces(probe)
-                self.policy_map = {
-                    DEFAULT_POLICY_ID: policy_class(obs_space, act_space, policy_config)
-                }
+            self.policy_map, self.policy_mapping_fn = build_policy_map(
+                probe, policy_class, policy_config, policies, policy_mapping_fn, self.env_name
+            )
         finally:
             probe.close()
         self.preprocessors = {
@@ -239,74 +160,6 @@ class PolicyEvaluator:
         self._queue: SampleQueue | None = None
 
     # -- construction ------------------------------------------------------------------
-    def _build_policies(
-        self,
-        env: MultiAgentEnv,
-        policy_class: type[PolicyGraph],
-        policy_config: Any,
-        policies: Mapping[str, PolicySpec] | None,
-        mapping_fn: Callable[[Any], str] | None,
-    ) -> dict[str, PolicyGraph]:
-        """Instantiate the policies of a multi-agent spec; spaces come from the env."""
-        specs = {pid: PolicySpec.coerce(pid, s) for pid, s in (policies or {}).items()}
-        if not specs:
-            specs = {DEFAULT_POLICY_ID: PolicySpec()}
-        if mapping_fn is None:
-            if len(specs) > 1:
-                raise ConfigError(
-                    f"policy_mapping_fn is required with more than one policy ({sorted(specs)})"
-                )
-            mapping_fn = functools.partial(_map_to, next(iter(specs)))
-        self.policy_mapping_fn = mapping_fn
-        agents_of: dict[str, list[Any]] = {pid: [] for pid in specs}
-        for aid in env.possible_agents:
-            pid = mapping_fn(aid)
-            if pid not in specs:
-                raise ConfigError(
-                    f"policy_mapping_fn returned {pid!r} for agent {aid!r}; valid policy ids: "
-                    f"{sorted(specs)}"
-                )
-            agents_of[pid].append(aid)
-        policy_map = {}
-        for pid, spec in specs.items():
-            spaces = []
-            for attr, getter in (
-                ("observation_space", env.get_observation_space),
-                ("action_space", env.get_action_space),
-            ):
-                space = getattr(spec, attr)
-                if space is None:
-                    found = [getter(aid) for aid in agents_of[pid]]
-                    if not found:
-                        raise ConfigError(
-                            f"policy '{pid}': no agent of the env maps to it, so its {attr} "
-                            "cannot be inferred; give it in its PolicySpec"
-                        )
-                    if any(f != found[0] for f in found[1:]):
-                        raise ConfigError(
-                            f"policy '{pid}': its agents {agents_of[pid]} have different "
-                            f"{attr}s; give one in its PolicySpec or map them to separate policies"
-                        )
-                    space = found[0]
-                spaces.append(space)
-            config = spec.config
-            if isinstance(config, Mapping):
-                config = _override(policy_config, config, pid)
-            cls = spec.policy_class or policy_class
-            if isinstance(cls, str):
-                raise ConfigError(
-                    f"policy '{pid}': policy_class {cls!r} is an algorithm name; the trainer "
-                    "resolves names, an evaluator needs the class"
-                )
-            policy = cls(spaces[0], spaces[1], config)
-            if policy.get_initial_state():
-                raise NotImplementedError(
-                    f"policy '{pid}' is recurrent; recurrent policies are not supported in "
-                    "multi-agent envs yet"
-                )
-            policy_map[pid] = policy
-        return policy_map
-
     @classmethod
     def as_remote(cls, num_cpus: float = 1, num_gpus: float = 0, **options: Any) -> Any:
         """The Ray actor class for this evaluator, with the given resources."""
@@ -514,28 +367,3 @@ class PolicyEvaluator:
         elif self._sampler is not None:
             self._sampler.venv.close()
         self._sampler = None
-
-
-def _single_agent_spaces(env: Any) -> tuple[gym.Space, gym.Space]:
-    """Observation and action space of one env (of one sub-env for a VectorEnv)."""
-    if isinstance(env, gym.vector.VectorEnv):
-        return env.single_observation_space, env.single_action_space
-    return env.observation_space, env.action_space
-
-
-def _override(base: Any, overrides: Mapping[str, Any], policy_id: str) -> Any:
-    """``base`` with a policy's config overrides (validated when ``base`` is a Config)."""
-    if not overrides:
-        return base
-    if isinstance(base, Config):
-        names = {f.name for f in dataclasses.fields(base) if f.init} - set(MULTI_AGENT_FIELDS)
-        data = {n: getattr(base, n) for n in names}
-        try:
-            return type(base).from_dict({**data, **overrides})
-        except ConfigError as e:
-            raise ConfigError(f"config of policy '{policy_id}': {e}") from e
-    if base is None or isinstance(base, Mapping):
-        return {**(base or {}), **overrides}
-    raise ConfigError(
-        f"config of policy '{policy_id}': cannot apply overrides to a {type(base).__name__}"
-    )
