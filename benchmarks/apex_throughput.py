@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -208,6 +209,9 @@ def projection(batches_per_s: float, batch_rows: int) -> tuple[int, list[str]]:
         f"{per_worker_batches:.2f} = {workers:,} workers "
         f"({workers * per_worker:,.0f} frames/s; the paper's rate needs "
         f"{PAPER_WORKERS * per_worker_batches:,.0f} batches/s)",
+        f"{PAPER_WORKERS} workers at this routing rate need batches of >= "
+        f"{PAPER_FRAMES_PER_S:,} / {batches_per_s:,.0f} = "
+        f"{math.ceil(PAPER_FRAMES_PER_S / batches_per_s):,} frames",
     ]
     return workers, lines
 

@@ -46,6 +46,12 @@ def _to_numpy_tree(value: Any) -> Any:
     return value
 
 
+def _writable(array: np.ndarray) -> np.ndarray:
+    """``array`` itself if it is C-contiguous and writable, else a copy that is."""
+    array = np.ascontiguousarray(array)
+    return array if array.flags.writeable else array.copy()
+
+
 def piecewise_linear(schedule: Sequence[Sequence[float]], t: float) -> float:
     """Interpolate ``[[t0, v0], [t1, v1], ...]`` at ``t`` (clamped at both ends)."""
     points = sorted((float(a), float(b)) for a, b in schedule)
@@ -265,10 +271,14 @@ class TorchPolicyGraph(PolicyGraph):
         """Return ``(scalar loss, stats)`` for a batch of tensors keyed by column name."""
 
     def to_tensors(self, batch: SampleBatch) -> TensorBatch:
-        """Convert a SampleBatch to tensors on this policy's device (zero-copy on CPU)."""
+        """Convert a SampleBatch to tensors on this policy's device.
+
+        Zero-copy on CPU for writable arrays; read-only ones (fetched from Ray's object
+        store) are copied, since a tensor sharing read-only memory is unsafe to use.
+        """
         batch.decompress_if_needed()
         return {
-            k: torch.as_tensor(np.ascontiguousarray(v), device=self.device)
+            k: torch.as_tensor(_writable(v), device=self.device)
             for k, v in batch.items()
             if k != SampleBatch.SEQ_LENS or v is not None
         }

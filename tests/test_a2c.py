@@ -120,3 +120,14 @@ def test_a3c_learns_cartpole_with_two_evaluators(ray_session, optimizer, sample_
     }
     best = _train_until(A3CTrainer(config), 150, 150_000)
     assert best >= 150
+
+
+def test_to_tensors_shares_writable_arrays_and_copies_read_only_ones():
+    policy = _policy()
+    writable = np.arange(4, dtype=np.float32)
+    read_only = np.arange(4, dtype=np.float32)
+    read_only.flags.writeable = False  # as arrays fetched from Ray's object store are
+    tensors = policy.to_tensors(SB({"a": writable, "b": read_only}))
+    assert np.shares_memory(tensors["a"].numpy(), writable)
+    assert not np.shares_memory(tensors["b"].numpy(), read_only)
+    np.testing.assert_array_equal(tensors["b"].numpy(), read_only)
