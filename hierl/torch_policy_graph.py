@@ -38,12 +38,67 @@ TensorBatch = dict[str, torch.Tensor]
 
 def _to_numpy_tree(value: Any) -> Any:
     if torch.is_tensor(value):
-        return value.detach().cpu().numpy()
+        return value.detach().cpu().numpy().copy()
     if isinstance(value, Mapping):
         return {str(k): _to_numpy_tree(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_to_numpy_tree(v) for v in value]
     return value
+
+
+def make_adam(params: list[nn.Parameter], lr: float, eps: float = 1e-8) -> torch.optim.Optimizer:
+    """Adam over ``params``: fused (one kernel for all, CPU too since torch 2.4) if possible."""
+    try:
+        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """A torch optimizer's ``state_dict`` as numpy arrays and JSON scalars (checkpointable)."""
+    return _to_numpy_tree(optimizer.state_dict())
+
+
+def load_optimizer_state(
+    optimizer: torch.optim.Optimizer, saved: Mapping[str, Any], device: torch.device
+) -> None:
+    """Inverse of :func:`optimizer_state`; the moments go to ``device``."""
+    state = {
+        # copies: arrays from the object store are shared, read-only memory
+        int(k): {n: torch.tensor(np.asarray(v)) for n, v in s.items()}
+        for k, s in saved["state"].items()
+    }
+    optimizer.load_state_dict({"state": state, "param_groups": list(saved["param_groups"])})
+    for s in optimizer.state.values():
+        for n, v in s.items():
+            if torch.is_tensor(v):
+                s[n] = v.to(device) if n != "step" else v
+
+
+def module_weights(module: nn.Module) -> Weights:
+    """A module's ``state_dict`` as numpy arrays (copies), by name."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
+
+
+def load_module_weights(module: nn.Module, weights: Weights, owner: str) -> None:
+    """Load :func:`module_weights` output; a missing name or a shape mismatch raises
+    ValueError naming it (``owner`` names the policy in the message)."""
+    own = module.state_dict()
+    missing = sorted(set(own) - set(weights))
+    unexpected = sorted(set(weights) - set(own))
+    if missing or unexpected:
+        raise ValueError(
+            f"weights do not match {owner}'s model: missing {missing}, unexpected {unexpected}"
+        )
+    for name, value in weights.items():
+        if tuple(np.shape(value)) != tuple(own[name].shape):
+            raise ValueError(
+                f"weight '{name}' has shape {tuple(np.shape(value))}, the model expects "
+                f"{tuple(own[name].shape)}"
+            )
+    module.load_state_dict(
+        {k: torch.from_numpy(np.array(v, copy=True)) for k, v in weights.items()}, strict=True
+    )
 
 
 def _writable(array: np.ndarray) -> np.ndarray:
@@ -115,11 +170,7 @@ class TorchPolicyGraph(PolicyGraph):
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """Build the torch optimizer (Adam with ``config.lr``)."""
-        params = list(self.model.parameters())
-        try:  # fused Adam: one kernel for all parameters (CPU support since torch 2.4)
-            return torch.optim.Adam(params, lr=self.config.lr, eps=1e-5, fused=True)
-        except (RuntimeError, TypeError, ValueError):
-            return torch.optim.Adam(params, lr=self.config.lr, eps=1e-5, foreach=True)
+        return make_adam(list(self.model.parameters()), self.config.lr, eps=1e-5)
 
     # -- act ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -346,52 +397,23 @@ class TorchPolicyGraph(PolicyGraph):
     # -- weights and state -------------------------------------------------------------
     def get_weights(self) -> Weights:
         """Model ``state_dict`` as numpy arrays (copies)."""
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+        return module_weights(self.model)
 
     def set_weights(self, weights: Weights) -> None:
         """Load weights; a missing name or a shape mismatch raises ValueError naming it."""
-        own = self.model.state_dict()
-        missing = sorted(set(own) - set(weights))
-        unexpected = sorted(set(weights) - set(own))
-        if missing or unexpected:
-            raise ValueError(
-                f"weights do not match {type(self).__name__}'s model: missing {missing}, "
-                f"unexpected {unexpected}"
-            )
-        for name, value in weights.items():
-            if tuple(np.shape(value)) != tuple(own[name].shape):
-                raise ValueError(
-                    f"weight '{name}' has shape {tuple(np.shape(value))}, the model expects "
-                    f"{tuple(own[name].shape)}"
-                )
-        self.model.load_state_dict(
-            {k: torch.from_numpy(np.array(v, copy=True)) for k, v in weights.items()},
-            strict=True,
-        )
+        load_module_weights(self.model, weights, type(self).__name__)
 
     def get_state(self) -> dict[str, Any]:
         """Weights, optimizer moments and the global timestep."""
         state = super().get_state()
-        state["optimizer"] = _to_numpy_tree(self.optimizer.state_dict())
+        state["optimizer"] = optimizer_state(self.optimizer)
         return state
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Restore weights, optimizer moments and the global timestep."""
         super().set_state(state)
         if "optimizer" in state:
-            saved = state["optimizer"]
-            opt_state = {
-                # copies: arrays from the object store are shared, read-only memory
-                int(k): {n: torch.tensor(np.asarray(v)) for n, v in s.items()}
-                for k, s in saved["state"].items()
-            }
-            self.optimizer.load_state_dict(
-                {"state": opt_state, "param_groups": list(saved["param_groups"])}
-            )
-            for s in self.optimizer.state.values():
-                for n, v in s.items():
-                    if torch.is_tensor(v):
-                        s[n] = v.to(self.device) if n != "step" else v
+            load_optimizer_state(self.optimizer, state["optimizer"], self.device)
 
     def on_global_var_update(self, global_vars: Mapping[str, Any]) -> None:
         """Track the timestep and follow ``config.lr_schedule`` if one is set."""

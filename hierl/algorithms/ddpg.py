@@ -39,15 +39,23 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from hierl.algorithms.trainer import Trainer, TrainerConfig
+from hierl.algorithms.off_policy import OffPolicyConfig
+from hierl.algorithms.trainer import Trainer
 from hierl.models import MLP, ModelConfig, get_preprocessor
 from hierl.policy_graph import LearnResult, PolicyGraph, Weights
 from hierl.postprocessing import N_STEP_DISCOUNTS, compute_n_step
 from hierl.sample_batch import SampleBatch as SB
+from hierl.torch_policy_graph import (
+    load_module_weights,
+    load_optimizer_state,
+    make_adam,
+    module_weights,
+    optimizer_state,
+)
 
 
 @dataclasses.dataclass
-class DDPGConfig(TrainerConfig):
+class DDPGConfig(OffPolicyConfig):
     """DDPG settings.
 
     The defaults are the TD3 paper's re-tuned DDPG ("Our DDPG", Fujimoto et al. 2018,
@@ -104,18 +112,6 @@ class DDPGConfig(TrainerConfig):
     """Rows kept in replay (over all shards with ``apex``)."""
     prioritized_replay: bool = False
     """Proportional prioritized replay by |TD error of the first critic| (else uniform)."""
-    prioritized_replay_alpha: float = 0.6
-    """Prioritization exponent alpha."""
-    prioritized_replay_beta: float = 0.4
-    """Initial importance-sampling exponent beta."""
-    final_prioritized_replay_beta: float = 1.0
-    """Beta after annealing."""
-    prioritized_replay_beta_annealing_timesteps: int = 20_000
-    """Sampled env steps over which beta is annealed."""
-    prioritized_replay_eps: float = 1e-6
-    """Added to |TD error| to make every priority positive."""
-    learning_starts: int = 1000
-    """Stored rows needed before the first update."""
     replay_ratio: float = 256.0
     """Rows replayed per env step sampled; ``train_batch_size`` = one update per step."""
 
@@ -127,18 +123,10 @@ class DDPGConfig(TrainerConfig):
             self.check(name, getattr(self, name) >= 0, "must be >= 0")
         self.check("tau", 0.0 < self.tau <= 1.0, "must be in (0, 1]")
         self.check("policy_delay", self.policy_delay >= 1, "must be >= 1")
-        self.check("n_step", self.n_step >= 1, "must be >= 1")
         self.check(
             "rollout_fragment_length",
             self.rollout_fragment_length == 0 or self.rollout_fragment_length >= self.n_step,
             f"must be >= n_step={self.n_step} (n-step windows stay inside a fragment)",
-        )
-        self.check("replay_ratio", self.replay_ratio > 0, "must be > 0")
-        self.check("buffer_size", self.buffer_size >= 1, "must be >= 1")
-        self.check(
-            "learning_starts",
-            1 <= self.learning_starts <= self.buffer_size,
-            f"must be in [1, buffer_size={self.buffer_size}]",
         )
         self.check(
             "lr_schedule",
@@ -270,36 +258,6 @@ class DDPGModel(nn.Module):
         return pairs
 
 
-def _make_adam(params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    try:  # fused Adam: one kernel for all parameters (CPU support since torch 2.4)
-        return torch.optim.Adam(params, lr=lr, fused=True)
-    except (RuntimeError, TypeError, ValueError):
-        return torch.optim.Adam(params, lr=lr, foreach=True)
-
-
-def _numpy_tree(value: Any) -> Any:
-    if torch.is_tensor(value):
-        return value.detach().cpu().numpy().copy()
-    if isinstance(value, Mapping):
-        return {str(k): _numpy_tree(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_numpy_tree(v) for v in value]
-    return value
-
-
-def _load_optimizer(optimizer: torch.optim.Optimizer, saved: Mapping[str, Any]) -> None:
-    """Inverse of ``_numpy_tree(optimizer.state_dict())``.
-
-    ``load_state_dict`` moves the moments to each parameter's device and dtype.
-    """
-    state = {
-        # copies: arrays from the object store are shared, read-only memory
-        int(k): {n: torch.tensor(np.asarray(v)) for n, v in s.items()}
-        for k, s in saved["state"].items()
-    }
-    optimizer.load_state_dict({"state": state, "param_groups": list(saved["param_groups"])})
-
-
 # -- the policy graph ------------------------------------------------------------------------
 class DDPGPolicy(PolicyGraph):
     """DDPG/TD3 policy graph: act with noise, learn on replayed batches, Polyak targets.
@@ -333,9 +291,9 @@ class DDPGPolicy(PolicyGraph):
         self.model = DDPGModel(obs_size, self.act_dim, config.model, config.twin_q).to(self.device)
         self._center = torch.as_tensor((high + low) / 2, dtype=torch.float32, device=self.device)
         self._half = torch.as_tensor((high - low) / 2, dtype=torch.float32, device=self.device)
-        self.actor_optimizer = _make_adam(list(self.model.actor.parameters()), config.actor_lr)
+        self.actor_optimizer = make_adam(list(self.model.actor.parameters()), config.actor_lr)
         critic_params = [p for c in self.model.critics() for p in c.parameters()]
-        self.critic_optimizer = _make_adam(critic_params, config.critic_lr)
+        self.critic_optimizer = make_adam(critic_params, config.critic_lr)
         self.num_updates = 0
         """Critic updates so far (every ``policy_delay``-th also updates actor and targets)."""
         self.noise_scale = 1.0
@@ -523,33 +481,18 @@ class DDPGPolicy(PolicyGraph):
     # -- weights and state -----------------------------------------------------------------
     def get_weights(self) -> Weights:
         """Online and target networks as numpy arrays (copies), by ``state_dict`` name."""
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+        return module_weights(self.model)
 
     def set_weights(self, weights: Weights) -> None:
         """Load weights from ``get_weights``; a missing name or shape mismatch raises."""
-        own = self.model.state_dict()
-        missing, unexpected = sorted(set(own) - set(weights)), sorted(set(weights) - set(own))
-        if missing or unexpected:
-            raise ValueError(
-                f"weights do not match DDPGPolicy's model: missing {missing}, "
-                f"unexpected {unexpected}"
-            )
-        for name, value in weights.items():
-            if tuple(np.shape(value)) != tuple(own[name].shape):
-                raise ValueError(
-                    f"weight '{name}' has shape {tuple(np.shape(value))}, the model expects "
-                    f"{tuple(own[name].shape)}"
-                )
-        self.model.load_state_dict(
-            {k: torch.from_numpy(np.array(v, copy=True)) for k, v in weights.items()}
-        )
+        load_module_weights(self.model, weights, "DDPGPolicy")
 
     def get_state(self) -> dict[str, Any]:
         """Weights (with targets), both optimizers' moments and the counters."""
         return {
             **super().get_state(),
-            "actor_optimizer": _numpy_tree(self.actor_optimizer.state_dict()),
-            "critic_optimizer": _numpy_tree(self.critic_optimizer.state_dict()),
+            "actor_optimizer": optimizer_state(self.actor_optimizer),
+            "critic_optimizer": optimizer_state(self.critic_optimizer),
             "num_updates": self.num_updates,
             "noise_scale": self.noise_scale,
             "last_actor_loss": self.last_actor_loss,
@@ -558,8 +501,8 @@ class DDPGPolicy(PolicyGraph):
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Inverse of ``get_state``."""
         super().set_state(state)
-        _load_optimizer(self.actor_optimizer, state["actor_optimizer"])
-        _load_optimizer(self.critic_optimizer, state["critic_optimizer"])
+        load_optimizer_state(self.actor_optimizer, state["actor_optimizer"], self.device)
+        load_optimizer_state(self.critic_optimizer, state["critic_optimizer"], self.device)
         self.num_updates = int(state["num_updates"])
         self.noise_scale = float(state["noise_scale"])
         self.last_actor_loss = float(state["last_actor_loss"])

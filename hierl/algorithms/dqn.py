@@ -31,7 +31,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from hierl.algorithms.trainer import Trainer, TrainerConfig
+from hierl.algorithms.off_policy import OffPolicyConfig
+from hierl.algorithms.trainer import Trainer
 from hierl.evaluators import PolicyEvaluator
 from hierl.models import MLP, Categorical, ModelConfig, NatureCNN, get_preprocessor, is_image_space
 from hierl.policy_graph import LearnResult, Weights
@@ -41,11 +42,11 @@ from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph, piecewise_li
 
 
 @dataclasses.dataclass
-class DQNConfig(TrainerConfig):
+class DQNConfig(OffPolicyConfig):
     """DQN settings.  The defaults solve CartPole-v1 with the ``replay`` optimizer.
 
-    The replay fields carry the ``replay`` optimizer's names (``ReplayConfig``) and are
-    passed to it; ``train_batch_size`` is the number of replayed rows per update.
+    The replay fields are ``OffPolicyConfig``'s; ``train_batch_size`` is the number of
+    replayed rows per update.
     """
 
     lr: float = 1e-3
@@ -81,45 +82,20 @@ class DQNConfig(TrainerConfig):
     """Epsilon after ``epsilon_timesteps`` sampled env steps (and from then on)."""
     epsilon_timesteps: int = 10_000
     """Sampled env steps over which epsilon falls linearly to ``final_epsilon``."""
-    # -- replay (the ``replay`` optimizer's fields) ----------------------------------
+    # -- replay (OffPolicyConfig's fields, DQN's defaults) ---------------------------
     train_batch_size: int = 64
     """Rows per replayed batch (one learner update each); with ``async``, env steps
     sampled per optimizer step."""
-    buffer_size: int = 50_000
-    """Rows kept in the replay buffer (oldest overwritten first)."""
-    prioritized_replay: bool = True
-    """Proportional prioritized replay with |TD error| priorities (else uniform)."""
-    prioritized_replay_alpha: float = 0.6
-    """Prioritization exponent alpha: P(i) ∝ p_i^alpha."""
-    prioritized_replay_beta: float = 0.4
-    """Initial importance-sampling exponent beta."""
-    final_prioritized_replay_beta: float = 1.0
-    """Beta after annealing."""
-    prioritized_replay_beta_annealing_timesteps: int = 20_000
-    """Sampled env steps over which beta goes linearly to its final value."""
-    prioritized_replay_eps: float = 1e-6
-    """Added to |TD error| so that no priority is 0 (also for initial priorities)."""
-    learning_starts: int = 1000
-    """Stored rows needed before the first update."""
     replay_ratio: float = 8.0
     """Rows replayed per env step sampled (8 with batches of 64: an update per 8 steps)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.check("n_step", self.n_step >= 1, "must be >= 1")
         self.check("target_network_update_freq", self.target_network_update_freq >= 1, ">= 1")
         self.check("huber_delta", self.huber_delta > 0, "must be > 0")
         for name in ("initial_epsilon", "final_epsilon"):
             self.check(name, 0.0 <= getattr(self, name) <= 1.0, "must be in [0, 1]")
         self.check("epsilon_timesteps", self.epsilon_timesteps >= 0, "must be >= 0")
-        self.check("buffer_size", self.buffer_size >= 1, "must be >= 1")
-        self.check(
-            "learning_starts",
-            1 <= self.learning_starts <= self.buffer_size,
-            f"must be in [1, buffer_size={self.buffer_size}]",
-        )
-        self.check("replay_ratio", self.replay_ratio > 0, "must be > 0")
-        self.check("prioritized_replay_eps", self.prioritized_replay_eps > 0, "must be > 0")
 
 
 class QNetwork(nn.Module):
