@@ -153,6 +153,8 @@ def test_agents_enter_and_leave_rows_flags_and_counts():
     b, c = bc[0:3], bc[3:6]
     assert b[SB.AGENT_INDEX].tolist() == [1, 1, 1] and c[SB.AGENT_INDEX].tolist() == [2, 2, 2]
     assert b[SB.OBS][:, 0].tolist() == [1, 2, 3] and c[SB.OBS][:, 0].tolist() == [2, 3, 4]
+    # T is the env step each row was acted at: late entrants align with a's rows
+    assert b[SB.T].tolist() == [1, 2, 3] and c[SB.T].tolist() == [2, 3, 4]
     # b is truncated without a final obs: it bootstraps from the obs it last acted on
     assert b[SB.TRUNCATEDS].tolist() == [False, False, True] and not b[SB.TERMINATEDS].any()
     assert b[SB.NEW_OBS][-1].tolist() == b[SB.OBS][-1].tolist() == [3, 2]

@@ -1,4 +1,4 @@
-"""Segment trees, replay buffers, the ``replay`` optimizer and Q-learning through it."""
+"""Segment trees, replay buffers, the ``replay`` optimizer and DQN through it."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import torch
 from conftest import RESULT_KEYS, CountingEnv
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from qlearning import QConfig, QPolicy, QTrainer
 
 import hierl.optimizers.replay  # noqa: F401  (registers "replay")
+from hierl.algorithms.dqn import DQNConfig, DQNPolicy, DQNTrainer
 from hierl.checkpoint import load_checkpoint, save_checkpoint
 from hierl.config import ConfigError
 from hierl.evaluators import PolicyEvaluator
@@ -216,9 +216,9 @@ def test_buffer_state_checkpoints_without_pickle_and_resumes(tmp_path, prioritiz
 # -- the replay optimizer, in-process -----------------------------------------------------
 def local_setup(**optimizer_config):
     """A local evaluator (4 rows per sample) and a replay optimizer over it."""
-    config = QConfig.from_dict({"env": CountingEnv, "model": {"hiddens": [8]}, "lr": 1e-2})
+    config = DQNConfig.from_dict({"env": CountingEnv, "model": {"hiddens": [8]}, "lr": 1e-2})
     evaluator = PolicyEvaluator(
-        CountingEnv, QPolicy, config, env_config={"length": 6}, rollout_fragment_length=4, seed=0
+        CountingEnv, DQNPolicy, config, env_config={"length": 6}, rollout_fragment_length=4, seed=0
     )
     base = {"train_batch_size": 4, "learning_starts": 10, "buffer_size": 100}
     return evaluator, ReplayOptimizer(evaluator, config={**base, **optimizer_config})
@@ -311,11 +311,11 @@ def test_bad_config_is_named(key, value, message):
         local_setup(**{key: value})
 
 
-# -- the Q-learning test policy ----------------------------------------------------------
+# -- the DQN policy ----------------------------------------------------------------------
 def test_q_targets_bootstrap_on_truncation_not_termination():
-    config = QConfig.from_dict({"gamma": 0.5, "model": {"hiddens": [8]}})
+    config = DQNConfig.from_dict({"gamma": 0.5, "model": {"hiddens": [8]}})
     env = CountingEnv()
-    policy = QPolicy(env.observation_space, env.action_space, config)
+    policy = DQNPolicy(env.observation_space, env.action_space, config)
     obs = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
     new_obs = obs + 1
     batch = SB(
@@ -337,9 +337,8 @@ def test_q_targets_bootstrap_on_truncation_not_termination():
 
 def test_epsilon_schedule_and_pinning():
     env = CountingEnv()
-    policy = QPolicy(
-        env.observation_space, env.action_space, QConfig(epsilon_timesteps=100, final_epsilon=0.1)
-    )
+    config = DQNConfig(epsilon_timesteps=100, final_epsilon=0.1)
+    policy = DQNPolicy(env.observation_space, env.action_space, config)
     assert policy.epsilon == 1.0
     policy.on_global_var_update({"timestep": 50})
     assert policy.epsilon == pytest.approx(0.55)
@@ -353,26 +352,29 @@ def test_epsilon_schedule_and_pinning():
         policy.set_epsilon(1.5)
 
 
-def test_qtrainer_checkpoint_keeps_counters_target_and_epsilon(tmp_path):
+def test_dqn_trainer_checkpoint_keeps_counters_target_and_epsilon(tmp_path):
     config = {
         "env": "CartPole-v1",
+        "timesteps_per_iteration": 0,  # one optimizer step (4 rows) per train()
         "model": {"hiddens": [8]},
         "rollout_fragment_length": 4,
         "num_envs_per_evaluator": 1,
         "target_network_update_freq": 1000,
         "optimizer_config": {"learning_starts": 8},
     }
-    with QTrainer(config) as t:
+    with DQNTrainer(config) as t:
         for _ in range(4):
             t.train()
         path = t.save(tmp_path / "q")
         state = t.get_policy().get_state()
         updates = t.optimizer.num_updates
-    with QTrainer(config) as t2:
+    with DQNTrainer(config) as t2:
         t2.restore(path)
         assert t2.optimizer.num_updates == updates == 3  # rows 8, 12, 16 >= learning_starts
         policy = t2.get_policy()
-        assert policy.epsilon == state["epsilon"] < 1.0 and policy.num_updates == 3
+        # the policy's own update count: Adam's step of every parameter
+        adam_steps = {int(s["step"]) for s in policy.optimizer.state.values()}
+        assert policy.epsilon == state["epsilon"] < 1.0 and adam_steps == {3}
         for k, v in state["target_weights"].items():
             np.testing.assert_array_equal(policy.target_model.state_dict()[k].numpy(), v)
 
@@ -380,18 +382,19 @@ def test_qtrainer_checkpoint_keeps_counters_target_and_epsilon(tmp_path):
 # -- through a Trainer with remote evaluators ---------------------------------------------
 @pytest.mark.ray
 @pytest.mark.timeout(300)
-def test_qtrainer_with_two_remote_evaluators_syncs_weights_and_epsilon(ray_session):
+def test_dqn_trainer_with_two_remote_evaluators_syncs_weights_and_epsilon(ray_session):
     config = {
         "env": "CartPole-v1",
+        "timesteps_per_iteration": 0,  # one optimizer step (16 rows) per train()
         "num_evaluators": 2,
         "num_cpus_per_evaluator": 0.5,
         "num_envs_per_evaluator": 2,
         "rollout_fragment_length": 4,
         "train_batch_size": 32,
         "model": {"hiddens": [8]},
-        "optimizer_config": {"learning_starts": 32},
+        "optimizer_config": {"learning_starts": 32, "replay_ratio": 1.0},  # 1 update per step
     }
-    with QTrainer(config) as t:
+    with DQNTrainer(config) as t:
         results = [t.train() for _ in range(3)]
         remotes = t.evaluators.remote_evaluators
         weights = t.evaluators.get([e.get_weights.remote() for e in remotes])
@@ -414,18 +417,28 @@ def _epsilon(evaluator) -> float:
 @pytest.mark.learning
 @pytest.mark.timeout(300)
 def test_replay_learns_cartpole_with_two_evaluators(ray_session):
-    # QConfig defaults (2 envs x 8 steps per evaluator, batches of 64, gamma 0.98) with
-    # 8 rows replayed per sampled step: seeds 0, 1, 2 pass 150 after 615-665 iterations
-    # (~20k env steps, ~2.4k updates; 30-40 s on a loaded 2-core machine).
+    # Double DQN with 1-step targets and a plain head (2 envs x 8 steps per evaluator,
+    # batches of 64, gamma 0.98, the target copied every 800 env steps = 100 updates) with
+    # 8 rows replayed per sampled step; one optimizer step (32 env steps) per train().
+    # Seeds 0, 1, 2 pass 150 after 581-661 iterations (~20k env steps, ~2.4k updates;
+    # 11-13 s here).
     config = {
         "env": "CartPole-v1",
         "num_evaluators": 2,
         "num_cpus_per_evaluator": 0.5,
+        "num_envs_per_evaluator": 2,
+        "rollout_fragment_length": 8,
+        "timesteps_per_iteration": 0,
+        "lr": 2e-3,
+        "gamma": 0.98,
+        "n_step": 1,
+        "dueling": False,
+        "target_network_update_freq": 800,
         "seed": 0,
         "optimizer_config": {"prioritized_replay": True, "replay_ratio": 8.0},
     }
     best = -np.inf
-    with QTrainer(config) as t:
+    with DQNTrainer(config) as t:
         for _ in range(1500):
             result = t.train()
             best = max(best, result["episode_reward_mean"])

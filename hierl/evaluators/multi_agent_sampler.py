@@ -58,14 +58,13 @@ class MultiAgentEpisodeRecord(EpisodeRecord):
 class _Agent:
     """One agent's trajectory in the current episode of one env copy."""
 
-    __slots__ = ("index", "open", "policy_id", "rows", "t")
+    __slots__ = ("index", "open", "policy_id", "rows")
 
     def __init__(self, policy_id: str, index: int):
         self.policy_id = policy_id
         self.index = index
         self.rows: list[dict[str, Any]] = []
         self.open: dict[str, Any] | None = None  # acted, waiting for its next observation
-        self.t = 0
 
 
 class _Slot:
@@ -209,7 +208,10 @@ class MultiAgentSampler:
             env_actions = to_env_action(policy.action_space, actions)
             for i, (slot, aid) in enumerate(members):
                 row = {k: v[i] for k, v in extra.items()}
+                # T is the env step the agent acted at (as in single-agent batches), so
+                # other agents' rows of the same step align even if an agent entered late.
                 row.update({SB.OBS: obs[i], SB.ACTIONS: actions[i], SB.REWARDS: 0.0})
+                row[SB.T] = slot.length
                 slot.agents[aid].open = row
                 action_dicts[slot.index][aid] = env_actions[i]
         pending: list[tuple[_Slot, Any, Any, bool]] = []
@@ -256,8 +258,6 @@ class MultiAgentSampler:
                     # truncated) from the obs it last acted on, never from another agent's.
                     row[SB.NEW_OBS] = new if new is not None else row[SB.OBS]
                     row[SB.TERMINATEDS], row[SB.TRUNCATEDS] = a_term, a_trunc
-                    row[SB.T] = agent.t
-                    agent.t += 1
                     agent.rows.append(row)
                 if a_term or a_trunc:
                     slot.done.add(aid)
