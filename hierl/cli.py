@@ -656,6 +656,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 def _make_rollout_env(config: Any) -> Any:
     from gymnasium.vector import VectorEnv
 
+    from hierl.evaluators import MultiAgentEnv
     from hierl.evaluators.env import EnvContext, resolve_env_creator
 
     try:
@@ -663,6 +664,11 @@ def _make_rollout_env(config: Any) -> Any:
     except ValueError as e:
         raise CLIError(str(e)) from None
     env = creator(EnvContext(config.env_config))
+    if isinstance(env, MultiAgentEnv):
+        raise CLIError(
+            f"rollout runs single-agent envs; env {config.env!r} is a MultiAgentEnv "
+            "(roll it out from Python with Trainer.compute_single_action(obs, policy_id=...))"
+        )
     if isinstance(env, VectorEnv):
         env.close()
         raise CLIError(f"rollout needs a single env, but env {config.env!r} makes a VectorEnv")
@@ -678,9 +684,9 @@ def _run_episodes(trainer: Any, env: Any, args: argparse.Namespace) -> list[floa
     returns = []
     for i in range(args.episodes):
         obs, _ = env.reset(seed=args.seed if i == 0 else None)
-        total, length, done = 0.0, 0, False
-        while not done:
-            action = trainer.compute_single_action(obs, explore=args.explore)
+        total, length, done, state = 0.0, 0, False, None
+        while not done:  # recurrent policies carry their state through the episode
+            action, state = trainer.compute_single_action_and_state(obs, state, args.explore)
             obs, reward, terminated, truncated, _ = env.step(action)
             total += float(reward)
             length += 1

@@ -548,3 +548,12 @@ def test_td3_learns_pendulum():
     print(f"TD3 Pendulum-v1: best 10-episode mean {best:.1f} after {steps} env steps")
     assert best >= -400, f"10-episode mean return peaked at {best:.1f}"
     assert greedy.shape == (1,) and -2.0 <= greedy[0] <= 2.0
+
+
+def test_compute_priorities_leaves_a_compressed_batch_compressed():
+    policy = make_policy()
+    batch = make_batch()
+    batch.compress(bulk=True)
+    priorities = policy.compute_priorities(batch)
+    assert priorities.shape == (batch.count,) and (priorities > 0).all()
+    assert batch.is_compressed(SB.OBS)  # it goes on to replay as it came

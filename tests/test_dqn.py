@@ -320,7 +320,7 @@ def test_in_process_apex_trainer_pins_the_ladder_and_learns():
         "env": "CartPole-v1",
         "learning_starts": 64,
         "train_batch_size": 16,
-        "min_step_time_s": 0.0,
+        "min_step_time_s": 0.1,  # the learner thread gets time to learn in each step
         "timesteps_per_iteration": 256,
         "target_network_update_freq": 64,
     }

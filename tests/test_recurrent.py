@@ -49,6 +49,27 @@ def sequence_starts(batch: SB) -> np.ndarray:
 # ---------------------------------------------------------------------- acting
 
 
+def test_single_actions_of_a_recurrent_policy_carry_the_state() -> None:
+    ev = make_evaluator()
+    with pytest.raises(ValueError, match="recurrent: use compute_single_action_and_state"):
+        ev.compute_single_action(QUERY)
+    env = RepeatCueEnv(3)
+    obs, _ = env.reset(seed=0)
+    seen, state, states = [], None, []
+    for _ in range(3):
+        seen.append(obs)
+        action, state = ev.compute_single_action_and_state(obs, state)
+        states.append(state)
+        obs, *_ = env.step(action)
+    # each call continued from the state the previous one returned
+    chained = ev.policy.get_initial_state()
+    for obs, expected in zip(seen, states, strict=True):
+        _, chained, _ = ev.policy.compute_single_action(obs, chained)
+        for got, want in zip(chained, expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert not np.allclose(states[0][0], states[2][0])  # the state did change
+
+
 def test_compute_actions_takes_and_returns_state_per_row() -> None:
     policy = lstm_policy()
     assert policy.is_recurrent and policy.max_seq_len == 4

@@ -179,3 +179,10 @@ def test_custom_policy_graph_trains_through_public_api():
             result = t.train()
     assert result["learner/policy_loss"] == pytest.approx(result["learner/total_loss"])
     assert result["episode_reward_mean"] > max(2 * first, 60), (first, result)
+
+
+def test_iteration_stats_are_the_mean_over_its_optimizer_steps():
+    from hierl.algorithms.trainer import _mean_stats
+
+    steps = [{"loss": 1.0, "kl": 0.5, "mode": "a"}, {"loss": 3.0, "mode": "b"}, {}]
+    assert _mean_stats(steps) == {"loss": 2.0, "kl": 0.5, "mode": "b"}

@@ -168,6 +168,8 @@ class ApexDDPGConfig(DDPGConfig):
 
     num_evaluators: int = 2
     """Remote evaluators (the Ape-X actors)."""
+    timesteps_per_iteration: int = 0
+    """One ``apex`` step (``min_step_time_s`` of pipelined work) per ``train()``."""
     rollout_fragment_length: int = 50
     """Env steps per sample task of an evaluator (its batch to a replay shard)."""
     n_step: int = 3
@@ -366,6 +368,7 @@ class DDPGPolicy(PolicyGraph):
 
     # -- loss ------------------------------------------------------------------------------
     def _tensors(self, batch: SB) -> dict[str, torch.Tensor]:
+        batch = SB(batch)  # a shallow copy: the caller's batch stays compressed
         batch.decompress_if_needed([SB.OBS, SB.NEW_OBS])
         out = {
             SB.OBS: self._obs(batch[SB.OBS]),

@@ -86,8 +86,9 @@ class DQNConfig(OffPolicyConfig):
     train_batch_size: int = 64
     """Rows per replayed batch (one learner update each); with ``async``, env steps
     sampled per optimizer step."""
-    replay_ratio: float = 8.0
-    """Rows replayed per env step sampled (8 with batches of 64: an update per 8 steps)."""
+    replay_ratio: float = 16.0
+    """Rows replayed per env step sampled (16 with batches of 64: an update per 4 steps,
+    i.e. one per sampled fragment)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

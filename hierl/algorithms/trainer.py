@@ -165,6 +165,16 @@ def _use_driver_cpus(num_cpus: float) -> None:
         torch.set_num_threads(threads)
 
 
+def _mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:
+    """Per key, the mean over the optimizer steps of an iteration that reported it."""
+    out: dict[str, Any] = {}
+    for key in dict.fromkeys(k for s in stats for k in s):
+        values = [s[key] for s in stats if key in s]
+        numeric = all(isinstance(v, (int, float, np.number)) for v in values)
+        out[key] = float(np.mean(values)) if numeric else values[-1]
+    return out
+
+
 def _mean(values: list[float]) -> float:
     return float(np.mean(values)) if values else math.nan
 
@@ -330,12 +340,16 @@ class Trainer:
         """Run one iteration; return the flat result dict."""
         start = time.perf_counter()
         steps_before = self.optimizer.num_steps_sampled
+        step_stats = []
         while True:
-            learner_stats = self.optimizer.step()
-            self.after_optimizer_step(learner_stats)
+            stats = self.optimizer.step()
+            self.after_optimizer_step(stats)
+            if stats:
+                step_stats.append(stats)
             sampled = self.optimizer.num_steps_sampled - steps_before
             if sampled >= self.config.timesteps_per_iteration:
                 break
+        learner_stats = _mean_stats(step_stats)
         if self.config.observation_filter != "NoFilter":
             self.evaluators.sync_filters()
         episodes = self._collect_episodes()
@@ -389,6 +403,17 @@ class Trainer:
         """The action of policy ``policy_id`` for one raw env observation, in the env's
         action format."""
         return self.local_evaluator.compute_single_action(obs, explore=explore, policy_id=policy_id)
+
+    def compute_single_action_and_state(
+        self,
+        obs: Any,
+        state: list[np.ndarray] | None = None,
+        explore: bool = False,
+        policy_id: str = DEFAULT_POLICY_ID,
+    ) -> tuple[Any, list[np.ndarray]]:
+        """``(action, state_out)`` of a (recurrent) policy; pass ``state_out`` to the next
+        call and None at an episode's first step."""
+        return self.local_evaluator.compute_single_action_and_state(obs, state, explore, policy_id)
 
     def get_weights(self) -> dict[str, Weights]:
         """Weights of the driver's policies."""

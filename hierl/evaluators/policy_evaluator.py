@@ -239,14 +239,39 @@ class PolicyEvaluator:
     def compute_single_action(
         self, obs: Any, explore: bool = False, policy_id: str = DEFAULT_POLICY_ID
     ) -> Any:
-        """A policy's action for one raw env observation, in the env's format."""
-        if policy_id not in self.policy_map:
-            raise ValueError(f"unknown policy id {policy_id!r}; valid: {sorted(self.policy_map)}")
-        policy = self.policy_map[policy_id]
+        """A feed-forward policy's action for one raw env observation, in the env's format.
+
+        Recurrent policies carry state from step to step: use
+        :meth:`compute_single_action_and_state`.
+        """
+        if self._policy(policy_id).get_initial_state():
+            raise ValueError(
+                f"policy {policy_id!r} is recurrent: use compute_single_action_and_state(obs, "
+                "state) and pass each returned state to the next call"
+            )
+        return self.compute_single_action_and_state(obs, None, explore, policy_id)[0]
+
+    @_locked
+    def compute_single_action_and_state(
+        self,
+        obs: Any,
+        state: list[np.ndarray] | None = None,
+        explore: bool = False,
+        policy_id: str = DEFAULT_POLICY_ID,
+    ) -> tuple[Any, list[np.ndarray]]:
+        """``(action, state_out)`` for one raw observation; ``state`` None = the policy's
+        initial state (an episode's first step).  Feed-forward policies return ``[]``."""
+        policy = self._policy(policy_id)
         flat = self.preprocessors[policy_id].transform(batch_obs(policy.observation_space, [obs]))
         flat = self.filters[policy_id](flat, update=False)
-        actions, _, _ = policy.compute_actions(flat, explore=explore)
-        return to_env_action(policy.action_space, actions)[0]
+        state = policy.get_initial_state() if state is None else state
+        action, state_out, _ = policy.compute_single_action(flat[0], state, explore=explore)
+        return to_env_action(policy.action_space, np.asarray(action)[None])[0], state_out
+
+    def _policy(self, policy_id: str) -> PolicyGraph:
+        if policy_id not in self.policy_map:
+            raise ValueError(f"unknown policy id {policy_id!r}; valid: {sorted(self.policy_map)}")
+        return self.policy_map[policy_id]
 
     @_locked
     def get_metrics(self) -> list[EpisodeRecord]:
