@@ -222,6 +222,43 @@ def build_parser() -> argparse.ArgumentParser:
     cfg.add_argument("algo", metavar="ALGO", help="algorithm name")
     cfg.set_defaults(func=cmd_config)
 
+    tune = sub.add_parser(
+        "tune",
+        help="run Ray Tune experiments from a YAML file",
+        description=textwrap.fill(
+            "Run the experiments of a YAML experiment file with Ray Tune (search spaces, "
+            "ASHA/HyperBand/PBT schedulers, checkpoints), showing Tune's progress, then a "
+            "table of the best trials of each experiment. Every experiment is checked "
+            "before the first trial starts. Format: see hierl/tune/experiments.py and "
+            "examples/tune/.",
+            width=79,
+        ),
+    )
+    tune.add_argument("file", metavar="FILE", help="experiment file (.yaml)")
+    tune.add_argument(
+        "--storage-path",
+        metavar="DIR",
+        help="where Tune writes results and checkpoints (default: ~/ray_results)",
+    )
+    tune.add_argument(
+        "--experiment",
+        action="append",
+        metavar="NAME",
+        help="run only this experiment of the file (repeatable)",
+    )
+    tune.add_argument(
+        "--stop",
+        action="append",
+        type=parse_stop,
+        metavar="KEY=VALUE",
+        help="replace every experiment's stop conditions (repeatable), e.g. training_iteration=5",
+    )
+    tune.add_argument("--ray-address", metavar="ADDR", help="join this Ray cluster")
+    tune.add_argument(
+        "--verbose", type=int, default=1, choices=[0, 1, 2], help="Tune's progress output"
+    )
+    tune.set_defaults(func=cmd_tune)
+
     bench = sub.add_parser(
         "bench",
         help="microbenchmarks (pick a policy optimizer for your hardware)",
@@ -461,6 +498,57 @@ def cmd_config(args: argparse.Namespace) -> int:
         if docs.get(key):
             print(f"      {_one_line(docs[key])}")
     return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Run the experiments of a YAML file with Ray Tune; print the best trials."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from hierl.config import ConfigError
+    from hierl.evaluators.ray_runtime import ensure_ray
+    from hierl.tune.experiments import load_experiments, run_experiment, summary_rows
+
+    try:
+        experiments = load_experiments(args.file)
+    except ConfigError as e:
+        raise CLIError(str(e)) from None
+    if args.experiment:
+        unknown = [n for n in args.experiment if n not in experiments]
+        if unknown:
+            raise CLIError(
+                f"no experiment {unknown} in '{args.file}'; it has: {', '.join(experiments)}"
+            )
+        experiments = {n: experiments[n] for n in args.experiment}
+    if args.stop:
+        for spec in experiments.values():
+            spec.stop = dict(args.stop)
+    ensure_ray(args.ray_address)
+    table = Table(title="best trials")
+    for column in ("experiment", "trial", "status", "metric", "iterations", "timesteps", "config"):
+        table.add_column(column)
+    failed = 0
+    for name, spec in experiments.items():
+        results = run_experiment(name, spec, args.storage_path, verbose=args.verbose)
+        failed += sum(1 for r in results if r.error)
+        for row in summary_rows(name, spec, results):
+            value = row[spec.metric]
+            table.add_row(
+                row["experiment"],
+                str(row["trial"]),
+                row["status"],
+                f"{spec.metric} = {value:.4g}" if _is_number(value) else f"{spec.metric} = -",
+                str(row["iterations"]),
+                str(row["timesteps"]),
+                ", ".join(f"{k}={v}" for k, v in row["config"].items()),
+            )
+    console = Console()
+    if not console.is_terminal:  # a log file: no need to squeeze the table into 80 columns
+        console = Console(width=160)
+    console.print(table)
+    if failed:
+        print(f"hierl: {failed} trial(s) failed; see Tune's error files above", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -286,22 +286,34 @@ class Trainer:
             get_timeout_s=cfg.sample_timeout_s,
         )
 
-    def _make_optimizer(self, name: str, with_overrides: bool = True) -> PolicyOptimizer:
-        """Build optimizer ``name`` from the same-named trainer fields + ``optimizer_config``."""
-        cls = get_optimizer_class(name)
-        fields = {f.name for f in dataclasses.fields(cls.config_class)}
-        settings = {k: v for k, v in self.config.to_dict().items() if k in fields}
+    @classmethod
+    def optimizer_config(cls, config: TrainerConfig, name: str, with_overrides: bool = True) -> Any:
+        """The config of optimizer ``name``: same-named trainer fields + ``optimizer_config``."""
+        opt_class = get_optimizer_class(name)
+        fields = {f.name for f in dataclasses.fields(opt_class.config_class)}
+        settings = {k: v for k, v in config.to_dict().items() if k in fields}
         if with_overrides:
-            settings.update(self.config.optimizer_config)
+            settings.update(config.optimizer_config)
         if name == "auto":
             # auto compares the gradient strategies this algorithm supports, each built
             # with the algorithm's settings (optimizer_config is auto's own).
-            supported = [n for n in self.supported_optimizers if n in GRADIENT_STRATEGIES]
+            supported = [n for n in cls.supported_optimizers if n in GRADIENT_STRATEGIES]
             settings.setdefault("candidates", supported)
         try:
-            config = cls.config_class.from_dict(settings)
+            return opt_class.config_class.from_dict(settings)
         except ConfigError as e:
             raise ConfigError(f"optimizer_config of '{name}': {e}") from e
+
+    @classmethod
+    def extra_actor_bundles(cls, config: TrainerConfig) -> list[dict[str, float]]:
+        """Resource bundles of the Ray actors this trainer starts besides its evaluators
+        (e.g. Ape-X replay shards), one per actor; see ``hierl.algorithms.resources``."""
+        return []
+
+    def _make_optimizer(self, name: str, with_overrides: bool = True) -> PolicyOptimizer:
+        """Build optimizer ``name`` from the same-named trainer fields + ``optimizer_config``."""
+        cls = get_optimizer_class(name)
+        config = self.optimizer_config(self.config, name, with_overrides)
         if name == "auto":
             return AutoOptimizer(
                 self.evaluators,

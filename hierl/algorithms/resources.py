@@ -1,0 +1,82 @@
+"""What a trainer reserves: one resource bundle per process it runs, driver first.
+
+A trainer is a driver process (its learner: ``num_cpus_for_driver``, ``num_gpus``) plus
+the Ray actors it starts: ``num_evaluators`` remote evaluators (``num_cpus_per_evaluator``,
+``num_gpus_per_evaluator`` each) and whatever its optimizer adds (Ape-X replay shards,
+declared by the trainer class through ``Trainer.extra_actor_bundles``).  Whoever
+schedules a trainer (a Ray Tune trial, a population loop such as PPO-ES that runs
+trainers as actors) reserves these bundles as one placement group and starts the
+trainer in its first bundle with child-task capture, so the nested actors land inside
+the reservation: they can never wait on CPUs that other trials hold (no deadlock)::
+
+    bundles = trainer_bundles(PPOTrainer, {"num_evaluators": 2, "num_cpus_per_evaluator": 0.5})
+    # [{"CPU": 1.0}, {"CPU": 0.5}, {"CPU": 0.5}]
+
+Ray rejects bundles that reserve nothing, so an actor that reserves nothing (e.g. a
+replay shard with ``num_cpus_per_replay_shard=0``) gets no bundle: it shares the
+others'.  A driver that reserves nothing keeps an empty first bundle (``{}``), which
+Ray Tune accepts as "the trainable takes no resources of its own".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hierl.algorithms.trainer import Trainer, TrainerConfig
+
+
+def _bundle(cpus: float, gpus: float = 0.0) -> dict[str, float]:
+    """``{"CPU": cpus, "GPU": gpus}`` without the zero entries."""
+    out = {"CPU": float(cpus), "GPU": float(gpus)}
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def resolve_config(trainer_cls: type[Trainer], config: TrainerConfig | Mapping[str, Any]):
+    """``config`` as ``trainer_cls``'s typed config (dicts are validated: "did you mean")."""
+    if isinstance(config, Mapping):
+        return trainer_cls.config_class.from_dict(config)
+    return config
+
+
+def trainer_bundles(
+    trainer_cls: type[Trainer], config: TrainerConfig | Mapping[str, Any]
+) -> list[dict[str, float]]:
+    """The resource bundles of one ``trainer_cls`` trainer with ``config``.
+
+    The first is the driver's (possibly ``{}``), then one per remote evaluator, then one
+    per extra actor of the algorithm (``trainer_cls.extra_actor_bundles``); bundles of
+    actors that reserve nothing are left out (Ray rejects all-zero bundles).
+    """
+    cfg = resolve_config(trainer_cls, config)
+    evaluator = _bundle(cfg.num_cpus_per_evaluator, cfg.num_gpus_per_evaluator)
+    bundles = [_bundle(cfg.num_cpus_for_driver, cfg.num_gpus)]
+    if evaluator:
+        bundles += [dict(evaluator) for _ in range(cfg.num_evaluators)]
+    bundles += [b for b in trainer_cls.extra_actor_bundles(cfg) if any(v > 0 for v in b.values())]
+    return bundles
+
+
+def total_resources(bundles: list[dict[str, float]]) -> dict[str, float]:
+    """The sum of ``bundles`` per resource (what a trainer reserves in all)."""
+    total: dict[str, float] = {}
+    for bundle in bundles:
+        for k, v in bundle.items():
+            total[k] = total.get(k, 0.0) + v
+    return total
+
+
+def replay_shard_bundles(
+    trainer_cls: type[Trainer], config: TrainerConfig
+) -> list[dict[str, float]]:
+    """One bundle per Ape-X replay shard actor when ``config`` runs the ``apex`` optimizer.
+
+    The shard settings are read the way the trainer builds its optimizer (trainer fields
+    of the same name, then ``optimizer_config``), so both always agree.
+    """
+    name = config.optimizer or trainer_cls.default_optimizer
+    if name != "apex":
+        return []
+    opt = trainer_cls.optimizer_config(config, name)
+    shard = _bundle(opt.num_cpus_per_replay_shard)
+    return [dict(shard) for _ in range(opt.num_replay_shards)] if shard else []

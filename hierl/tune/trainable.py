@@ -1,0 +1,249 @@
+"""Any registered Trainer as a Ray Tune Trainable.
+
+Tune drives a trial through ``setup(config) → step() ... → save/load_checkpoint →
+cleanup()``; a hierl Trainer already is ``Trainer(config) → train() ... → save/restore →
+stop()``, so the adapter only maps one onto the other::
+
+    tuner = tune.Tuner(
+        "hierl/PPO",  # or trainable("PPO"), or trainable(MyTrainer)
+        param_space={"env": "CartPole-v1", "lr": tune.loguniform(1e-4, 1e-2)},
+        tune_config=tune.TuneConfig(metric=DEFAULT_METRIC, mode=DEFAULT_MODE),
+    )
+
+* The sampled config is validated through the algorithm's typed config
+  (``validate_param_space`` checks a whole search space's keys before any trial runs).
+* The trial's resource request is ``hierl.algorithms.resources.trainer_bundles`` as a
+  placement group; Tune starts the trainable in its first bundle and captures child
+  tasks, so the remote evaluators (and replay shards) land in the other bundles.
+* Checkpoints are the Trainer's own safe format (``Trainer.save``: JSON + npz, no
+  pickle), written into the directory Tune gives.
+* ``reset_config`` (PBT exploits, ``reuse_actors``) changes the learning rate in place
+  and rebuilds the trainer for any other change that needs no other resources.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from ray import tune
+
+from hierl.algorithms.registry import get_trainer_class, trainer_names
+from hierl.algorithms.resources import trainer_bundles
+from hierl.algorithms.trainer import Trainer, TrainerConfig
+from hierl.config import ConfigError, suggest
+
+DEFAULT_METRIC = "episode_reward_mean"
+"""The result key RL searches optimise by default (the mean return, smoothed)."""
+DEFAULT_MODE = "max"
+"""Returns are maximised."""
+NAME_PREFIX = "hierl/"
+"""Trainables are registered with Tune as ``hierl/<ALGORITHM>``."""
+
+HOT_FIELDS = frozenset({"lr"})
+"""Fields ``reset_config`` applies to a running trainer (all its evaluators' torch
+optimizers); a change of any other field rebuilds the trainer."""
+
+
+def _trainer_class(algo: str | type[Trainer]) -> type[Trainer]:
+    if isinstance(algo, str):
+        name = algo.removeprefix(NAME_PREFIX)
+        return get_trainer_class(name)
+    if isinstance(algo, type) and issubclass(algo, Trainer):
+        return algo
+    raise ConfigError(f"expected an algorithm name or a Trainer subclass, got {algo!r}")
+
+
+def _set_lr(evaluator: Any, lr: float) -> None:
+    """Set every policy's learning rate (config and torch optimizer) on one evaluator."""
+    for policy in evaluator.policy_map.values():
+        if dataclasses.is_dataclass(policy.config) and hasattr(policy.config, "lr"):
+            policy.config = dataclasses.replace(policy.config, lr=lr)
+        for group in policy.optimizer.param_groups:
+            group["lr"] = lr
+
+
+class TrainerTrainable(tune.Trainable):
+    """Tune Trainable running one ``trainer_class`` trainer; see :func:`trainable`."""
+
+    trainer_class: type[Trainer] = Trainer
+
+    @classmethod
+    def default_resource_request(cls, config: dict[str, Any]) -> tune.PlacementGroupFactory:
+        """One bundle for the driver, one per remote evaluator (and replay shard)."""
+        bundles = trainer_bundles(cls.trainer_class, _trainer_config(cls.trainer_class, config))
+        return tune.PlacementGroupFactory(bundles, strategy="PACK")
+
+    def setup(self, config: dict[str, Any]) -> None:
+        self.trainer = self.trainer_class(_trainer_config(self.trainer_class, config))
+        # What a reused actor starts the next trial from (PBT restores a checkpoint on top).
+        self._initial_state = self.trainer.get_state()
+
+    def step(self) -> dict[str, Any]:
+        return self.trainer.train()
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        self.trainer.save(checkpoint_dir)
+
+    def load_checkpoint(self, checkpoint: str | dict | None) -> None:
+        if not isinstance(checkpoint, str):
+            raise ConfigError(f"expected a hierl checkpoint directory, got {checkpoint!r}")
+        self.trainer.restore(checkpoint)
+        # CRUCIAL: the checkpoint holds the torch optimizers' param groups, i.e. the
+        # donor's learning rate; a PBT exploit must continue with this trial's own.
+        self._apply_lr()
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        """Take ``new_config`` without restarting the actor; False if it needs other
+        resources (then Tune starts a new actor)."""
+        cls = self.trainer_class
+        new = _trainer_config(cls, new_config)
+        old = self.trainer.config
+        if trainer_bundles(cls, new) != trainer_bundles(cls, old):
+            return False
+        new = dataclasses.replace(new, optimizer=new.optimizer or cls.default_optimizer)
+        # as JSON: env creators and callbacks arrive as fresh copies, equal by name
+        new_dict, old_dict = new.to_dict(), old.to_dict()
+        changed = {k for k, v in new_dict.items() if v != old_dict.get(k)}
+        if changed <= HOT_FIELDS and self._can_set_lr(new):
+            self.trainer.set_state(self._initial_state)
+            self.trainer.config = dataclasses.replace(old, lr=new.lr)
+            self._apply_lr()
+            return True
+        self.trainer.stop()
+        self.trainer = cls(new)
+        self._initial_state = self.trainer.get_state()
+        return True
+
+    def cleanup(self) -> None:
+        trainer = getattr(self, "trainer", None)
+        if trainer is not None:
+            trainer.stop()
+
+    def _can_set_lr(self, config: TrainerConfig) -> bool:
+        """Whether ``lr`` is one Adam learning rate per policy, set from the config."""
+        name = config.optimizer or self.trainer_class.default_optimizer
+        opt_fields = {f.name for f in dataclasses.fields(type(self.trainer.optimizer.config))}
+        return (
+            not config.policies
+            and not config.lr_schedule
+            and "lr" not in opt_fields  # e.g. sharded_ps: the servers own the Adam
+            and name != "auto"
+            and all(
+                hasattr(getattr(p, "optimizer", None), "param_groups")
+                for p in self.trainer.local_evaluator.policy_map.values()
+            )
+        )
+
+    def _apply_lr(self) -> None:
+        config = self.trainer.config
+        if self._can_set_lr(config):
+            lr = config.lr
+            self.trainer.evaluators.foreach_evaluator(lambda e: _set_lr(e, lr))
+
+
+def _trainer_config(trainer_cls: type[Trainer], config: Mapping[str, Any]) -> TrainerConfig:
+    """The trial's config as the algorithm's typed config (errors name the algorithm)."""
+    try:
+        return trainer_cls.config_class.from_dict(config)
+    except ConfigError as e:
+        raise ConfigError(f"{trainer_cls.name or trainer_cls.__name__}: {e}") from e
+
+
+@functools.cache
+def _trainable_for(trainer_cls: type[Trainer]) -> type[TrainerTrainable]:
+    name = f"{trainer_cls.name or trainer_cls.__name__}Trainable"
+    doc = f"Ray Tune Trainable of {trainer_cls.__qualname__}."
+    return type(name, (TrainerTrainable,), {"trainer_class": trainer_cls, "__doc__": doc})
+
+
+def trainable(algo: str | type[Trainer]) -> type[tune.Trainable]:
+    """The Tune Trainable of an algorithm (name, ``hierl/NAME`` or Trainer class); one
+    class per trainer class."""
+    return _trainable_for(_trainer_class(algo))
+
+
+def register_trainables() -> list[str]:
+    """Register ``hierl/<NAME>`` with Tune for every registered algorithm; return them."""
+    names = []
+    for algo in trainer_names():
+        name = NAME_PREFIX + algo
+        tune.register_trainable(name, trainable(algo))
+        names.append(name)
+    return names
+
+
+def _is_search_space(value: Any) -> bool:
+    from ray.tune.search.sample import Domain
+
+    return isinstance(value, Domain)
+
+
+def _grid(value: Any) -> list | None:
+    """The candidates of ``tune.grid_search([...])``, else None."""
+    if isinstance(value, Mapping) and set(value) == {"grid_search"}:
+        return list(value["grid_search"])
+    return None
+
+
+def _check_keys(cls: type, space: Mapping[str, Any], prefix: str) -> None:
+    """Unknown keys of dataclass ``cls`` in ``space`` (and its nested dataclass dicts)."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key, value in space.items():
+        if key not in fields:
+            raise ConfigError(
+                f"unknown config key '{prefix}{key}' for {cls.__name__}"
+                f"{suggest(str(key), list(fields))}; valid keys: {', '.join(sorted(fields))}"
+            )
+        default = fields[key].default_factory  # nested configs (model) have factories
+        nested = default() if callable(default) else None
+        if not dataclasses.is_dataclass(nested):
+            continue
+        for candidate in _grid(value) or [value]:
+            if isinstance(candidate, Mapping):
+                _check_keys(type(nested), candidate, f"{prefix}{key}.")
+
+
+def validate_param_space(algo: str | type[Trainer], param_space: Mapping[str, Any]) -> None:
+    """Fail before any trial runs if ``param_space`` cannot configure ``algo``.
+
+    Keys are checked everywhere (top level, ``model``, a fixed optimizer's
+    ``optimizer_config``, every ``grid_search`` candidate dict); values only where the
+    space has no search-space objects at all (then it is the trial's config itself).
+
+    Raises:
+        ConfigError: with the "did you mean" message of an unknown key, or the
+            algorithm's own error for a fully fixed config.
+    """
+    cls = _trainer_class(algo)
+    label = cls.name or cls.__name__
+    if not isinstance(param_space, Mapping):
+        raise ConfigError(f"param_space must be a dict, got {type(param_space).__name__}")
+    try:
+        _check_keys(cls.config_class, param_space, "")
+        optimizer = param_space.get("optimizer") or cls.default_optimizer
+        opt_space = param_space.get("optimizer_config", {})
+        if isinstance(optimizer, str) and isinstance(opt_space, Mapping):
+            from hierl.optimizers import get_optimizer_class
+
+            opt_class = get_optimizer_class(optimizer)
+            try:
+                _check_keys(opt_class.config_class, opt_space, "")
+            except ConfigError as e:
+                raise ConfigError(f"optimizer_config of '{optimizer}': {e}") from e
+    except ConfigError as e:
+        raise ConfigError(f"{label}: {e}") from e
+    if not _has_search_space(param_space):
+        _trainer_config(cls, param_space)
+
+
+def _has_search_space(value: Any) -> bool:
+    if _is_search_space(value) or _grid(value) is not None:
+        return True
+    if isinstance(value, Mapping):
+        return any(_has_search_space(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_search_space(v) for v in value)
+    return False

@@ -1,0 +1,185 @@
+"""Ray Tune integration: resource bundles, a trial's placement group, ASHA, PBT, typos."""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+
+import numpy as np
+import pytest
+
+from hierl.algorithms.pg import PGTrainer
+from hierl.algorithms.ppo import PPOTrainer
+from hierl.algorithms.registry import get_trainer_class
+from hierl.algorithms.resources import trainer_bundles
+from hierl.config import ConfigError
+
+TINY = {
+    "env": "CartPole-v1",
+    "train_batch_size": 200,
+    "model": {"hiddens": [8, 8]},
+    "num_cpus_for_driver": 0.5,
+}
+
+
+def _placement_group_id(_evaluator=None) -> str | None:
+    import ray
+
+    pg = ray.util.get_current_placement_group()
+    return None if pg is None else pg.id.hex()
+
+
+class PGReportingPlacement(PGTrainer):
+    """PG that reports the placement group of its driver and of each remote evaluator."""
+
+    def train(self):
+        result = super().train()
+        ids = self.evaluators.foreach_evaluator(_placement_group_id)
+        result["driver_pg"] = _placement_group_id()
+        result["evaluator_pgs"] = ",".join(str(i) for i in ids[1:])
+        return result
+
+
+class PPOReportingWeights(PPOTrainer):
+    """PPO that reports a digest of its weights before and after each iteration and the
+    learning rate its Adam actually uses."""
+
+    def _digest(self) -> int:
+        weights = self.get_policy().get_weights()
+        data = b"".join(np.ascontiguousarray(weights[k]).tobytes() for k in sorted(weights))
+        return zlib.crc32(data)
+
+    def train(self):
+        before = self._digest()
+        result = super().train()
+        result["weights_before"] = before
+        result["weights_after"] = self._digest()
+        result["lr_in_use"] = self.get_policy().optimizer.param_groups[0]["lr"]
+        return result
+
+
+def _run(tmp_path, trainable, param_space, stop, **tune_config):
+    from ray import tune
+
+    from hierl.tune import DEFAULT_METRIC, DEFAULT_MODE
+
+    tuner = tune.Tuner(
+        trainable,
+        param_space=param_space,
+        tune_config=tune.TuneConfig(metric=DEFAULT_METRIC, mode=DEFAULT_MODE, **tune_config),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), stop=stop, verbose=0),
+    )
+    return tuner.fit()
+
+
+def test_trainer_bundles():
+    ppo = get_trainer_class("PPO")
+    config = {"num_evaluators": 2, "num_cpus_per_evaluator": 0.5, "num_cpus_for_driver": 2}
+    assert trainer_bundles(ppo, config) == [{"CPU": 2.0}, {"CPU": 0.5}, {"CPU": 0.5}]
+    gpus = {**config, "num_gpus": 1, "num_gpus_per_evaluator": 0.25}
+    assert trainer_bundles(ppo, gpus) == [
+        {"CPU": 2.0, "GPU": 1.0},
+        {"CPU": 0.5, "GPU": 0.25},
+        {"CPU": 0.5, "GPU": 0.25},
+    ]
+    apex = get_trainer_class("APEX")
+    shards = {"num_evaluators": 1, "num_replay_shards": 3, "num_cpus_per_replay_shard": 0.25}
+    assert trainer_bundles(apex, shards) == [{"CPU": 1.0}, {"CPU": 1.0}, *[{"CPU": 0.25}] * 3]
+    # replay shards reserving nothing get no (all-zero, rejected by Ray) bundle
+    assert trainer_bundles(apex, {**shards, "num_cpus_per_replay_shard": 0}) == [{"CPU": 1.0}] * 2
+    with pytest.raises(ConfigError, match="did you mean 'num_evaluators'"):
+        trainer_bundles(ppo, {"num_evaluator": 2})
+
+
+@pytest.mark.timeout(120)
+def test_trial_with_remote_evaluators_runs_in_its_placement_group(ray_session, tmp_path):
+    from hierl.tune import trainable
+
+    config = {**TINY, "num_cpus_for_driver": 1, "num_evaluators": 2}
+    config["num_cpus_per_evaluator"] = 0.5  # 1 + 2 x 0.5: all 2 CPUs of the test's Ray
+    results = _run(tmp_path, trainable(PGReportingPlacement), config, {"training_iteration": 2})
+    assert not results.errors
+    result = results[0].metrics
+    assert result["training_iteration"] == 2
+    assert result["num_evaluators"] == 2
+    assert result["driver_pg"] is not None
+    assert result["evaluator_pgs"] == f"{result['driver_pg']},{result['driver_pg']}"
+
+
+@pytest.mark.timeout(120)
+def test_asha_stops_some_trials_early(ray_session, tmp_path):
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    # different seeds: the first iteration (before any update) differs between trials
+    space = {**TINY, "lr": 1e-2, "seed": tune.grid_search([0, 1, 2, 3])}
+    asha = ASHAScheduler(time_attr="training_iteration", max_t=4, reduction_factor=2)
+    results = _run(tmp_path, "hierl/PG", space, {"training_iteration": 4}, scheduler=asha)
+    assert not results.errors
+    iterations = sorted(r.metrics["training_iteration"] for r in results)
+    assert len(iterations) == 4
+    assert iterations[0] < 4 and iterations[-1] == 4, iterations
+
+
+@pytest.mark.timeout(180)
+def test_pbt_exploit_restores_donor_weights_with_a_new_lr(ray_session, tmp_path):
+    from ray import tune
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    from hierl.tune import trainable
+
+    space = {
+        **TINY,
+        "num_sgd_iter": 2,
+        "sgd_minibatch_size": 100,
+        "lr": tune.grid_search([1e-4, 1e-2]),
+    }
+    pbt = PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=2,
+        hyperparam_mutations={"lr": tune.uniform(1e-5, 1e-1)},
+        resample_probability=0.0,
+        synch=True,
+    )
+    results = _run(
+        tmp_path,
+        trainable(PPOReportingWeights),
+        space,
+        {"training_iteration": 4},
+        scheduler=pbt,
+        reuse_actors=True,  # the exploit goes through reset_config (lr set in place)
+    )
+    assert not results.errors
+    histories = [r.metrics_dataframe.sort_values("timestamp") for r in results]
+    exploits = []
+    for i, history in enumerate(histories):
+        rows = history.to_dict("records")
+        for prev, row in itertools.pairwise(rows):
+            if row["weights_before"] != prev["weights_after"]:
+                exploits.append((i, row))
+    assert exploits, "PBT performed no exploit"
+    for i, row in exploits:
+        donor = [r for j, h in enumerate(histories) if j != i for r in h.to_dict("records")]
+        (source,) = [r for r in donor if r["weights_after"] == row["weights_before"]]
+        assert row["lr_in_use"] != pytest.approx(source["lr_in_use"])  # perturbed...
+        assert row["lr_in_use"] in (  # ...by PBT's factors, and applied to Adam
+            pytest.approx(source["lr_in_use"] * 0.8),
+            pytest.approx(source["lr_in_use"] * 1.2),
+        )
+
+
+@pytest.mark.timeout(60)
+def test_param_space_typo_fails_fast(ray_session, tmp_path):
+    from ray import tune
+
+    from hierl.tune import validate_param_space
+
+    space = {**TINY, "lr": tune.uniform(1e-4, 1e-2), "num_sgd_itr": 2}
+    with pytest.raises(ConfigError, match="did you mean 'num_sgd_iter'"):
+        validate_param_space("PPO", space)
+    with pytest.raises(ConfigError, match=r"'model\.hidens'.*did you mean 'hiddens'"):
+        validate_param_space("hierl/PPO", {**TINY, "model": {"hidens": [8]}})
+    validate_param_space("PPO", {**TINY, "lr": tune.uniform(1e-4, 1e-2)})
+    # also without the up-front check: the error names the key, before any trial runs
+    with pytest.raises(Exception, match="did you mean 'num_sgd_iter'"):
+        _run(tmp_path, "hierl/PPO", space, {"training_iteration": 1})

@@ -1,0 +1,85 @@
+"""Experiment files: validation before any trial runs, search spaces, ``hierl tune`` end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hierl.cli import main
+from hierl.config import ConfigError
+
+ray_tune = pytest.importorskip("ray.tune")
+
+from hierl.tune.experiments import load_experiments, make_scheduler, search_space  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tune"
+pytestmark = pytest.mark.timeout(180)
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_example_files_are_valid(path):
+    experiments = load_experiments(path)
+    assert experiments and all(spec.run for spec in experiments.values())
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            "run: PPO\n  stp: {training_iteration: 1}",
+            r"key 'stp'.*did you mean 'stop'",
+        ),
+        ("run: PPOO", r"unknown algorithm 'PPOO' \(did you mean 'PPO'\?\)"),
+        ("run: PPO\n  config: {lrr: {grid_search: [0.1, 0.2]}}", r"'lrr'.*did you mean 'lr'"),
+        ("run: PPO\n  scheduler: {type: ashaa}", r"unknown scheduler type 'ashaa'.*'asha'"),
+        ("run: PPO\n  scheduler: {type: asha, grace: 2}", r"scheduler 'asha'.*grace"),
+        ("run: PPO\n  num_samples: 0", r"num_samples.*>= 1"),
+    ],
+)
+def test_bad_experiments_fail_before_any_trial_naming_the_problem(tmp_path, body, message):
+    path = _write(tmp_path, f"exp1:\n  env: CartPole-v1\n  {body}\n")
+    with pytest.raises(ConfigError, match=message) as info:
+        load_experiments(path)
+    assert "experiment 'exp1'" in str(info.value)
+
+
+def test_search_spaces_become_tune_objects():
+    space = search_space(
+        {
+            "lr": {"grid_search": [1, 2]},
+            "clip_param": {"uniform": [0.1, 0.3]},
+            "model": {"hiddens": {"choice": [[8], [16]]}},
+            "gamma": 0.9,
+        }
+    )
+    assert space["lr"] == {"grid_search": [1, 2]}  # Tune's own grid_search marker
+    assert isinstance(space["clip_param"], ray_tune.search.sample.Float)
+    assert isinstance(space["model"]["hiddens"], ray_tune.search.sample.Categorical)
+    assert space["gamma"] == 0.9
+
+
+def test_pbt_scheduler_gets_its_mutations_as_search_spaces(tmp_path):
+    path = EXAMPLES / "pbt_ppo_cartpole.yaml"
+    (spec,) = load_experiments(path).values()
+    scheduler = make_scheduler(spec)
+    assert isinstance(scheduler, ray_tune.schedulers.PopulationBasedTraining)
+
+
+@pytest.mark.ray
+def test_hierl_tune_runs_an_example_file_end_to_end(ray_session, tmp_path, capsys):
+    path = EXAMPLES / "ppo_cartpole_grid.yaml"
+    argv = ["tune", str(path), "--stop", "training_iteration=1", "--storage-path", str(tmp_path)]
+    assert main([*argv, "--verbose", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "best trials" in out and "ppo-cartpole-grid" in out
+    assert "clip_param=" in out and "lr=" in out
+    # 4 grid points, each with its own result directory under the storage path
+    trials = [p for p in (tmp_path / "ppo-cartpole-grid").iterdir() if p.is_dir()]
+    assert len(trials) == 4
