@@ -87,6 +87,12 @@ def test_trainer_bundles():
     assert trainer_bundles(apex, shards) == [{"CPU": 1.0}, {"CPU": 1.0}, *[{"CPU": 0.25}] * 3]
     # replay shards reserving nothing get no (all-zero, rejected by Ray) bundle
     assert trainer_bundles(apex, {**shards, "num_cpus_per_replay_shard": 0}) == [{"CPU": 1.0}] * 2
+    # the parameter-server shards of sharded_ps, read as the optimizer will be built
+    ps = {"optimizer": "sharded_ps", "optimizer_config": {"num_shards": 3}}
+    pg = get_trainer_class("PG")
+    assert trainer_bundles(pg, {**ps, "num_evaluators": 1}) == [{"CPU": 1.0}] * 2  # 0 CPUs
+    ps["optimizer_config"]["num_cpus_per_shard"] = 0.5
+    assert trainer_bundles(pg, ps) == [{"CPU": 1.0}, *[{"CPU": 0.5}] * 3]
     with pytest.raises(ConfigError, match="did you mean 'num_evaluators'"):
         trainer_bundles(ppo, {"num_evaluator": 2})
 

@@ -40,8 +40,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from hierl.algorithms.off_policy import OffPolicyConfig
-from hierl.algorithms.resources import replay_shard_bundles
-from hierl.algorithms.trainer import Trainer, TrainerConfig
+from hierl.algorithms.trainer import Trainer
 from hierl.models import MLP, ModelConfig, get_preprocessor
 from hierl.policy_graph import LearnResult, PolicyGraph, Weights
 from hierl.postprocessing import N_STEP_DISCOUNTS, compute_n_step
@@ -521,11 +520,6 @@ class DDPGTrainer(Trainer):
     policy_class = DDPGPolicy
     supported_optimizers = ("replay", "apex")
     default_optimizer = "replay"
-
-    @classmethod
-    def extra_actor_bundles(cls, config: TrainerConfig) -> list[dict[str, float]]:
-        """The replay shard actors of the ``apex`` optimizer, one bundle each."""
-        return replay_shard_bundles(cls, config)
 
 
 class TD3Trainer(DDPGTrainer):

@@ -32,8 +32,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from hierl.algorithms.off_policy import OffPolicyConfig
-from hierl.algorithms.resources import replay_shard_bundles
-from hierl.algorithms.trainer import Trainer, TrainerConfig
+from hierl.algorithms.trainer import Trainer
 from hierl.evaluators import PolicyEvaluator
 from hierl.models import MLP, Categorical, ModelConfig, NatureCNN, get_preprocessor, is_image_space
 from hierl.policy_graph import LearnResult, Weights
@@ -430,11 +429,6 @@ class ApexTrainer(DQNTrainer):
     config_class = ApexDQNConfig
     supported_optimizers = ("apex",)
     default_optimizer = "apex"
-
-    @classmethod
-    def extra_actor_bundles(cls, config: TrainerConfig) -> list[dict[str, float]]:
-        """The replay shard actors of the ``apex`` optimizer, one bundle each."""
-        return replay_shard_bundles(cls, config)
 
     def exploration_stats(self) -> dict[str, float]:
         """The ladder's smallest and largest epsilon (the schedule's when not pinned)."""

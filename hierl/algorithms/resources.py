@@ -2,8 +2,8 @@
 
 A trainer is a driver process (its learner: ``num_cpus_for_driver``, ``num_gpus``) plus
 the Ray actors it starts: ``num_evaluators`` remote evaluators (``num_cpus_per_evaluator``,
-``num_gpus_per_evaluator`` each) and whatever its optimizer adds (Ape-X replay shards,
-declared by the trainer class through ``Trainer.extra_actor_bundles``).  Whoever
+``num_gpus_per_evaluator`` each), the actors its optimizer starts (Ape-X replay shards,
+parameter-server shards) and any an algorithm declares in ``Trainer.extra_actor_bundles``.  Whoever
 schedules a trainer (a Ray Tune trial, a population loop such as PPO-ES that runs
 trainers as actors) reserves these bundles as one placement group and starts the
 trainer in its first bundle with child-task capture, so the nested actors land inside
@@ -53,7 +53,8 @@ def trainer_bundles(
     bundles = [_bundle(cfg.num_cpus_for_driver, cfg.num_gpus)]
     if evaluator:
         bundles += [dict(evaluator) for _ in range(cfg.num_evaluators)]
-    bundles += [b for b in trainer_cls.extra_actor_bundles(cfg) if any(v > 0 for v in b.values())]
+    extra = optimizer_actor_bundles(trainer_cls, cfg) + trainer_cls.extra_actor_bundles(cfg)
+    bundles += [b for b in extra if any(v > 0 for v in b.values())]
     return bundles
 
 
@@ -66,17 +67,23 @@ def total_resources(bundles: list[dict[str, float]]) -> dict[str, float]:
     return total
 
 
-def replay_shard_bundles(
+def optimizer_actor_bundles(
     trainer_cls: type[Trainer], config: TrainerConfig
 ) -> list[dict[str, float]]:
-    """One bundle per Ape-X replay shard actor when ``config`` runs the ``apex`` optimizer.
+    """One bundle per actor the trainer's optimizer starts: Ape-X replay shards
+    (``apex``), parameter-server shards (``sharded_ps``); none for the others.
 
-    The shard settings are read the way the trainer builds its optimizer (trainer fields
-    of the same name, then ``optimizer_config``), so both always agree.
+    The settings are read the way the trainer builds its optimizer (trainer fields of
+    the same name, then ``optimizer_config``), so both always agree.
     """
     name = config.optimizer or trainer_cls.default_optimizer
-    if name != "apex":
+    if name == "apex":
+        opt = trainer_cls.optimizer_config(config, name)
+        num, cpus = opt.num_replay_shards, opt.num_cpus_per_replay_shard
+    elif name == "sharded_ps":
+        opt = trainer_cls.optimizer_config(config, name)
+        num, cpus = opt.num_shards, opt.num_cpus_per_shard
+    else:
         return []
-    opt = trainer_cls.optimizer_config(config, name)
-    shard = _bundle(opt.num_cpus_per_replay_shard)
-    return [dict(shard) for _ in range(opt.num_replay_shards)] if shard else []
+    shard = _bundle(cpus)
+    return [dict(shard) for _ in range(num)] if shard else []
