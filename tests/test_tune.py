@@ -66,7 +66,9 @@ def _run(tmp_path, trainable, param_space, stop, **tune_config):
     tuner = tune.Tuner(
         trainable,
         param_space=param_space,
-        tune_config=tune.TuneConfig(metric=DEFAULT_METRIC, mode=DEFAULT_MODE, **tune_config),
+        tune_config=tune.TuneConfig(
+            **{"metric": DEFAULT_METRIC, "mode": DEFAULT_MODE, **tune_config}
+        ),
         run_config=tune.RunConfig(storage_path=str(tmp_path), stop=stop, verbose=0),
     )
     return tuner.fit()
@@ -117,14 +119,24 @@ def test_asha_stops_some_trials_early(ray_session, tmp_path):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
-    # different seeds: the first iteration (before any update) differs between trials
-    space = {**TINY, "lr": 1e-2, "seed": tune.grid_search([0, 1, 2, 3])}
+    # Deterministic ranking, whatever the timing: one trial at a time, ranked by fewest
+    # timesteps per iteration, so the first (100 rows per iteration) sets the rung cutoffs
+    # and each later trial is worse at its first rung and stopped there.
+    space = {**TINY, "train_batch_size": tune.grid_search([100, 200, 300, 400])}
     asha = ASHAScheduler(time_attr="training_iteration", max_t=4, reduction_factor=2)
-    results = _run(tmp_path, "hierl/PG", space, {"training_iteration": 4}, scheduler=asha)
+    results = _run(
+        tmp_path,
+        "hierl/PG",
+        space,
+        {"training_iteration": 4},
+        scheduler=asha,
+        metric="timesteps_total",
+        mode="min",
+        max_concurrent_trials=1,
+    )
     assert not results.errors
-    iterations = sorted(r.metrics["training_iteration"] for r in results)
-    assert len(iterations) == 4
-    assert iterations[0] < 4 and iterations[-1] == 4, iterations
+    by_batch = {r.config["train_batch_size"]: r.metrics["training_iteration"] for r in results}
+    assert by_batch == {100: 4, 200: 1, 300: 1, 400: 1}
 
 
 @pytest.mark.timeout(180)
