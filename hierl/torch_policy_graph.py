@@ -46,6 +46,14 @@ def _to_numpy_tree(value: Any) -> Any:
     return value
 
 
+def check_finite_loss(loss: torch.Tensor, what: str, rows: int) -> None:
+    """FloatingPointError (before any backward pass or step) if ``loss`` is NaN or inf."""
+    if not torch.isfinite(loss):
+        raise FloatingPointError(
+            f"{what}: loss is {loss.item()} on a batch of {rows} rows; weights left unchanged"
+        )
+
+
 def make_adam(params: list[nn.Parameter], lr: float, eps: float = 1e-8) -> torch.optim.Optimizer:
     """Adam over ``params``: fused (one kernel for all, CPU too since torch 2.4) if possible."""
     try:
@@ -101,9 +109,9 @@ def load_module_weights(module: nn.Module, weights: Weights, owner: str) -> None
     )
 
 
-def _writable(array: np.ndarray) -> np.ndarray:
+def writable_array(array: Any) -> np.ndarray:
     """``array`` itself if it is C-contiguous and writable, else a copy that is."""
-    array = np.ascontiguousarray(array)
+    array = np.ascontiguousarray(array)  # (a copy only if it was not C-contiguous)
     return array if array.flags.writeable else array.copy()
 
 
@@ -188,8 +196,14 @@ class TorchPolicyGraph(PolicyGraph):
         """
         if self.is_recurrent:
             return self._compute_actions_recurrent(obs_batch, state_batches, explore)
-        obs = torch.as_tensor(obs_batch, device=self.device)
-        dist_inputs, values = self.model(obs)
+        dist_inputs, values = self.model(torch.as_tensor(obs_batch, device=self.device))
+        actions, extra = self._act(dist_inputs, values, explore)
+        return actions, [], extra
+
+    def _act(
+        self, dist_inputs: torch.Tensor, values: torch.Tensor, explore: bool
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Actions sampled (or the mode) from the distribution, with the per-step extras."""
         dist = self.dist_class(dist_inputs)
         actions = dist.sample() if explore else dist.deterministic_sample()
         extra = {
@@ -197,7 +211,7 @@ class TorchPolicyGraph(PolicyGraph):
             SampleBatch.VF_PREDS: values.cpu().numpy(),
             SampleBatch.ACTION_DIST_INPUTS: dist_inputs.cpu().numpy(),
         }
-        return actions.cpu().numpy(), [], extra
+        return actions.cpu().numpy(), extra
 
     def _compute_actions_recurrent(
         self,
@@ -208,15 +222,8 @@ class TorchPolicyGraph(PolicyGraph):
         obs = torch.as_tensor(obs_batch, device=self.device).unsqueeze(1)
         state = self._state_tensors(state_batches, obs.shape[0])
         dist_inputs, values, state_out = self.model(obs, state)
-        dist_inputs, values = dist_inputs[:, 0], values[:, 0]
-        dist = self.dist_class(dist_inputs)
-        actions = dist.sample() if explore else dist.deterministic_sample()
-        extra = {
-            SampleBatch.ACTION_LOGP: dist.logp(actions).cpu().numpy(),
-            SampleBatch.VF_PREDS: values.cpu().numpy(),
-            SampleBatch.ACTION_DIST_INPUTS: dist_inputs.cpu().numpy(),
-        }
-        return actions.cpu().numpy(), [s.cpu().numpy() for s in state_out], extra
+        actions, extra = self._act(dist_inputs[:, 0], values[:, 0], explore)
+        return actions, [s.cpu().numpy() for s in state_out], extra
 
     def _state_tensors(self, state_batches: list[np.ndarray] | None, n: int) -> list[torch.Tensor]:
         """Recurrent state tensors for ``n`` rows (the initial state when None/empty)."""
@@ -329,7 +336,7 @@ class TorchPolicyGraph(PolicyGraph):
         """
         batch.decompress_if_needed()
         return {
-            k: torch.as_tensor(_writable(v), device=self.device)
+            k: torch.as_tensor(writable_array(v), device=self.device)
             for k, v in batch.items()
             if k != SampleBatch.SEQ_LENS or v is not None
         }
@@ -338,11 +345,7 @@ class TorchPolicyGraph(PolicyGraph):
         if self.is_recurrent and SampleBatch.SEQ_LENS not in batch:
             batch = SampleBatch(batch).chop_into_sequences(self.max_seq_len)
         loss, stats = self.loss(self.to_tensors(batch))
-        if not torch.isfinite(loss):
-            raise FloatingPointError(
-                f"{type(self).__name__}: loss is {loss.item()} on a batch of {batch.count} rows; "
-                "weights left unchanged"
-            )
+        check_finite_loss(loss, type(self).__name__, batch.count)
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
         out = {k: float(v) for k, v in stats.items()}

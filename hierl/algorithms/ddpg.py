@@ -46,11 +46,13 @@ from hierl.policy_graph import LearnResult, PolicyGraph, Weights
 from hierl.postprocessing import N_STEP_DISCOUNTS, compute_n_step
 from hierl.sample_batch import SampleBatch as SB
 from hierl.torch_policy_graph import (
+    check_finite_loss,
     load_module_weights,
     load_optimizer_state,
     make_adam,
     module_weights,
     optimizer_state,
+    writable_array,
 )
 
 
@@ -312,10 +314,7 @@ class DDPGPolicy(PolicyGraph):
         return (actions.reshape(-1, self.act_dim).float() - self._center) / self._half
 
     def _tensor(self, value: Any) -> torch.Tensor:
-        array = np.asarray(value)
-        if not array.flags.writeable:  # shared object-store memory: torch wants to own it
-            array = array.copy()
-        return torch.as_tensor(array, device=self.device)
+        return torch.as_tensor(writable_array(value), device=self.device)
 
     def _obs(self, obs: Any) -> torch.Tensor:
         x = self._tensor(obs).float()
@@ -427,11 +426,7 @@ class DDPGPolicy(PolicyGraph):
         weights = tb.get(SB.PRIO_WEIGHTS, torch.ones_like(target))
         qs = [critic(obs, u) for critic in self.model.critics()]
         critic_loss = sum(self._critic_loss(q, target, weights) for q in qs)
-        if not torch.isfinite(critic_loss):
-            raise FloatingPointError(
-                f"DDPG critic loss is {critic_loss.item()} on a batch of {batch.count} rows; "
-                "weights left unchanged"
-            )
+        check_finite_loss(critic_loss, "DDPG critic", batch.count)
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
         stats = {f"critic_{k}": v for k, v in self._clip(self.model.critic).items()}

@@ -192,13 +192,7 @@ class PolicyEvaluator:
                 self.preprocessors,
                 self.filters,
                 self.policy_mapping_fn,
-                rollout_fragment_length=self.rollout_fragment_length,
-                batch_mode=self.batch_mode,
-                clip_rewards=self.clip_rewards,
-                seed=self.seed,
-                worker_index=self.worker_index,
-                env_id=self.env_name,
-                callbacks=self.callbacks,
+                **self._sampler_options(),
             )
         elif self._sampler is None:
             venv = make_vector_env(
@@ -209,15 +203,21 @@ class PolicyEvaluator:
                 self.policy,
                 self.preprocessor,
                 self.filters[DEFAULT_POLICY_ID],
-                rollout_fragment_length=self.rollout_fragment_length,
-                batch_mode=self.batch_mode,
-                clip_rewards=self.clip_rewards,
-                seed=self.seed,
-                worker_index=self.worker_index,
-                env_id=self.env_name,
-                callbacks=self.callbacks,
+                **self._sampler_options(),
             )
         return self._sampler
+
+    def _sampler_options(self) -> dict[str, Any]:
+        """The settings both rollout loops take."""
+        return {
+            "rollout_fragment_length": self.rollout_fragment_length,
+            "batch_mode": self.batch_mode,
+            "clip_rewards": self.clip_rewards,
+            "seed": self.seed,
+            "worker_index": self.worker_index,
+            "env_id": self.env_name,
+            "callbacks": self.callbacks,
+        }
 
     # -- sampling ----------------------------------------------------------------------
     def sample(self) -> SampleBatch | MultiAgentBatch:
