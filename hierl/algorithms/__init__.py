@@ -9,6 +9,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "BaseConfig": "hierl.algorithms.trainer_base",
+    "BaseTrainer": "hierl.algorithms.trainer_base",
     "Trainer": "hierl.algorithms.trainer",
     "TrainerConfig": "hierl.algorithms.trainer",
     "get_trainer_class": "hierl.algorithms.registry",

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hierl.algorithms.trainer import Trainer, TrainerConfig
+from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
 
 
 def _bundle(cpus: float, gpus: float = 0.0) -> dict[str, float]:
@@ -32,7 +33,7 @@ def _bundle(cpus: float, gpus: float = 0.0) -> dict[str, float]:
     return {k: v for k, v in out.items() if v > 0}
 
 
-def resolve_config(trainer_cls: type[Trainer], config: TrainerConfig | Mapping[str, Any]):
+def resolve_config(trainer_cls: type[BaseTrainer], config: BaseConfig | Mapping[str, Any]):
     """``config`` as ``trainer_cls``'s typed config (dicts are validated: "did you mean")."""
     if isinstance(config, Mapping):
         return trainer_cls.config_class.from_dict(config)
@@ -40,7 +41,7 @@ def resolve_config(trainer_cls: type[Trainer], config: TrainerConfig | Mapping[s
 
 
 def trainer_bundles(
-    trainer_cls: type[Trainer], config: TrainerConfig | Mapping[str, Any]
+    trainer_cls: type[BaseTrainer], config: BaseConfig | Mapping[str, Any]
 ) -> list[dict[str, float]]:
     """The resource bundles of one ``trainer_cls`` trainer with ``config``.
 
@@ -49,10 +50,11 @@ def trainer_bundles(
     actors that reserve nothing are left out (Ray rejects all-zero bundles).
     """
     cfg = resolve_config(trainer_cls, config)
-    evaluator = _bundle(cfg.num_cpus_per_evaluator, cfg.num_gpus_per_evaluator)
     bundles = [_bundle(cfg.num_cpus_for_driver, cfg.num_gpus)]
-    if evaluator:
-        bundles += [dict(evaluator) for _ in range(cfg.num_evaluators)]
+    if isinstance(cfg, TrainerConfig):  # nested algorithms have no evaluators of their own
+        evaluator = _bundle(cfg.num_cpus_per_evaluator, cfg.num_gpus_per_evaluator)
+        if evaluator:
+            bundles += [dict(evaluator) for _ in range(cfg.num_evaluators)]
     extra = optimizer_actor_bundles(trainer_cls, cfg) + trainer_cls.extra_actor_bundles(cfg)
     bundles += [b for b in extra if any(v > 0 for v in b.values())]
     return bundles
@@ -68,7 +70,7 @@ def total_resources(bundles: list[dict[str, float]]) -> dict[str, float]:
 
 
 def optimizer_actor_bundles(
-    trainer_cls: type[Trainer], config: TrainerConfig
+    trainer_cls: type[BaseTrainer], config: BaseConfig
 ) -> list[dict[str, float]]:
     """One bundle per actor the trainer's optimizer starts: Ape-X replay shards
     (``apex``), parameter-server shards (``sharded_ps``); none for the others.
@@ -76,6 +78,8 @@ def optimizer_actor_bundles(
     The settings are read the way the trainer builds its optimizer (trainer fields of
     the same name, then ``optimizer_config``), so both always agree.
     """
+    if not issubclass(trainer_cls, Trainer):
+        return []
     name = config.optimizer or trainer_cls.default_optimizer
     if name == "apex":
         opt = trainer_cls.optimizer_config(config, name)

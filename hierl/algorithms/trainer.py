@@ -24,19 +24,18 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from hierl.algorithms import multi_agent
-from hierl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from hierl.config import Config, ConfigError
+from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
+from hierl.checkpoint import CheckpointError
+from hierl.config import ConfigError
 from hierl.evaluators import EvaluatorSet
 from hierl.evaluators.policy_evaluator import seed_everything
 from hierl.evaluators.policy_map import PolicySpec
-from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S
 from hierl.models import ModelConfig
 from hierl.optimizers import PolicyOptimizer, get_optimizer_class
 from hierl.optimizers.auto import GRADIENT_STRATEGIES, AutoOptimizer
 from hierl.policy_graph import PolicyGraph, Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID
 
-CHECKPOINT_KIND = "hierl-trainer"
 MULTI_AGENT = (
     "supports_multi_agent",
     "multi-agent training (config field 'policies' or a MultiAgentEnv)",
@@ -46,13 +45,9 @@ RECURRENT = ("supports_recurrent", "recurrent models (model.use_lstm=True)")
 
 
 @dataclasses.dataclass
-class TrainerConfig(Config):
+class TrainerConfig(BaseConfig):
     """Settings shared by every algorithm.  Algorithm configs subclass this."""
 
-    env: Any = None
-    """Gymnasium id, a name given to ``hierl.register_env``, or an env creator callable."""
-    env_config: dict = dataclasses.field(default_factory=dict)
-    """Keyword arguments for the env creator (``gym.make`` kwargs for Gymnasium ids)."""
     num_evaluators: int = 0
     """Remote evaluator actors; 0 samples in the driver process (no Ray needed)."""
     num_envs_per_evaluator: int = 1
@@ -61,10 +56,6 @@ class TrainerConfig(Config):
     """CPUs reserved by each remote evaluator actor (fractions allowed)."""
     num_gpus_per_evaluator: float = 0.0
     """GPUs reserved by each remote evaluator actor."""
-    num_cpus_for_driver: float = 1.0
-    """CPUs the trainer's own process uses (for resource requests, e.g. Tune)."""
-    num_gpus: float = 0.0
-    """GPUs for the learner on the driver (CUDA is used when > 0 and available)."""
     rollout_fragment_length: int = 0
     """Steps per sub-env per sample() call; 0 = train_batch_size split over all envs."""
     sample_async: bool = False
@@ -101,14 +92,8 @@ class TrainerConfig(Config):
     """Clip rewards to ``[-c, c]`` for learning (reported returns stay unclipped)."""
     compress_observations: bool = False
     """LZ4-compress observations in sample batches sent from evaluators."""
-    seed: int | None = 0
-    """Seed for weights, envs, action sampling and minibatch order (None: random)."""
     metrics_smoothing_episodes: int = 100
     """Episode statistics are over the last this-many episodes."""
-    sample_timeout_s: float = DEFAULT_GET_TIMEOUT_S
-    """Upper bound on waiting for any remote call."""
-    ray_address: str | None = None
-    """Join this Ray cluster instead of starting a local instance."""
     callbacks: Any = None
     """An ``hierl.evaluators.EpisodeCallbacks`` subclass (custom episode metrics)."""
     policies: dict = dataclasses.field(default_factory=dict)
@@ -121,6 +106,7 @@ class TrainerConfig(Config):
     """Multi-agent: the policy ids to update (None: all); the others act but stay frozen."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.check("num_evaluators", self.num_evaluators >= 0, "must be >= 0")
         self.check("num_envs_per_evaluator", self.num_envs_per_evaluator >= 1, "must be >= 1")
         self.check("num_cpus_per_evaluator", self.num_cpus_per_evaluator >= 0, "must be >= 0")
@@ -133,17 +119,13 @@ class TrainerConfig(Config):
         self.check("lr", self.lr > 0, "must be > 0")
         self.check("grad_clip", self.grad_clip is None or self.grad_clip > 0, "must be > 0")
         self.check("clip_rewards", self.clip_rewards is None or self.clip_rewards > 0, "> 0")
-        self.check("sample_timeout_s", self.sample_timeout_s > 0, "must be > 0")
         self.check("metrics_smoothing_episodes", self.metrics_smoothing_episodes >= 1, ">= 1")
         self.policies = {str(pid): PolicySpec.coerce(pid, s) for pid, s in self.policies.items()}
         multi_agent.validate(self)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly dict; a callable env is recorded by name only."""
+        """JSON-friendly dict; callables (env, callbacks) are recorded by name only."""
         out = super().to_dict()
-        if callable(self.env):
-            out["env"] = None
-            out["env_callable"] = getattr(self.env, "__qualname__", repr(self.env))
         if self.callbacks is not None:
             # Code is never stored in (or loaded from) checkpoints: pass it again.
             out["callbacks"] = None
@@ -179,7 +161,7 @@ def _mean(values: list[float]) -> float:
     return float(np.mean(values)) if values else math.nan
 
 
-class Trainer:
+class Trainer(BaseTrainer):
     """Base class of all algorithms.
 
     Args:
@@ -194,19 +176,8 @@ class Trainer:
     default_optimizer: ClassVar[str] = "local"
 
     def __init__(self, config: TrainerConfig | Mapping[str, Any] | None = None, env: Any = None):
-        if config is None or isinstance(config, Mapping):
-            config = self.config_class.from_dict(config or {})
-        elif not isinstance(config, self.config_class):
-            raise ConfigError(
-                f"{type(self).__name__} needs a {self.config_class.__name__} or a dict, got "
-                f"{type(config).__name__}"
-            )
-        if env is not None:
-            config = dataclasses.replace(config, env=env)
-        if config.env is None:
-            raise ConfigError(
-                "config field 'env' is required (a Gymnasium id such as 'CartPole-v1')"
-            )
+        super().__init__(config, env)
+        config = self.config
         optimizer_name = config.optimizer or self.default_optimizer
         if optimizer_name not in self.supported_optimizers:
             get_optimizer_class(optimizer_name)  # unknown names: "did you mean"
@@ -229,8 +200,6 @@ class Trainer:
                 self.evaluators.stop()
                 raise
         self.optimizer = self._make_optimizer(optimizer_name)
-        self.iteration = 0
-        self.time_total_s = 0.0
         self.episodes_total = 0
         self._episodes: collections.deque = collections.deque(
             maxlen=self.config.metrics_smoothing_episodes
@@ -303,12 +272,6 @@ class Trainer:
             return opt_class.config_class.from_dict(settings)
         except ConfigError as e:
             raise ConfigError(f"optimizer_config of '{name}': {e}") from e
-
-    @classmethod
-    def extra_actor_bundles(cls, config: TrainerConfig) -> list[dict[str, float]]:
-        """Resource bundles of the Ray actors this trainer starts besides its evaluators
-        (e.g. Ape-X replay shards), one per actor; see ``hierl.algorithms.resources``."""
-        return []
 
     def _make_optimizer(self, name: str, with_overrides: bool = True) -> PolicyOptimizer:
         """Build optimizer ``name`` from the same-named trainer fields + ``optimizer_config``."""
@@ -468,54 +431,17 @@ class Trainer:
         self.optimizer.push_local_weights({"timestep": self.optimizer.num_steps_sampled})
         self.evaluators.push_filters()
 
-    def save(self, checkpoint_dir: str | Path) -> Path:
-        """Write a complete checkpoint to ``checkpoint_dir`` (atomically); returns the path."""
-        meta = {
-            "kind": CHECKPOINT_KIND,
-            "algorithm": self.name,
-            "config": self.config.to_dict(),
-        }
-        return save_checkpoint(checkpoint_dir, meta, self.get_state())
-
-    def restore(self, checkpoint_dir: str | Path) -> None:
-        """Load a checkpoint written by ``save`` of the same algorithm."""
-        meta, state = load_checkpoint(checkpoint_dir)
-        if meta.get("algorithm") != self.name:
-            raise CheckpointError(
-                f"checkpoint '{checkpoint_dir}' is for algorithm {meta.get('algorithm')!r}, "
-                f"not {self.name!r}"
-            )
-        self.set_state(state)
-
-    @staticmethod
-    def from_checkpoint(checkpoint_dir: str | Path, **config_overrides: Any) -> Trainer:
-        """Rebuild a trainer from a checkpoint alone (config read from it), then restore."""
-        from hierl.algorithms.registry import get_trainer_class
-
-        meta, state = load_checkpoint(checkpoint_dir)
-        if meta.get("kind") != CHECKPOINT_KIND:
-            raise CheckpointError(f"'{checkpoint_dir}' is not a hierl trainer checkpoint")
-        cls = get_trainer_class(str(meta.get("algorithm")))
-        config = dict(meta.get("config") or {})
+    @classmethod
+    def config_from_checkpoint(
+        cls, config: dict[str, Any], overrides: dict[str, Any], checkpoint_dir: str | Path
+    ) -> dict[str, Any]:
+        """The stored config; policy classes and mapping functions must be passed again."""
         config.pop("env_callable", None)
-        multi_agent.pop_code_descriptions(config, config_overrides, checkpoint_dir)
-        config.update(config_overrides)
-        if config.get("env") is None:
-            raise CheckpointError(
-                f"checkpoint '{checkpoint_dir}' was made with a callable env; pass env=... "
-                "to from_checkpoint"
-            )
-        trainer = cls(config)
-        trainer.set_state(state)
-        return trainer
+        multi_agent.pop_code_descriptions(config, overrides, checkpoint_dir)
+        config.update(overrides)
+        return config
 
     def stop(self) -> None:
         """Release the optimizer and all evaluator actors."""
         self.optimizer.stop()
         self.evaluators.stop()
-
-    def __enter__(self) -> Trainer:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()

@@ -33,6 +33,7 @@ from ray import tune
 from hierl.algorithms.registry import get_trainer_class, trainer_names
 from hierl.algorithms.resources import trainer_bundles
 from hierl.algorithms.trainer import Trainer, TrainerConfig
+from hierl.algorithms.trainer_base import BaseTrainer
 from hierl.config import ConfigError, suggest
 
 DEFAULT_METRIC = "episode_reward_mean"
@@ -51,7 +52,7 @@ def _trainer_class(algo: str | type[Trainer]) -> type[Trainer]:
     if isinstance(algo, str):
         name = algo.removeprefix(NAME_PREFIX)
         return get_trainer_class(name)
-    if isinstance(algo, type) and issubclass(algo, Trainer):
+    if isinstance(algo, type) and issubclass(algo, BaseTrainer):
         return algo
     raise ConfigError(f"expected an algorithm name or a Trainer subclass, got {algo!r}")
 
@@ -103,6 +104,8 @@ class TrainerTrainable(tune.Trainable):
         old = self.trainer.config
         if trainer_bundles(cls, new) != trainer_bundles(cls, old):
             return False
+        if not issubclass(cls, Trainer):  # nested algorithms: always rebuilt
+            return self._rebuild(new)
         new = dataclasses.replace(new, optimizer=new.optimizer or cls.default_optimizer)
         # as JSON: env creators and callbacks arrive as fresh copies, equal by name
         new_dict, old_dict = new.to_dict(), old.to_dict()
@@ -112,8 +115,11 @@ class TrainerTrainable(tune.Trainable):
             self.trainer.config = dataclasses.replace(old, lr=new.lr)
             self._apply_lr()
             return True
+        return self._rebuild(new)
+
+    def _rebuild(self, config: Any) -> bool:
         self.trainer.stop()
-        self.trainer = cls(new)
+        self.trainer = self.trainer_class(config)
         self._initial_state = self.trainer.get_state()
         return True
 
@@ -139,7 +145,7 @@ class TrainerTrainable(tune.Trainable):
 
     def _apply_lr(self) -> None:
         config = self.trainer.config
-        if self._can_set_lr(config):
+        if isinstance(self.trainer, Trainer) and self._can_set_lr(config):
             lr = config.lr
             self.trainer.evaluators.foreach_evaluator(lambda e: _set_lr(e, lr))
 
@@ -223,7 +229,7 @@ def validate_param_space(algo: str | type[Trainer], param_space: Mapping[str, An
         raise ConfigError(f"param_space must be a dict, got {type(param_space).__name__}")
     try:
         _check_keys(cls.config_class, param_space, "")
-        optimizer = param_space.get("optimizer") or cls.default_optimizer
+        optimizer = param_space.get("optimizer") or getattr(cls, "default_optimizer", None)
         opt_space = param_space.get("optimizer_config", {})
         if isinstance(optimizer, str) and isinstance(opt_space, Mapping):
             from hierl.optimizers import get_optimizer_class

@@ -1,0 +1,185 @@
+"""What every trainer is, whatever it nests: a typed config, ``train()``, checkpoints.
+
+``Trainer`` (``hierl.algorithms.trainer``) adds evaluators and a named optimizer.  A
+*nested* algorithm that composes other components instead (PPO-ES: a population of
+trainer actors; AlphaZero: self-play, replay and optimizer actors) subclasses
+``BaseTrainer`` directly and implements ``train``, ``get_state`` and ``set_state``; the
+CLI, Ray Tune and checkpoints then treat it like any other algorithm::
+
+    class MyLoop(BaseTrainer):
+        name = "MY_LOOP"
+        config_class = MyLoopConfig  # a BaseConfig subclass
+
+        def train(self):
+            ...  # one short iteration under central control
+            return self.finish_iteration(result, start)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hierl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from hierl.config import Config, ConfigError
+from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S
+
+CHECKPOINT_KIND = "hierl-trainer"
+
+
+@dataclasses.dataclass
+class BaseConfig(Config):
+    """Settings of every algorithm, nested or not."""
+
+    env: Any = None
+    """Gymnasium id, a name given to ``hierl.register_env``, or an env creator callable."""
+    env_config: dict = dataclasses.field(default_factory=dict)
+    """Keyword arguments for the env creator (``gym.make`` kwargs for Gymnasium ids)."""
+    seed: int | None = 0
+    """Seed for weights, envs, action sampling and minibatch order (None: random)."""
+    num_cpus_for_driver: float = 1.0
+    """CPUs the trainer's own process uses (for resource requests, e.g. Tune)."""
+    num_gpus: float = 0.0
+    """GPUs for the learner on the driver (CUDA is used when > 0 and available)."""
+    sample_timeout_s: float = DEFAULT_GET_TIMEOUT_S
+    """Upper bound on waiting for any remote call."""
+    ray_address: str | None = None
+    """Join this Ray cluster instead of starting a local instance."""
+
+    def __post_init__(self) -> None:
+        self.check("num_cpus_for_driver", self.num_cpus_for_driver >= 0, "must be >= 0")
+        self.check("num_gpus", self.num_gpus >= 0, "must be >= 0")
+        self.check("sample_timeout_s", self.sample_timeout_s > 0, "must be > 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict; a callable env is recorded by name only."""
+        out = super().to_dict()
+        if callable(self.env):
+            out["env"] = None
+            out["env_callable"] = getattr(self.env, "__qualname__", repr(self.env))
+        return out
+
+
+class BaseTrainer:
+    """Config validation, iteration counters, checkpoints and ``stop`` for all trainers.
+
+    Args:
+        config: the algorithm's config dataclass, or a dict validated into it.
+        env: shorthand for ``config["env"]``.
+    """
+
+    name: ClassVar[str] = ""
+    config_class: ClassVar[type[BaseConfig]] = BaseConfig
+
+    def __init__(self, config: BaseConfig | Mapping[str, Any] | None = None, env: Any = None):
+        if config is None or isinstance(config, Mapping):
+            config = self.config_class.from_dict(config or {})
+        elif not isinstance(config, self.config_class):
+            raise ConfigError(
+                f"{type(self).__name__} needs a {self.config_class.__name__} or a dict, got "
+                f"{type(config).__name__}"
+            )
+        if env is not None:
+            config = dataclasses.replace(config, env=env)
+        if config.env is None:
+            raise ConfigError(
+                "config field 'env' is required (a Gymnasium id such as 'CartPole-v1')"
+            )
+        self.config = config
+        self.iteration = 0
+        self.time_total_s = 0.0
+
+    # -- the algorithm -----------------------------------------------------------------
+    def train(self) -> dict[str, Any]:
+        """Run one short iteration; return the flat result dict."""
+        raise NotImplementedError
+
+    def finish_iteration(self, result: dict[str, Any], start: float) -> dict[str, Any]:
+        """Count an iteration that began at ``time.perf_counter()`` = ``start`` and add
+        the standard ``training_iteration`` / ``time_*`` keys to its ``result``."""
+        self.iteration += 1
+        elapsed = time.perf_counter() - start
+        self.time_total_s += elapsed
+        result.update(
+            training_iteration=self.iteration,
+            time_this_iter_s=elapsed,
+            time_total_s=self.time_total_s,
+        )
+        return result
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything ``set_state`` needs, as arrays and JSON scalars (no pickle)."""
+        raise NotImplementedError
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Inverse of ``get_state``."""
+        raise NotImplementedError
+
+    @classmethod
+    def extra_actor_bundles(cls, config: Any) -> list[dict[str, float]]:
+        """Resource bundles of the Ray actors this trainer starts besides its evaluators
+        (e.g. Ape-X replay shards, a population's trainers), one per actor; see
+        ``hierl.algorithms.resources``."""
+        return []
+
+    # -- checkpoints -------------------------------------------------------------------
+    def save(self, checkpoint_dir: str | Path) -> Path:
+        """Write a complete checkpoint to ``checkpoint_dir`` (atomically); returns the path."""
+        meta = {
+            "kind": CHECKPOINT_KIND,
+            "algorithm": self.name,
+            "config": self.config.to_dict(),
+        }
+        return save_checkpoint(checkpoint_dir, meta, self.get_state())
+
+    def restore(self, checkpoint_dir: str | Path) -> None:
+        """Load a checkpoint written by ``save`` of the same algorithm."""
+        meta, state = load_checkpoint(checkpoint_dir)
+        if meta.get("algorithm") != self.name:
+            raise CheckpointError(
+                f"checkpoint '{checkpoint_dir}' is for algorithm {meta.get('algorithm')!r}, "
+                f"not {self.name!r}"
+            )
+        self.set_state(state)
+
+    @classmethod
+    def config_from_checkpoint(
+        cls, config: dict[str, Any], overrides: dict[str, Any], checkpoint_dir: str | Path
+    ) -> dict[str, Any]:
+        """The config to rebuild a trainer from a checkpoint's stored ``config``."""
+        config.pop("env_callable", None)
+        config.update(overrides)
+        return config
+
+    @staticmethod
+    def from_checkpoint(checkpoint_dir: str | Path, **config_overrides: Any) -> BaseTrainer:
+        """Rebuild a trainer from a checkpoint alone (config read from it), then restore."""
+        from hierl.algorithms.registry import get_trainer_class
+
+        meta, state = load_checkpoint(checkpoint_dir)
+        if meta.get("kind") != CHECKPOINT_KIND:
+            raise CheckpointError(f"'{checkpoint_dir}' is not a hierl trainer checkpoint")
+        cls = get_trainer_class(str(meta.get("algorithm")))
+        config = cls.config_from_checkpoint(
+            dict(meta.get("config") or {}), dict(config_overrides), checkpoint_dir
+        )
+        if config.get("env") is None:
+            raise CheckpointError(
+                f"checkpoint '{checkpoint_dir}' was made with a callable env; pass env=... "
+                "to from_checkpoint"
+            )
+        trainer = cls(config)
+        trainer.set_state(state)
+        return trainer
+
+    def stop(self) -> None:
+        """Release every actor and process the trainer started."""
+
+    def __enter__(self) -> BaseTrainer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
