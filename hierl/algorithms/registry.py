@@ -10,12 +10,14 @@ from hierl.config import ConfigError, suggest
 _TRAINERS: dict[str, str] = {
     "A2C": "hierl.algorithms.a2c:A2CTrainer",
     "A3C": "hierl.algorithms.a2c:A3CTrainer",
+    "A3C_ES": "hierl.algorithms.population:A3CESTrainer",
     "APEX": "hierl.algorithms.dqn:ApexTrainer",
     "APEX_DDPG": "hierl.algorithms.ddpg:ApexDDPGTrainer",
     "DDPG": "hierl.algorithms.ddpg:DDPGTrainer",
     "DQN": "hierl.algorithms.dqn:DQNTrainer",
     "PG": "hierl.algorithms.pg:PGTrainer",
     "PPO": "hierl.algorithms.ppo:PPOTrainer",
+    "PPO_ES": "hierl.algorithms.population:PPOESTrainer",
     "TD3": "hierl.algorithms.ddpg:TD3Trainer",
 }
 _CUSTOM: dict[str, type] = {}

@@ -20,6 +20,7 @@ Ray Tune accepts as "the trainable takes no resources of its own".
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -91,3 +92,60 @@ def optimizer_actor_bundles(
         return []
     shard = _bundle(cpus)
     return [dict(shard) for _ in range(num)] if shard else []
+
+
+def start_trainer_actor(
+    trainer_cls: type[BaseTrainer],
+    config: BaseConfig | Mapping[str, Any],
+    timeout_s: float = 600.0,
+) -> tuple[Any, Any]:
+    """Start ``trainer_cls(config)`` as a Ray actor inside its own reservation.
+
+    Returns ``(actor, placement_group)``.  Outside any placement group the trainer's
+    bundles (``trainer_bundles``) are reserved as a new one; the actor takes the first
+    bundle and captures its children, so its evaluators land in the others.  Inside one
+    (e.g. in a Ray Tune trial that reserved this trainer's bundles as part of its own)
+    the actor is simply created there and the group returned is None.  Release both
+    with ``stop_trainer_actor``.
+    """
+    import ray
+    from ray.util.placement_group import get_current_placement_group, placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    cfg = resolve_config(trainer_cls, config)
+    bundles = trainer_bundles(trainer_cls, cfg)
+    if get_current_placement_group() is not None:
+        driver, pg, strategy = bundles[0], None, None
+    else:
+        # CRUCIAL: Ray rejects empty bundles; a driver that reserves nothing gets a token
+        # CPU share so that the group has a bundle to start the actor in.
+        driver = bundles[0] or {"CPU": 0.01}
+        pg = placement_group([driver, *bundles[1:]], strategy="PACK")
+        try:
+            ray.get(pg.ready(), timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            ray.util.remove_placement_group(pg)
+            raise RuntimeError(
+                f"could not reserve {total_resources(bundles)} for a {trainer_cls.__name__} "
+                f"within {timeout_s:.0f}s (cluster: {ray.cluster_resources()})"
+            ) from None
+        strategy = PlacementGroupSchedulingStrategy(
+            pg, placement_group_bundle_index=0, placement_group_capture_child_tasks=True
+        )
+    options = {"num_cpus": driver.get("CPU", 0.0), "num_gpus": driver.get("GPU", 0.0)}
+    if strategy is not None:
+        options["scheduling_strategy"] = strategy
+    actor = ray.remote(trainer_cls).options(**options).remote(cfg)
+    return actor, pg
+
+
+def stop_trainer_actor(actor: Any, pg: Any, timeout_s: float = 60.0) -> None:
+    """Stop a trainer started by ``start_trainer_actor`` and release its reservation."""
+    import ray
+
+    # already dead or stuck: killing it below releases its resources all the same
+    with contextlib.suppress(ray.exceptions.RayError):
+        ray.get(actor.stop.remote(), timeout=timeout_s)
+    ray.kill(actor)
+    if pg is not None:
+        ray.util.remove_placement_group(pg)

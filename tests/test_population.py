@@ -1,0 +1,131 @@
+"""PPO-ES / A3C-ES: stock trainers as actors, exact copy + perturbation, improvement."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hierl.algorithms.a2c import A3CTrainer
+from hierl.algorithms.population import A3CESTrainer, PPOESTrainer, perturbed
+from hierl.algorithms.ppo import PPOTrainer
+from hierl.algorithms.resources import trainer_bundles
+from hierl.algorithms.trainer_base import BaseTrainer
+from hierl.config import ConfigError
+
+MEMBER = {
+    "num_evaluators": 1,
+    "num_cpus_per_evaluator": 0.25,
+    "num_cpus_for_driver": 0.25,
+    "num_envs_per_evaluator": 4,
+    "model": {"hiddens": [32]},
+}
+PPO_MEMBER = {**MEMBER, "train_batch_size": 1000, "sgd_minibatch_size": 250, "num_sgd_iter": 6}
+
+
+def population_config(**overrides):
+    return {
+        "env": "CartPole-v1",
+        "population_size": 2,
+        "round_time_s": 600.0,  # bounded by iterations, not time: deterministic
+        "max_member_iterations_per_round": 2,
+        "noise_stdev": 0.01,
+        "num_cpus_for_driver": 0.0,
+        "member_config": PPO_MEMBER,
+        **overrides,
+    }
+
+
+def member_class(ray_session, actor) -> type:
+    """The hierl class an actor runs (Ray wraps actor classes in a subclass of its own)."""
+    mro = ray_session.get(actor.__ray_call__.remote(lambda self: type(self).__mro__), timeout=60)
+    return next(c for c in mro if "<locals>" not in c.__qualname__)
+
+
+def weights_of(trainer, member: int):
+    actor = trainer.members[member][0]
+    return trainer._get(actor.get_weights.remote())
+
+
+def assert_weights_equal(a, b) -> None:
+    assert a.keys() == b.keys()
+    for pid in a:
+        assert a[pid].keys() == b[pid].keys()
+        for name in a[pid]:
+            np.testing.assert_array_equal(a[pid][name], b[pid][name], err_msg=f"{pid}/{name}")
+
+
+def test_perturbed_adds_seeded_gaussian_noise_in_each_dtype():
+    weights = {"default": {"w": np.ones((2, 3), np.float32), "b": np.zeros(3, np.float64)}}
+    out = perturbed(weights, 0.5, seed=7)
+    rng = np.random.default_rng(7)
+    np.testing.assert_array_equal(
+        out["default"]["w"], (1 + 0.5 * rng.standard_normal((2, 3))).astype(np.float32)
+    )
+    np.testing.assert_array_equal(out["default"]["b"], 0.5 * rng.standard_normal(3))
+    assert out["default"]["w"].dtype == np.float32
+    assert_weights_equal(perturbed(weights, 0.0, seed=1), weights)
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match="population_size"):
+        PPOESTrainer.config_class.from_dict(population_config(population_size=1))
+    with pytest.raises(ConfigError, match="copy_probability"):
+        PPOESTrainer.config_class.from_dict(population_config(copy_probability=2.0))
+
+
+def test_resources_are_every_members_bundles():
+    bundles = trainer_bundles(PPOESTrainer, population_config(num_cpus_for_driver=0.5))
+    assert bundles == [{"CPU": 0.5}] + [{"CPU": 0.25}, {"CPU": 0.25}] * 2
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+def test_ppo_es_improves_and_losers_get_winner_weights_plus_noise(ray_session, tmp_path):
+    trainer = PPOESTrainer(population_config())
+    with trainer:
+        # the members are the stock classes, unmodified, running as actors
+        assert PPOESTrainer.member_class is PPOTrainer
+        for actor, _ in trainer.members:
+            assert member_class(ray_session, actor) is PPOTrainer
+        best = []
+        for _ in range(4):
+            result = trainer.train()
+            best.append(result["episode_reward_mean"])
+            assert result["population/iterations/0"] == result["population/iterations/1"] == 2
+            [copy] = result["population/copies"]  # population 2: one winner, one loser
+            assert {copy["winner"], copy["loser"]} == {0, 1}
+            assert result["population/best_member"] == copy["winner"]
+            winner = weights_of(trainer, copy["winner"])
+            expected = perturbed(winner, 0.01, copy["seed"])
+            assert_weights_equal(weights_of(trainer, copy["loser"]), expected)
+            for pid, policy in winner.items():  # the noise is really there
+                for name, w in policy.items():
+                    assert not np.array_equal(expected[pid][name], w), name
+        assert result["timesteps_total"] == 4 * 2 * 2 * 1000
+        assert best[-1] >= best[0] + 15, best
+
+        path = trainer.save(tmp_path / "ckpt")
+        saved = [weights_of(trainer, i) for i in range(2)]
+    restored = BaseTrainer.from_checkpoint(path)
+    with restored:
+        assert isinstance(restored, PPOESTrainer) and restored.iteration == 4
+        for i in range(2):
+            assert_weights_equal(weights_of(restored, i), saved[i])
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(180)
+def test_a3c_es_runs_stock_a3c_members(ray_session):
+    config = population_config(
+        max_member_iterations_per_round=1,
+        member_config={**MEMBER, "train_batch_size": 200},
+        noise_stdev=0.05,
+    )
+    with A3CESTrainer(config) as trainer:
+        for actor, _ in trainer.members:
+            assert member_class(ray_session, actor) is A3CTrainer
+        result = trainer.train()
+        assert result["training_iteration"] == 1 and result["timesteps_total"] > 0
+        [copy] = result["population/copies"]
+        expected = perturbed(weights_of(trainer, copy["winner"]), 0.05, copy["seed"])
+        assert_weights_equal(weights_of(trainer, copy["loser"]), expected)
