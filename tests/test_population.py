@@ -129,3 +129,32 @@ def test_a3c_es_runs_stock_a3c_members(ray_session):
         [copy] = result["population/copies"]
         expected = perturbed(weights_of(trainer, copy["winner"]), 0.05, copy["seed"])
         assert_weights_equal(weights_of(trainer, copy["loser"]), expected)
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(180)
+def test_ppo_es_nests_in_a_tune_trial_within_its_reservation(ray_session, tmp_path):
+    """Tune → PPO_ES → PPO members → their evaluators, all inside one placement group.
+
+    The trial reserves 1.5 of the test Ray's 2 CPUs (0.5 + 2 members x (0.25 + 0.25));
+    had each member asked for a reservation of its own (0.5) outside the trial's, the
+    second would wait forever for CPUs the trial holds.
+    """
+    from ray import tune
+
+    from hierl.tune import trainable
+
+    config = population_config(num_cpus_for_driver=0.5, max_member_iterations_per_round=1)
+    assert sum(b.get("CPU", 0) for b in trainer_bundles(PPOESTrainer, config)) == 1.5
+    tuner = tune.Tuner(
+        trainable("PPO_ES"),
+        param_space={**config, "noise_stdev": tune.grid_search([0.01])},
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), stop={"training_iteration": 2}, verbose=0
+        ),
+    )
+    results = tuner.fit()
+    assert not results.errors
+    metrics = results[0].metrics
+    assert metrics["training_iteration"] == 2
+    assert metrics["population/iterations/0"] == metrics["population/iterations/1"] == 1
