@@ -27,11 +27,19 @@ from hierl.policy_graph import Weights
 class PopulationConfig(BaseConfig):
     """Settings of the ES loop; ``member_config`` configures every member trainer."""
 
+    num_cpus_for_driver: float = 0.0
+    """CPUs the loop's own process reserves (it only waits on its members)."""
     population_size: int = 4
     """Member trainers, each a Ray actor with its own evaluators."""
-    member_config: dict = dataclasses.field(default_factory=dict)
+    member_config: dict = dataclasses.field(
+        default_factory=lambda: {
+            "num_evaluators": 1,
+            "num_cpus_per_evaluator": 0.25,
+            "num_cpus_for_driver": 0.25,
+        }
+    )
     """The members' own algorithm config (``env``, ``env_config`` and ``seed`` come from
-    this config; member i gets ``seed + i``)."""
+    this config; member i gets ``seed + i``).  The default fits 4 members in 2 CPUs."""
     round_time_s: float = 60.0
     """Each round keeps calling ``train()`` on every member until this many seconds
     passed (each member trains at least once per round)."""
@@ -106,7 +114,7 @@ class PopulationTrainer(BaseTrainer):
         """One ES round: train every member for the time budget, then exploit/explore."""
         import ray
 
-        cfg, start = self.config, time.perf_counter()
+        cfg, start, steps_before = self.config, time.perf_counter(), self.timesteps_total
         actors = [actor for actor, _ in self.members]
         pending = {a.train.remote(): i for i, a in enumerate(actors)}
         iterations, last = [0] * len(actors), [{}] * len(actors)
@@ -134,10 +142,12 @@ class PopulationTrainer(BaseTrainer):
                 new = perturbed(weights, cfg.noise_stdev, seed)
                 self._get(actors[loser].set_weights.remote(new))
                 copies.append({"winner": winner, "loser": loser, "seed": seed})
-        best = ranked[-1]
+        best, steps = ranked[-1], self.timesteps_total - steps_before
         result = {
             **{k: v for k, v in last[best].items() if k.startswith("episode_")},
+            "timesteps_this_iter": steps,
             "timesteps_total": self.timesteps_total,
+            "sample_throughput": steps / max(time.perf_counter() - start, 1e-9),
             "population/best_member": best,
             "population/copies": copies,
         }
