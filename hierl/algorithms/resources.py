@@ -74,7 +74,8 @@ def optimizer_actor_bundles(
     trainer_cls: type[BaseTrainer], config: BaseConfig
 ) -> list[dict[str, float]]:
     """One bundle per actor the trainer's optimizer starts: Ape-X replay shards
-    (``apex``), parameter-server shards (``sharded_ps``); none for the others.
+    (``apex``), parameter-server shards (``sharded_ps``), ES aggregators (``es``); none
+    for the others.
 
     The settings are read the way the trainer builds its optimizer (trainer fields of
     the same name, then ``optimizer_config``), so both always agree.
@@ -88,6 +89,10 @@ def optimizer_actor_bundles(
     elif name == "sharded_ps":
         opt = trainer_cls.optimizer_config(config, name)
         num, cpus = opt.num_shards, opt.num_cpus_per_shard
+    elif name == "es":  # aggregator actors (only with remote evaluators)
+        opt = trainer_cls.optimizer_config(config, name)
+        num = opt.num_aggregators if getattr(config, "num_evaluators", 0) else 0
+        cpus = opt.num_cpus_per_aggregator
     else:
         return []
     shard = _bundle(cpus)

@@ -5,6 +5,7 @@ from hierl.optimizers.apex import ApexOptimizer
 from hierl.optimizers.async_grads import AsyncGradientsOptimizer
 from hierl.optimizers.auto import AutoOptimizer
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, TimerStat
+from hierl.optimizers.es import ESOptimizer
 from hierl.optimizers.local import LocalOptimizer
 from hierl.optimizers.multi_gpu import MultiGPUOptimizer
 from hierl.optimizers.registry import get_optimizer_class, optimizer_names, register_optimizer
@@ -16,6 +17,7 @@ __all__ = [
     "ApexOptimizer",
     "AsyncGradientsOptimizer",
     "AutoOptimizer",
+    "ESOptimizer",
     "LocalOptimizer",
     "MultiGPUOptimizer",
     "OptimizerConfig",

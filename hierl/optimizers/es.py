@@ -1,0 +1,249 @@
+"""``es``: Evolution Strategies, a non-gradient optimizer over PolicyEvaluators.
+
+Salimans et al. 2017, https://arxiv.org/abs/1703.03864, as ported in RLlib (ICML 2018,
+§5 and appendix D).  One ``step()``::
+
+    θ = local policy's flat weights; put θ in the object store (the noise table is there)
+    repeat rounds until episodes_per_batch episodes (and timesteps_per_batch steps):
+        draw offsets i and env seeds; split the pairs evenly over the evaluators
+        each evaluator: episodes with θ + sigma ε_i and θ - sigma ε_i  (es_rollouts)
+        (num_aggregators > 0: aggregator actors fan out and merge: driver fan-in = A)
+    F = centered_ranks(returns);  g = 1/(n sigma) Σ (F⁺ - F⁻) ε_i
+    θ ← Adam(θ, -g + l2_coeff·θ);  set on the local policy (shipped with the next round)
+
+With no remote evaluators everything runs on the local evaluator, same math.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Literal
+
+import numpy as np
+
+from hierl.evaluators.sampler import EpisodeRecord
+from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
+from hierl.optimizers.es_aggregator import AggregationTree
+from hierl.optimizers.es_math import FlatAdam, centered_ranks, es_gradient
+from hierl.optimizers.es_rollouts import (
+    RolloutResult,
+    RolloutTask,
+    close_episode_runner,
+    evaluate_perturbations,
+    merge_results,
+)
+from hierl.optimizers.noise_table import DEFAULT_NOISE_SIZE, SharedNoiseTable
+from hierl.optimizers.registry import register_optimizer
+
+
+@dataclasses.dataclass
+class ESOptimizerConfig(OptimizerConfig):
+    """Settings of the ``es`` optimizer (defaults: RLlib paper appendix D / Salimans)."""
+
+    noise_stdev: float = 0.02
+    """``sigma``: standard deviation of the parameter perturbations."""
+    stepsize: float = 0.01
+    """Adam step size."""
+    l2_coeff: float = 0.005
+    """L2 coefficient: ``l2_coeff · θ`` is added to the (descent) gradient."""
+    episodes_per_batch: int = 5000
+    """Perturbed episodes per update (rounded up to whole antithetic pairs)."""
+    timesteps_per_batch: int = 0
+    """Also play on (in further rounds) until this many env steps (0: no minimum)."""
+    eval_prob: float = 0.003
+    """Chance per pair of one extra unperturbed episode (reported as ``eval_return_mean``)."""
+    fitness_shaping: Literal["centered_ranks", "none"] = "centered_ranks"
+    """Returns → weights: centered ranks in [-0.5, 0.5], or the raw returns."""
+    noise_size: int = DEFAULT_NOISE_SIZE
+    """Entries of the shared float32 noise table (must exceed the parameter count)."""
+    noise_seed: int = 123
+    """Seed of the noise table."""
+    max_episode_steps: int = 0
+    """Cut every episode after this many steps (0: the env's own time limit)."""
+    num_aggregators: int = 0
+    """Aggregator actors between driver and evaluators (0: the driver gathers directly)."""
+    num_cpus_per_aggregator: float = 0.1
+    """CPUs reserved by each aggregator actor."""
+    adam_beta1: float = 0.9
+    """Adam's first-moment decay."""
+    adam_beta2: float = 0.999
+    """Adam's second-moment decay."""
+    seed: int | None = 0
+    """Seeds offsets and env seeds of every step (None: random)."""
+
+    def __post_init__(self) -> None:
+        self.check("noise_stdev", self.noise_stdev > 0, "must be > 0")
+        self.check("stepsize", self.stepsize > 0, "must be > 0")
+        self.check("l2_coeff", self.l2_coeff >= 0, "must be >= 0")
+        self.check("episodes_per_batch", self.episodes_per_batch >= 2, "must be >= 2")
+        self.check("timesteps_per_batch", self.timesteps_per_batch >= 0, "must be >= 0")
+        self.check("eval_prob", 0.0 <= self.eval_prob <= 1.0, "must be in [0, 1]")
+        self.check("noise_size", self.noise_size >= 1, "must be >= 1")
+        self.check("max_episode_steps", self.max_episode_steps >= 0, "must be >= 0")
+        self.check("num_aggregators", self.num_aggregators >= 0, "must be >= 0")
+        self.check("num_cpus_per_aggregator", self.num_cpus_per_aggregator >= 0, ">= 0")
+        self.check("adam_beta1", 0.0 <= self.adam_beta1 < 1.0, "must be in [0, 1)")
+        self.check("adam_beta2", 0.0 <= self.adam_beta2 < 1.0, "must be in [0, 1)")
+
+
+@register_optimizer
+class ESOptimizer(PolicyOptimizer):
+    """Antithetic ES with centered ranks and flat Adam; see the module docstring.
+
+    ``stats()`` adds ``driver_fan_in`` (results the driver waited for per round of the
+    last step), ``num_aggregators``, ``noise_stdev``, ``grad_norm``, ``update_ratio``
+    (``|Δθ| / |θ|``), ``eval_return_mean`` and ``eval_episodes`` (of the last step).
+    """
+
+    name = "es"
+    config_class = ESOptimizerConfig
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        cfg = self.config
+        policy = self.local_evaluator.policy
+        if not hasattr(policy, "get_flat_weights"):
+            raise TypeError(f"'es' needs get/set_flat_weights (ESPolicy), not {type(policy)}")
+        self.dim = int(policy.get_flat_weights().size)
+        self.noise = SharedNoiseTable(cfg.noise_size, cfg.noise_seed)
+        self.noise.check_dim(self.dim)
+        self.adam = FlatAdam(self.dim, cfg.stepsize, cfg.adam_beta1, cfg.adam_beta2)
+        self.seed = int(np.random.SeedSequence(cfg.seed).entropy)
+        if cfg.num_aggregators > len(self.remote_evaluators):
+            raise ValueError(
+                f"num_aggregators={cfg.num_aggregators} needs at least as many remote "
+                f"evaluators; there are {len(self.remote_evaluators)}"
+            )
+        self.tree: AggregationTree | None = None
+        if self.remote_evaluators:
+            self.noise.put()
+            if cfg.num_aggregators:
+                self.tree = AggregationTree(cfg.num_aggregators, cfg.num_cpus_per_aggregator)
+        self._episodes: list[EpisodeRecord] = []
+        self.last_stats: dict[str, float] = {"driver_fan_in": 0, "noise_stdev": cfg.noise_stdev}
+
+    def _tasks(self, rng: np.random.Generator, pairs: int, workers: int, evals: bool) -> list:
+        """Split ``pairs`` evenly over ``workers`` (earlier ones get the remainder)."""
+        cfg, tasks = self.config, []
+        for w in range(workers):
+            n = pairs // workers + (w < pairs % workers)
+            n_eval = int(rng.binomial(n, cfg.eval_prob)) if evals and cfg.eval_prob else 0
+            tasks.append(
+                RolloutTask(
+                    noise_indices=self.noise.sample_indices(rng, self.dim, n),
+                    env_seeds=rng.integers(0, 2**31 - 1, size=n),
+                    eval_seeds=rng.integers(0, 2**31 - 1, size=n_eval),
+                    noise_stdev=cfg.noise_stdev,
+                    max_episode_steps=cfg.max_episode_steps,
+                )
+            )
+        return tasks
+
+    def _run_round(self, tasks: list[RolloutTask], theta: np.ndarray) -> RolloutResult:
+        """Evaluate ``tasks`` (one per healthy remote evaluator, or one locally)."""
+        if not self.remote_evaluators:
+            self.last_stats["driver_fan_in"] = 1
+            return evaluate_perturbations(self.local_evaluator, self.noise.noise, theta, tasks[0])
+        import ray
+
+        actors, theta_ref = self.evaluators.healthy_evaluators(), ray.put(theta)
+        if self.tree is None:
+            by_actor = dict(zip(actors, tasks, strict=True))
+            done = self.evaluators.call_remotes(
+                lambda e: e.apply.remote(
+                    evaluate_perturbations, self.noise.ref, theta_ref, by_actor[e]
+                )
+            )
+            self.last_stats["driver_fan_in"] = len(actors)
+            return merge_results([r for _, r in done])
+        result, self.last_stats["driver_fan_in"] = self.tree.run(
+            self.evaluators, actors, tasks, {"noise": self.noise.ref, "theta": theta_ref}
+        )
+        return result
+
+    def step(self) -> dict[str, float]:
+        """Evaluate antithetic perturbations, then one Adam update of the flat weights."""
+        cfg = self.config
+        policy = self.local_evaluator.policy
+        theta = policy.get_flat_weights()
+        # CRUCIAL: the step's randomness is a function of (seed, update count), so a
+        # restored checkpoint continues with exactly the offsets it would have drawn.
+        rng = np.random.default_rng([self.seed, self.num_updates])
+        pairs, results = math.ceil(cfg.episodes_per_batch / 2), []
+        with self.timer("sample"):
+            while True:
+                workers = max(1, len(self.evaluators.healthy_evaluators()))
+                tasks = self._tasks(rng, pairs, workers, evals=not results)
+                results.append(self._run_round(tasks, theta))
+                batch = merge_results(results)
+                steps, missing = batch.num_steps, cfg.timesteps_per_batch - batch.num_steps
+                if missing <= 0 or batch.lengths.size == 0:
+                    break
+                per_pair = max(1.0, 2 * batch.lengths.mean())
+                pairs = max(workers, math.ceil(missing / per_pair))
+        self.num_steps_sampled += steps
+        self._episodes.extend(batch.episode_records())
+        if not self.remote_evaluators:
+            # In-process there is no filter sync: merge the step's observations here.
+            local = self.local_evaluator
+            for pid, buffer in local.get_filters(flush_after=True).items():
+                local.filters[pid].apply_buffer(buffer)
+        with self.timer("learn"):
+            stats = self._update(policy, theta, batch)
+        self.num_steps_trained += int(batch.lengths.sum())
+        evals = batch.eval_returns
+        self.last_stats.update(stats, eval_episodes=int(evals.size))
+        self.last_stats["eval_return_mean"] = float(evals.mean()) if evals.size else math.nan
+        self.learner_stats = stats
+        return stats
+
+    def _update(self, policy: Any, theta: np.ndarray, batch: RolloutResult) -> dict[str, float]:
+        cfg = self.config
+        if batch.returns.size == 0:
+            return {}
+        shaped = centered_ranks(batch.returns) if cfg.fitness_shaping != "none" else batch.returns
+        noise = self.noise.rows(batch.noise_indices, self.dim)
+        g = es_gradient(shaped[:, 0], shaped[:, 1], noise, cfg.noise_stdev)
+        # CRUCIAL: Adam descends, ES ascends: pass -g, plus the L2 term's gradient.
+        new_theta = self.adam.step(theta, -g + cfg.l2_coeff * theta)
+        policy.set_flat_weights(new_theta)
+        self.num_updates += 1
+        theta_norm = float(np.linalg.norm(theta))
+        return {
+            "grad_norm": float(np.linalg.norm(g)),
+            "update_ratio": float(np.linalg.norm(new_theta - theta)) / max(theta_norm, 1e-12),
+            "weights_norm": float(np.linalg.norm(new_theta)),
+            "noise_stdev": cfg.noise_stdev,
+            "perturbed_return_mean": float(batch.returns.mean()),
+            "num_pairs": int(batch.returns.shape[0]),
+        }
+
+    def pop_episodes(self) -> list[EpisodeRecord]:
+        """The perturbed episodes played since the last call (the Trainer's metrics)."""
+        out, self._episodes = self._episodes, []
+        return out
+
+    def stats(self) -> dict[str, float]:
+        """Base counters and timers plus the last step's ES figures."""
+        out = super().stats()
+        out.update(self.last_stats)
+        out["num_aggregators"] = len(self.tree.aggregators) if self.tree else 0
+        return out
+
+    def save(self) -> dict[str, Any]:
+        """Counters, the Adam moments and step counter, and the step seed."""
+        return {**super().save(), "adam": self.adam.get_state(), "seed": str(self.seed)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Inverse of ``save``."""
+        super().restore(state)
+        self.adam.set_state(state["adam"])
+        self.seed = int(state["seed"])
+
+    def stop(self) -> None:
+        """Kill the aggregators and close the local evaluator's ES env."""
+        if self.tree is not None:
+            self.tree.stop()
+            self.tree = None
+        close_episode_runner(self.local_evaluator)

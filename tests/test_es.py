@@ -1,0 +1,285 @@
+"""ES: closed-form math, determinism, the aggregation tree, learning, checkpoints, CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from conftest import RESULT_KEYS
+
+from hierl.algorithms.es import ESConfig, ESPolicy, ESTrainer
+from hierl.algorithms.resources import trainer_bundles
+from hierl.config import ConfigError
+from hierl.optimizers.es_math import FlatAdam, centered_ranks, es_gradient
+from hierl.optimizers.noise_table import SharedNoiseTable, noise_slice
+
+TINY = {
+    "env": "CartPole-v1",
+    "episodes_per_batch": 10,
+    "noise_size": 2**16,
+    "eval_prob": 0.0,
+    "model": {"hiddens": [8]},
+    "seed": 5,
+}
+
+
+def _flat(trainer: ESTrainer) -> np.ndarray:
+    return trainer.get_policy().get_flat_weights()
+
+
+# -- closed-form math ------------------------------------------------------------------
+def test_centered_ranks_closed_form():
+    assert centered_ranks(np.array([3.0, -1.0, 10.0])).tolist() == [0.0, -0.5, 0.5]
+    # Ties share the average of the ranks they span: ranks 0, 1.5, 1.5, 3 over 3.
+    x = np.array([[0.0, 1.0], [1.0, 2.0]])
+    np.testing.assert_allclose(centered_ranks(x), [[-0.5, 0.0], [0.0, 0.5]])
+    # an antithetic pair with equal returns gets equal weights: it contributes nothing
+    pairs = np.array([[500.0, 500.0], [20.0, 30.0], [40.0, 10.0]])
+    # ranks: 10 → 0, 20 → 1, 30 → 2, 40 → 3, the two 500s → 4.5 each; over 5, minus 0.5
+    np.testing.assert_allclose(centered_ranks(pairs), [[0.4, 0.4], [-0.3, -0.1], [0.1, -0.5]])
+    assert centered_ranks(np.array([7.0])).tolist() == [0.0]
+
+
+def _quadratic(theta: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """f(θ) = -|θ - θ*|² for a batch of parameter vectors (rows)."""
+    return -((theta - target) ** 2).sum(axis=-1)
+
+
+def test_es_gradient_hand_computed_case():
+    # θ = 0, θ* = (1, 2), sigma = 0.5, ε₁ = e₁, ε₂ = e₂:
+    # r⁺₁ = -(0.25 + 4) = -4.25, r⁻₁ = -(2.25 + 4) = -6.25 → difference 2
+    # r⁺₂ = -(1 + 2.25) = -3.25, r⁻₂ = -(1 + 6.25) = -7.25 → difference 4
+    # g = (2 e₁ + 4 e₂) / (n sigma) with n = 4 episodes → (1, 2)
+    theta, target, sigma = np.zeros(2), np.array([1.0, 2.0]), 0.5
+    eps = np.eye(2)
+    pos = _quadratic(theta + sigma * eps, target)
+    neg = _quadratic(theta - sigma * eps, target)
+    np.testing.assert_allclose(pos, [-4.25, -3.25])
+    np.testing.assert_allclose(neg, [-6.25, -7.25])
+    np.testing.assert_allclose(es_gradient(pos, neg, eps, sigma), [1.0, 2.0])
+    # with directions of norm sqrt(2) (E[εεᵀ] = I here) it is the exact gradient -2(θ - θ*)
+    eps = np.sqrt(2.0) * np.eye(2)
+    pos = _quadratic(theta + sigma * eps, target)
+    neg = _quadratic(theta - sigma * eps, target)
+    np.testing.assert_allclose(es_gradient(pos, neg, eps, sigma), [2.0, 4.0])
+
+
+def test_es_gradient_on_quadratic_matches_true_gradient():
+    rng = np.random.default_rng(0)
+    dim, pairs, sigma = 5, 200_000, 0.1
+    theta, target = rng.normal(size=dim), rng.normal(size=dim)
+    true_grad = -2.0 * (theta - target)
+    eps = rng.standard_normal((pairs, dim)).astype(np.float32)
+    pos = _quadratic(theta + sigma * eps, target)
+    neg = _quadratic(theta - sigma * eps, target)
+    g = es_gradient(pos, neg, eps, sigma)
+    # For a quadratic r⁺ - r⁻ = 2 sigma ∇f·ε exactly, so with fixed noise the estimate is
+    # (εᵀε / P) ∇f in closed form ...
+    e64 = eps.astype(np.float64)
+    np.testing.assert_allclose(g, e64.T @ e64 / pairs @ true_grad, rtol=1e-6, atol=1e-8)
+    # ... which is the true gradient up to the sampling error of the covariance.
+    assert np.linalg.norm(g - true_grad) < 0.01 * np.linalg.norm(true_grad)
+
+
+def test_flat_adam_first_step_and_state():
+    adam = FlatAdam(3, stepsize=0.1)
+    theta = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    new = adam.step(theta, np.array([0.5, -2.0, 0.0]))
+    # bias-corrected first step: -stepsize · sign(grad) (zero gradient: no move)
+    np.testing.assert_allclose(new, [0.9, 2.1, 3.0], rtol=1e-6)
+    assert new.dtype == np.float32
+    state = adam.get_state()
+    other = FlatAdam(3, stepsize=0.1)
+    other.set_state(state)
+    g = np.array([0.1, 0.2, -0.3])
+    np.testing.assert_array_equal(adam.step(new, g), other.step(new, g))
+    with pytest.raises(ValueError, match="do not fit 4 parameters"):
+        FlatAdam(4, 0.1).set_state(state)
+
+
+def test_noise_table_is_seeded_and_sliced_by_offset():
+    a, b = SharedNoiseTable(1000, seed=7), SharedNoiseTable(1000, seed=7)
+    np.testing.assert_array_equal(a.noise, b.noise)
+    assert a.noise.dtype == np.float32
+    idx = a.sample_indices(np.random.default_rng(0), 10, 4)
+    assert ((idx >= 0) & (idx <= 990)).all()
+    rows = a.rows(idx, 10)
+    for i, row in zip(idx, rows, strict=True):
+        np.testing.assert_array_equal(row, noise_slice(a.noise, i, 10))
+    with pytest.raises(ValueError, match="raise noise_size"):
+        a.check_dim(1001)
+
+
+# -- the policy ------------------------------------------------------------------------
+def test_policy_flat_weights_and_deterministic_actions():
+    cfg = ESConfig.from_dict({"env": "CartPole-v1", "model": {"hiddens": [4]}})
+    obs_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    policy = ESPolicy(obs_space, gym.spaces.Discrete(2), cfg)
+    assert policy.num_params == 3 * 4 + 4 + 4 * 2 + 2
+    flat = np.arange(policy.num_params, dtype=np.float32) / 100
+    policy.set_flat_weights(flat)
+    np.testing.assert_array_equal(policy.get_flat_weights(), flat)
+    obs = np.random.default_rng(0).normal(size=(6, 3)).astype(np.float32)
+    a1, _, _ = policy.compute_actions(obs, explore=True)
+    a2, _, _ = policy.compute_actions(obs, explore=False)
+    np.testing.assert_array_equal(a1, a2)
+    box = ESPolicy(obs_space, gym.spaces.Box(-0.5, 0.5, (2,), np.float32), cfg)
+    box.set_flat_weights(np.full(box.num_params, 3.0, dtype=np.float32))
+    actions, _, _ = box.compute_actions(np.abs(obs))
+    assert actions.shape == (6, 2) and np.all(actions == 0.5)  # clipped to the bounds
+    with pytest.raises(NotImplementedError, match="derivative-free"):
+        policy.compute_gradients(None)
+    with pytest.raises(ValueError, match="has 26 parameters"):
+        policy.set_flat_weights(np.zeros(3))
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu", "elu", "silu"])
+def test_policy_numpy_forward_equals_the_torch_model(activation):
+    import torch
+
+    cfg = ESConfig.from_dict(
+        {"env": "CartPole-v1", "model": {"hiddens": [5, 3], "activation": activation}}
+    )
+    policy = ESPolicy(gym.spaces.Box(-1.0, 1.0, (4,), np.float32), gym.spaces.Discrete(3), cfg)
+    rng = np.random.default_rng(1)
+    policy.set_flat_weights(rng.normal(size=policy.num_params).astype(np.float32))
+    obs = rng.normal(size=(7, 4)).astype(np.float32)
+    with torch.no_grad():
+        expected = policy.model(torch.as_tensor(obs)).numpy()
+    np.testing.assert_allclose(policy.forward(obs), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(policy.compute_actions(obs)[0], expected.argmax(axis=1))
+
+
+def test_config_errors_name_the_value():
+    with pytest.raises(ConfigError, match="num_aggregators"):
+        ESConfig(env="CartPole-v1", num_evaluators=1, num_aggregators=2)
+    with pytest.raises(ConfigError, match="noise_stdev"):
+        ESConfig(env="CartPole-v1", noise_stdev=0.0)
+    with pytest.raises(ConfigError, match="valid: es"):
+        ESTrainer({**TINY, "optimizer": "local"})
+    defaults = ESConfig(env="CartPole-v1")
+    assert (defaults.noise_stdev, defaults.stepsize, defaults.l2_coeff) == (0.02, 0.01, 0.005)
+    assert defaults.observation_filter == "MeanStdFilter"
+
+
+def test_resources_reserve_the_aggregators():
+    cfg = {"num_evaluators": 3, "num_cpus_per_evaluator": 0.5, "num_aggregators": 2}
+    bundles = trainer_bundles(ESTrainer, {**cfg, "env": "CartPole-v1"})
+    assert bundles == [{"CPU": 1.0}] + [{"CPU": 0.5}] * 3 + [{"CPU": 0.1}] * 2
+
+
+# -- in-process ------------------------------------------------------------------------
+def test_step_without_ray_is_deterministic_and_feeds_the_filter():
+    weights = []
+    for _ in range(2):
+        with ESTrainer(TINY) as trainer:
+            before = _flat(trainer)
+            for _ in range(2):
+                result = trainer.train()
+            weights.append(_flat(trainer))
+            assert not np.array_equal(before, weights[-1])
+            assert RESULT_KEYS.issubset(result)
+            assert result["episodes_this_iter"] == 10
+            assert result["driver_fan_in"] == 1
+            assert result["learner/update_ratio"] > 0
+            # the filter saw exactly the observations of the perturbed episodes
+            rs = trainer.local_evaluator.filters["default_policy"].rs
+            assert rs.n == result["timesteps_total"]
+    np.testing.assert_array_equal(weights[0], weights[1])
+
+
+def test_checkpoint_round_trip_resumes_exactly(tmp_path):
+    with ESTrainer(TINY) as trainer:
+        trainer.train()
+        path = trainer.save(tmp_path / "ckpt")
+        adam = trainer.optimizer.adam.get_state()
+        trainer.train()
+        expected = _flat(trainer)
+    with ESTrainer(TINY) as restored:
+        restored.restore(path)
+        state = restored.optimizer.adam.get_state()
+        assert state["t"] == adam["t"] == 1
+        np.testing.assert_array_equal(state["m"], adam["m"])
+        np.testing.assert_array_equal(state["v"], adam["v"])
+        assert restored.optimizer.num_updates == 1
+        restored.train()
+        np.testing.assert_array_equal(_flat(restored), expected)
+
+
+def test_cli_train_one_iteration(tmp_path):
+    from hierl.cli import main
+
+    config = {k: v for k, v in TINY.items() if k not in ("env", "seed")}
+    argv = ["train", "--algo", "ES", "--env", "CartPole-v1", "--config", json.dumps(config)]
+    argv += ["--stop", "training_iteration=1", "--output-dir", str(tmp_path / "out")]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    assert rc == 0, err.getvalue()
+    lines = (tmp_path / "out" / "result.jsonl").read_text().splitlines()
+    result = json.loads(lines[-1])
+    assert result["training_iteration"] == 1
+    assert result["episodes_this_iter"] == 10
+    assert "learner/grad_norm" in result and "driver_fan_in" in result
+
+
+# -- with Ray --------------------------------------------------------------------------
+@pytest.mark.ray
+@pytest.mark.timeout(180)
+def test_aggregation_tree_bounds_fan_in_and_matches_the_direct_update(ray_session):
+    # 3 evaluators under 2 aggregators: groups [1, 2] and [3], so the tree is exercised
+    # with more than one evaluator per aggregator and more than one aggregator.
+    base = {**TINY, "num_evaluators": 3, "num_cpus_per_evaluator": 0.25, "episodes_per_batch": 12}
+    weights, fan_in = {}, {}
+    for aggregators in (0, 2):
+        cfg = {**base, "num_aggregators": aggregators, "num_cpus_per_aggregator": 0.05}
+        with ESTrainer(cfg) as trainer:
+            for _ in range(2):  # the second step also checks the merged filter statistics
+                result = trainer.train()
+            weights[aggregators] = _flat(trainer)
+            fan_in[aggregators] = result["driver_fan_in"]
+            assert result["num_aggregators"] == aggregators
+            assert result["episodes_this_iter"] == 12
+            if aggregators:
+                # A dead evaluator is reported by its aggregator and recreated by the
+                # EvaluatorSet: its 2 pairs are lost for that step only.
+                ray_session.kill(trainer.evaluators.remote_evaluators[2])
+                assert trainer.train()["episodes_this_iter"] == 8
+                assert trainer.evaluators.num_evaluator_restarts == 1
+                assert trainer.train()["episodes_this_iter"] == 12
+    assert fan_in == {0: 3, 2: 2}  # results the driver waited for per round
+    np.testing.assert_array_equal(weights[2], weights[0])
+
+
+@pytest.mark.ray
+@pytest.mark.learning
+@pytest.mark.timeout(240)
+def test_es_learns_cartpole_with_remote_evaluators(ray_session):
+    # Settings for a small task rather than MuJoCo: a 16-unit net (114 parameters), larger
+    # perturbations (sigma = 0.1) and Adam steps (0.05), 40 episodes per update.
+    cfg = {
+        "env": "CartPole-v1",
+        "num_evaluators": 2,
+        "num_cpus_per_evaluator": 0.5,
+        "num_aggregators": 1,
+        "num_cpus_per_aggregator": 0.05,
+        "episodes_per_batch": 40,
+        "noise_stdev": 0.1,
+        "stepsize": 0.05,
+        "model": {"hiddens": [16]},
+        "noise_size": 2**20,
+        "eval_prob": 0.05,
+        "seed": 0,
+    }
+    best = -np.inf
+    with ESTrainer(cfg) as trainer:
+        for _ in range(30):
+            result = trainer.train()
+            best = max(best, result["episode_reward_mean"])
+            if best >= 475:
+                break
+    assert best >= 475, f"ES reached only {best:.1f} in {result['training_iteration']} iterations"
