@@ -1,0 +1,222 @@
+"""The AlphaZero loop's components; each runs in-process or as a Ray actor.
+
+RLlib (arXiv:1712.09381v1, appendix E.3): self-play evaluators, optimizers pulling
+from a shared replay buffer, and candidate-vs-best comparisons.
+
+* :class:`SelfPlayEvaluator`: a :class:`~hierl.evaluators.PolicyEvaluator` (its
+  vectorised rollout loop, seeding and metrics) whose ``self_play`` returns whole games
+  as (obs, π, z) rows plus small stats, so the driver can route the rows to the replay
+  actor by object reference without fetching them.
+* The shared replay buffer is :class:`~hierl.optimizers.replay_buffer.ReplayBuffer`
+  itself, run as an actor.
+* :class:`AlphaZeroLearner`: trains a candidate network on replayed rows.
+* :class:`Arena`: plays candidate vs best (the gate's evidence) and the best vs a fixed
+  opponent (the strength estimate).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from hierl.algorithms.alphazero.mcts import MCTS, MCTSPlayer, uniform_evaluator
+from hierl.algorithms.alphazero.policy import MCTS_POLICY, AlphaZeroPolicy
+from hierl.evaluators.board_games import (
+    MinimaxPlayer,
+    Player,
+    RandomPlayer,
+    TicTacToe,
+    play_games,
+)
+from hierl.evaluators.policy_evaluator import PolicyEvaluator
+from hierl.policy_graph import Weights
+from hierl.sample_batch import SampleBatch
+
+TRAIN_COLUMNS = (SampleBatch.OBS, MCTS_POLICY, SampleBatch.VALUE_TARGETS)
+"""Columns self-play sends to the replay buffer."""
+
+
+@dataclasses.dataclass
+class ArenaResult:
+    """Outcome of a match, from the view of the player under test."""
+
+    wins: int
+    draws: int
+    losses: int
+
+    @property
+    def games(self) -> int:
+        """Games played."""
+        return self.wins + self.draws + self.losses
+
+    @property
+    def score(self) -> float:
+        """``(wins + draws / 2) / games`` (0 for no games)."""
+        return (self.wins + 0.5 * self.draws) / self.games if self.games else 0.0
+
+    @staticmethod
+    def from_scores(scores: np.ndarray) -> ArenaResult:
+        """From per-game results 1 / 0.5 / 0."""
+        scores = np.asarray(scores)
+        return ArenaResult(
+            int(np.sum(scores == 1.0)), int(np.sum(scores == 0.5)), int(np.sum(scores == 0.0))
+        )
+
+
+class SelfPlayEvaluator(PolicyEvaluator):
+    """PolicyEvaluator playing the current best model against itself (whole games)."""
+
+    def self_play(self) -> tuple[SampleBatch, dict[str, float]]:
+        """One ``sample()`` of whole games: the (obs, π, z) rows and their stats.
+
+        Stats: ``moves``, ``games``, ``first_player_wins``, ``second_player_wins``,
+        ``draws``.
+        """
+        batch = self.sample()
+        assert isinstance(batch, SampleBatch)
+        ends = np.flatnonzero(batch[SampleBatch.TERMINATEDS])
+        final = batch[SampleBatch.REWARDS][ends]
+        # who made each game's last move: the first player iff an even number of stones
+        # lay on the board before it (the planes of the row's observation hold them all)
+        stones = np.asarray(batch[SampleBatch.OBS])[ends].reshape(len(ends), -1).sum(axis=1)
+        last_by_first = np.rint(stones).astype(np.int64) % 2 == 0
+        decisive = final > 0
+        stats = {
+            "moves": float(batch.count),
+            "games": float(len(ends)),
+            "first_player_wins": float(np.sum(decisive & last_by_first)),
+            "second_player_wins": float(np.sum(decisive & ~last_by_first)),
+            "draws": float(np.sum(~decisive)),
+        }
+        rows = SampleBatch({k: batch[k] for k in TRAIN_COLUMNS})
+        return rows, stats
+
+
+class AlphaZeroLearner:
+    """Trains a candidate network on batches pulled from the shared replay buffer.
+
+    Args:
+        observation_space, action_space: the env's spaces.
+        config: the AlphaZeroConfig.
+        seed: seeds network init, augmentation and minibatch order.
+        num_threads: torch threads of this process (actors: 1).
+    """
+
+    def __init__(
+        self,
+        observation_space: Any,
+        action_space: Any,
+        config: Any,
+        seed: int | None,
+        num_threads: int | None = None,
+    ):
+        _seed(seed, num_threads)
+        self.config = config
+        self.policy = AlphaZeroPolicy(observation_space, action_space, config)
+
+    def set_weights(self, weights: Weights) -> None:
+        """Restart the candidate from ``weights`` (the new best)."""
+        self.policy.set_weights(weights)
+
+    def get_weights(self) -> Weights:
+        """The candidate's weights."""
+        return self.policy.get_weights()
+
+    def train(self, batch: SampleBatch) -> tuple[Weights, dict[str, float]]:
+        """SGD over ``batch`` in minibatches of ``train_batch_size``; return the
+        candidate's weights and mean learner stats."""
+        size = self.config.train_batch_size
+        stats: list[dict[str, float]] = []
+        for start in range(0, batch.count - size + 1, size):
+            stats.append(self.policy.learn_on_batch(batch.slice(start, start + size)))
+        mean = {k: float(np.mean([s[k] for s in stats])) for k in stats[0]} if stats else {}
+        mean["num_updates"] = float(self.policy.num_updates)
+        return self.policy.get_weights(), mean
+
+
+class Arena:
+    """Plays matches between networks (and fixed opponents) with greedy MCTS.
+
+    Args:
+        observation_space, action_space: the env's spaces.
+        config: the AlphaZeroConfig.
+        seed: seeds the networks' construction (weights are always set before play).
+        num_threads: torch threads of this process (actors: 1).
+    """
+
+    def __init__(
+        self,
+        observation_space: Any,
+        action_space: Any,
+        config: Any,
+        seed: int | None,
+        num_threads: int | None = None,
+    ):
+        _seed(seed, num_threads)
+        self.config = config
+        self.first = AlphaZeroPolicy(observation_space, action_space, config)
+        self.second = AlphaZeroPolicy(observation_space, action_space, config)
+        self.game = self.first.game
+
+    def _player(
+        self, policy: AlphaZeroPolicy, simulations: int, temperature_moves: int, seed: int
+    ) -> MCTSPlayer:
+        mcts = policy.make_mcts(simulations)
+        return MCTSPlayer(mcts, temperature_moves, np.random.default_rng(seed))
+
+    def compare(self, candidate: Weights, best: Weights, num_games: int, seed: int) -> ArenaResult:
+        """Candidate vs best over ``num_games`` (half with each side moving first)."""
+        self.first.set_weights(candidate)
+        self.second.set_weights(best)
+        c = self.config
+        sims = c.arena_simulations or c.num_simulations
+        cand = self._player(self.first, sims, c.arena_temperature_moves, seed)
+        best_player = self._player(self.second, sims, c.arena_temperature_moves, seed + 1)
+        half = num_games // 2
+        as_first = play_games(self.game, cand, best_player, num_games - half, seed=seed)
+        as_second = 1.0 - play_games(self.game, best_player, cand, half, seed=seed + 2)
+        return ArenaResult.from_scores(np.concatenate([as_first, as_second]))
+
+    def opponent(self, name: str, seed: int) -> Player:
+        """A fixed opponent: ``minimax`` (Tic-Tac-Toe only), ``random`` or ``mcts``."""
+        if name == "minimax":
+            if not isinstance(self.game, TicTacToe):
+                raise ValueError(
+                    f"strength_opponent 'minimax' is exact only for TicTacToe, not "
+                    f"{type(self.game).__name__}; use 'mcts' or 'random'"
+                )
+            return MinimaxPlayer(self.game, seed)
+        if name == "random":
+            return RandomPlayer(self.game, seed)
+        if name == "mcts":
+            mcts = MCTS(
+                self.game,
+                uniform_evaluator(self.game),
+                self.config.baseline_simulations,
+                self.config.c_puct,
+            )
+            return MCTSPlayer(mcts, 0, np.random.default_rng(seed))
+        raise ValueError(f"unknown strength opponent {name!r}; valid: minimax, random, mcts")
+
+    def strength(self, weights: Weights, opponent: str, num_games: int, seed: int) -> ArenaResult:
+        """``weights`` (greedy MCTS, no noise) vs a fixed opponent, half as each side."""
+        self.first.set_weights(weights)
+        sims = self.config.strength_simulations or self.config.num_simulations
+        model = self._player(self.first, sims, 0, seed)
+        half = num_games // 2
+        as_first = play_games(self.game, model, self.opponent(opponent, seed + 1), num_games - half)
+        as_second = 1.0 - play_games(self.game, self.opponent(opponent, seed + 2), model, half)
+        return ArenaResult.from_scores(np.concatenate([as_first, as_second]))
+
+
+def _seed(seed: int | None, num_threads: int | None) -> None:
+    import torch
+
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    if seed is None:
+        return
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)

@@ -1,0 +1,599 @@
+"""ALPHAZERO: the AlphaGo Zero loop as logically centralized control over actors.
+
+AlphaGo Zero (Silver et al., Nature 2017); RLlib (Liang et al., ICML 2018, §3.4 and
+arXiv:1712.09381v1 appendix E.3, whose ~70-line event loop this follows).
+
+Components (Ray actors; in-process objects when ``num_self_play_workers=0``):
+
+* ``num_self_play_workers`` :class:`.components.SelfPlayEvaluator` s always play the
+  current **best** model against itself (MCTS + Dirichlet noise + temperature) and
+  push whole games to
+* one **shared replay buffer** actor (:class:`hierl.optimizers.replay_buffer.ReplayBuffer`),
+  from which
+* ``num_learners`` :class:`.components.AlphaZeroLearner` s pull batches and train
+  candidates (starting from the best, continuing their own line until a new best);
+* every finished training round is a candidate; :class:`.components.Arena` actors play
+  it against the best for ``arena_games`` games (half with each colour), and the
+  **gate** makes it the new best when its score ``(wins + draws/2) / games`` is
+  ``>= gate_threshold`` (0.55, AlphaGo Zero's "55% of the games"; Go has no draws,
+  here a draw counts half as in chess Elo).  The new best's weights are broadcast to
+  every self-play evaluator and learner; comparisons still running against the old
+  best are discarded, as in the paper's pseudocode.
+
+``train()`` is an event loop over ``ray.wait`` across all outstanding tasks (self-play,
+training rounds, comparisons).  It runs for ``time_budget_s`` seconds or until
+``train_rounds_per_iter`` training rounds finished (whichever comes first; the count
+bound makes tests reproducible in size), then measures the best model's strength
+against a fixed opponent (``strength_opponent``) while the loop keeps routing results,
+and returns.  ``episode_reward_mean`` is that strength score in [0, 1] (1 = won every
+game, 0.5 = all draws; for Tic-Tac-Toe against perfect minimax, 0.5 is perfect play).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from hierl.algorithms.alphazero.components import (
+    AlphaZeroLearner,
+    Arena,
+    ArenaResult,
+    SelfPlayEvaluator,
+)
+from hierl.algorithms.alphazero.policy import AlphaZeroPolicy, game_for_config
+from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
+from hierl.config import ConfigError
+from hierl.evaluators.board_games import TicTacToe
+from hierl.evaluators.env import env_spaces, resolve_env_creator
+from hierl.evaluators.policy_evaluator import seed_everything
+from hierl.optimizers.replay_buffer import ReplayBuffer
+from hierl.policy_graph import Weights
+from hierl.sample_batch import DEFAULT_POLICY_ID
+
+
+@dataclasses.dataclass
+class AlphaZeroConfig(BaseConfig):
+    """Settings of the AlphaZero loop (env: ``hierl/TicTacToe-v0``, ``hierl/ConnectFour-v0``
+    or any env built on :class:`hierl.evaluators.board_games.BoardGameEnv`)."""
+
+    # -- components --
+    num_self_play_workers: int = 2
+    """Self-play actors; 0 runs every component in-process (no Ray: the debug path)."""
+    num_envs_per_self_play_worker: int = 8
+    """Games each self-play actor plays side by side (their MCTS leaves share network calls)."""
+    rollout_fragment_length: int = 9
+    """Moves per game slot per self-play task (whole games are returned, at least this many)."""
+    num_learners: int = 1
+    """Optimizer actors training candidates from the shared replay buffer."""
+    num_arena_workers: int = 1
+    """Actors playing candidate-vs-best comparisons and strength estimates."""
+    num_cpus_per_self_play_worker: float = 0.5
+    """CPUs reserved per self-play actor (the defaults fit all actors in 2 CPUs)."""
+    num_cpus_per_learner: float = 0.5
+    """CPUs reserved per learner actor."""
+    num_cpus_per_arena_worker: float = 0.5
+    """CPUs reserved per arena actor."""
+    num_cpus_for_replay: float = 0.0
+    """CPUs reserved for the replay buffer actor (it only copies rows)."""
+    # -- replay and optimization --
+    replay_capacity: int = 50_000
+    """Positions kept in the shared replay buffer (newest first)."""
+    learning_starts: int = 500
+    """Positions in replay before the learners start."""
+    train_batch_size: int = 128
+    """Positions per SGD minibatch."""
+    sgd_steps_per_round: int = 50
+    """Minibatch steps per training round (one round = one candidate)."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    l2_coeff: float = 1e-4
+    """Weight of the L2 penalty c·||θ||² in the loss."""
+    augment_symmetries: bool = True
+    """Train on a random board symmetry of each position (8 for Tic-Tac-Toe, 2 for Connect Four)."""
+    # -- network --
+    network: str = "auto"
+    """``mlp``, ``conv`` or ``auto`` (conv for boards of >= 16 cells)."""
+    hidden_sizes: tuple[int, ...] = (128, 128)
+    """Hidden layers of the MLP (the conv net uses the first as its hidden layer)."""
+    conv_channels: int = 32
+    """Channels of the conv net's two 3x3 convolutions."""
+    # -- search --
+    num_simulations: int = 50
+    """MCTS simulations per self-play move."""
+    c_puct: float = 1.5
+    """PUCT exploration constant."""
+    dirichlet_alpha: float = 1.0
+    """Root Dirichlet noise concentration (AlphaGo Zero: 0.03 for Go's ~250 moves)."""
+    dirichlet_fraction: float = 0.25
+    """Weight of the root noise in self-play priors."""
+    temperature_moves: int = 4
+    """Self-play moves sampled with τ = 1 at the start of each game; greedy afterwards."""
+    # -- gate --
+    arena_games: int = 20
+    """Games per candidate-vs-best comparison (half with each side first)."""
+    arena_simulations: int | None = None
+    """MCTS simulations per arena move (None: ``num_simulations``)."""
+    arena_temperature_moves: int = 2
+    """Arena moves sampled with τ = 1 (else greedy play repeats the same games)."""
+    gate_threshold: float = 0.55
+    """Minimum candidate score ``(wins + draws/2) / games`` to become the best."""
+    # -- strength estimate --
+    strength_games: int = 20
+    """Games of the best model vs ``strength_opponent`` per iteration (0: skip)."""
+    strength_opponent: str = "auto"
+    """``minimax`` (perfect, Tic-Tac-Toe only), ``mcts`` (uniform-prior search),
+    ``random``, or ``auto`` (minimax for Tic-Tac-Toe, else mcts)."""
+    strength_simulations: int | None = None
+    """MCTS simulations per move of the model under test (None: ``num_simulations``)."""
+    baseline_simulations: int = 100
+    """Simulations of the ``mcts`` baseline opponent."""
+    # -- iteration --
+    time_budget_s: float | None = 30.0
+    """Seconds of the event loop per ``train()`` (None: only ``train_rounds_per_iter``)."""
+    train_rounds_per_iter: int | None = None
+    """Also end the iteration after this many training rounds (None: time only)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("num_envs_per_self_play_worker", "rollout_fragment_length"):
+            self.check(name, getattr(self, name) >= 1, "must be >= 1")
+        for name in ("num_learners", "num_arena_workers", "replay_capacity"):
+            self.check(name, getattr(self, name) >= 1, "must be >= 1")
+        for name in ("train_batch_size", "sgd_steps_per_round", "num_simulations"):
+            self.check(name, getattr(self, name) >= 1, "must be >= 1")
+        self.check("num_self_play_workers", self.num_self_play_workers >= 0, "must be >= 0")
+        for name in (
+            "num_cpus_per_self_play_worker",
+            "num_cpus_per_learner",
+            "num_cpus_per_arena_worker",
+            "num_cpus_for_replay",
+        ):
+            self.check(name, getattr(self, name) >= 0, "must be >= 0")
+        self.check(
+            "learning_starts",
+            self.train_batch_size <= self.learning_starts <= self.replay_capacity,
+            f"must be between train_batch_size ({self.train_batch_size}) and "
+            f"replay_capacity ({self.replay_capacity})",
+        )
+        self.check("lr", self.lr > 0, "must be > 0")
+        self.check("l2_coeff", self.l2_coeff >= 0, "must be >= 0")
+        self.check("network", self.network in ("auto", "mlp", "conv"), "auto, mlp or conv")
+        self.check("hidden_sizes", all(h >= 1 for h in self.hidden_sizes), "sizes >= 1")
+        self.check("conv_channels", self.conv_channels >= 1, "must be >= 1")
+        self.check("c_puct", self.c_puct > 0, "must be > 0")
+        self.check("dirichlet_alpha", self.dirichlet_alpha > 0, "must be > 0")
+        self.check("dirichlet_fraction", 0 <= self.dirichlet_fraction <= 1, "in [0, 1]")
+        self.check("temperature_moves", self.temperature_moves >= 0, "must be >= 0")
+        self.check("arena_games", self.arena_games >= 2, "must be >= 2")
+        for name in ("arena_simulations", "strength_simulations"):
+            value = getattr(self, name)
+            self.check(name, value is None or value >= 1, "None or >= 1")
+        self.check("arena_temperature_moves", self.arena_temperature_moves >= 0, "must be >= 0")
+        self.check("gate_threshold", 0 < self.gate_threshold <= 1, "in (0, 1]")
+        self.check("strength_games", self.strength_games >= 0, "must be >= 0")
+        self.check(
+            "strength_opponent",
+            self.strength_opponent in ("auto", "minimax", "mcts", "random"),
+            "auto, minimax, mcts or random",
+        )
+        self.check("baseline_simulations", self.baseline_simulations >= 1, "must be >= 1")
+        self.check(
+            "time_budget_s", self.time_budget_s is None or self.time_budget_s > 0, "None or > 0"
+        )
+        self.check(
+            "train_rounds_per_iter",
+            self.train_rounds_per_iter is None or self.train_rounds_per_iter >= 1,
+            "None or >= 1",
+        )
+        if self.time_budget_s is None and self.train_rounds_per_iter is None:
+            self.check("time_budget_s", False, "set it or train_rounds_per_iter (both None)")
+
+
+def gate_accepts(result: ArenaResult, threshold: float) -> bool:
+    """The best-player gate: the candidate's score reaches ``threshold``."""
+    return result.games > 0 and result.score >= threshold
+
+
+class _LocalRef:
+    """A finished in-process call (the ``num_self_play_workers=0`` runtime)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
+class _Runtime:
+    """Calls, waits and gets: Ray's, or their in-process (eager, FIFO) equivalents."""
+
+    def __init__(self, use_ray: bool, timeout_s: float):
+        self.use_ray = use_ray
+        self.timeout_s = timeout_s
+
+    def call(self, handle: Any, method: str, *args: Any, num_returns: int = 1) -> Any:
+        if self.use_ray:
+            fn = getattr(handle, method)
+            if num_returns != 1:
+                fn = fn.options(num_returns=num_returns)
+            return fn.remote(*args)
+        args = tuple(a.value if isinstance(a, _LocalRef) else a for a in args)
+        out = getattr(handle, method)(*args)
+        return tuple(_LocalRef(v) for v in out) if num_returns != 1 else _LocalRef(out)
+
+    def wait(self, refs: list[Any]) -> Any:
+        """One finished ref of ``refs`` (in-process: the oldest)."""
+        if not self.use_ray:
+            return refs[0]
+        import ray
+
+        ready, _ = ray.wait(refs, num_returns=1, timeout=self.timeout_s)
+        if not ready:
+            raise TimeoutError(f"no AlphaZero task finished within {self.timeout_s}s")
+        return ready[0]
+
+    def get(self, ref: Any) -> Any:
+        if not self.use_ray:
+            return ref.value
+        import ray
+
+        return ray.get(ref, timeout=self.timeout_s)
+
+    def put(self, value: Any) -> Any:
+        if not self.use_ray:
+            return _LocalRef(value)
+        import ray
+
+        return ray.put(value)
+
+
+class AlphaZeroTrainer(BaseTrainer):
+    """AlphaGo Zero's self-play / optimize / evaluate loop (see the module docstring).
+
+    Result keys besides the standard ones: ``strength/score_vs_<opponent>`` (and
+    ``strength/wins|draws|losses``, ``strength/model_version``), ``best_model_version``,
+    ``candidates_accepted``, ``candidates_rejected``, ``candidates_evaluated``,
+    ``replay_size``, ``num_self_play_games``, ``first_player_win_rate``, ``draw_rate``,
+    ``arena/last_score`` and the latest learner stats under ``learner/``.
+    ``timesteps_total`` counts self-play moves, ``episodes_total`` self-play games.
+    """
+
+    name = "ALPHAZERO"
+    config_class = AlphaZeroConfig
+    config: AlphaZeroConfig
+
+    def __init__(self, config: AlphaZeroConfig | Mapping[str, Any] | None = None, env: Any = None):
+        super().__init__(config, env)
+        c = self.config
+        resolve_env_creator(c.env)  # a clear error for unknown envs
+        seed_everything(c.seed)
+        self.game = game_for_config(c)
+        self.observation_space, self.action_space = env_spaces(
+            resolve_env_creator(c.env), c.env_config
+        )
+        self.best_policy = AlphaZeroPolicy(self.observation_space, self.action_space, c)
+        self.best_version = 0
+        self._epoch = 0  # bumped on every new best: comparisons against older ones are stale
+        self.opponent = c.strength_opponent
+        if self.opponent == "auto":
+            self.opponent = "minimax" if isinstance(self.game, TicTacToe) else "mcts"
+        self.counters: dict[str, float] = collections.defaultdict(float)
+        self.learner_stats: dict[str, float] = {}
+        self.last_arena_score = float("nan")
+        self._rt = _Runtime(c.num_self_play_workers > 0, c.sample_timeout_s)
+        self._build_components()
+        self._outstanding: dict[Any, tuple[str, int, Any]] = {}
+        self._idle_learners: set[int] = set(range(len(self.learners)))
+        self._free_arenas: collections.deque[int] = collections.deque(range(len(self.arenas)))
+        self._candidates: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        self._started = False
+        self._broadcast_best()
+
+    # -- construction ------------------------------------------------------------------
+    def _build_components(self) -> None:
+        c = self.config
+        spaces = (self.observation_space, self.action_space)
+        seed = c.seed
+        evaluator_kwargs = {
+            "env_config": c.env_config,
+            "num_envs": c.num_envs_per_self_play_worker,
+            "rollout_fragment_length": c.rollout_fragment_length,
+            "batch_mode": "complete_episodes",
+            "seed": seed,
+        }
+
+        def sub_seed(k: int) -> int | None:
+            return None if seed is None else seed + 7919 * k
+
+        replay_seed = sub_seed(1)
+        if not self._rt.use_ray:
+            self.self_play = [
+                SelfPlayEvaluator(c.env, AlphaZeroPolicy, c, worker_index=0, **evaluator_kwargs)
+            ]
+            self.replay = ReplayBuffer(c.replay_capacity, replay_seed)
+            self.learners = [
+                AlphaZeroLearner(*spaces, c, sub_seed(10 + j)) for j in range(c.num_learners)
+            ]
+            self.arenas = [Arena(*spaces, c, sub_seed(100 + a)) for a in range(c.num_arena_workers)]
+            seed_everything(c.seed)  # the components above drew from the global RNGs
+            return
+        import ray
+
+        from hierl.evaluators.ray_runtime import ensure_ray
+
+        ensure_ray(c.ray_address)
+        bundles = self.extra_actor_bundles(c)
+        needed = sum(b.get("CPU", 0.0) for b in bundles)
+        available = float(ray.cluster_resources().get("CPU", 0.0))
+        if needed > available + 1e-9:
+            # CRUCIAL: an actor that cannot be placed would leave the loop waiting on it
+            raise ConfigError(
+                f"ALPHAZERO's {len(bundles)} actors reserve {needed:g} CPUs but the Ray "
+                f"cluster has {available:g}: lower num_self_play_workers / num_learners / "
+                "num_arena_workers or their num_cpus_per_* fractions"
+            )
+        sp_cls = SelfPlayEvaluator.as_remote(num_cpus=c.num_cpus_per_self_play_worker)
+        self.self_play = [
+            sp_cls.remote(
+                c.env, AlphaZeroPolicy, c, worker_index=i + 1, num_threads=1, **evaluator_kwargs
+            )
+            for i in range(c.num_self_play_workers)
+        ]
+        self.replay = ray.remote(num_cpus=c.num_cpus_for_replay)(ReplayBuffer).remote(
+            c.replay_capacity, replay_seed
+        )
+        learner_cls = ray.remote(num_cpus=c.num_cpus_per_learner)(AlphaZeroLearner)
+        self.learners = [
+            learner_cls.remote(*spaces, c, sub_seed(10 + j), 1) for j in range(c.num_learners)
+        ]
+        arena_cls = ray.remote(num_cpus=c.num_cpus_per_arena_worker)(Arena)
+        self.arenas = [
+            arena_cls.remote(*spaces, c, sub_seed(100 + a), 1) for a in range(c.num_arena_workers)
+        ]
+
+    @classmethod
+    def extra_actor_bundles(cls, config: Any) -> list[dict[str, float]]:
+        """One bundle per actor: self-play evaluators, the replay buffer, learners, arenas
+        (none with ``num_self_play_workers=0``: everything runs in the driver)."""
+        if config.num_self_play_workers == 0:
+            return []
+        return (
+            [{"CPU": config.num_cpus_per_self_play_worker}] * config.num_self_play_workers
+            + [{"CPU": config.num_cpus_for_replay}]
+            + [{"CPU": config.num_cpus_per_learner}] * config.num_learners
+            + [{"CPU": config.num_cpus_per_arena_worker}] * config.num_arena_workers
+        )
+
+    # -- routing -----------------------------------------------------------------------
+    def _broadcast_best(self) -> None:
+        """Send the best weights to every self-play evaluator and learner."""
+        weights = self.best_policy.get_weights()
+        self._best_ref = self._rt.put(weights)
+        by_policy = self._rt.put({DEFAULT_POLICY_ID: weights})
+        for ev in self.self_play:
+            self._rt.call(ev, "set_weights", by_policy)
+        for learner in self.learners:
+            self._rt.call(learner, "set_weights", self._best_ref)
+
+    def _launch_self_play(self, i: int) -> None:
+        batch_ref, stats_ref = self._rt.call(self.self_play[i], "self_play", num_returns=2)
+        self._outstanding[stats_ref] = ("self_play", i, batch_ref)
+
+    def _launch_learners(self) -> None:
+        if self.counters["replay_added"] < self.config.learning_starts:
+            return
+        rows = self.config.train_batch_size * self.config.sgd_steps_per_round
+        for j in sorted(self._idle_learners):
+            # the rows travel replay actor -> learner by reference, not via the driver
+            batch_ref = self._rt.call(self.replay, "sample", rows)
+            weights_ref, stats_ref = self._rt.call(
+                self.learners[j], "train", batch_ref, num_returns=2
+            )
+            self._outstanding[stats_ref] = ("train", j, weights_ref)
+        self._idle_learners.clear()
+
+    def _launch_compares(self) -> None:
+        while self._free_arenas and self._candidates:
+            _, weights_ref = self._candidates.popitem(last=False)
+            a = self._free_arenas.popleft()
+            seed = int(self.counters["compare_seed"]) + (self.config.seed or 0)
+            self.counters["compare_seed"] += 3
+            ref = self._rt.call(
+                self.arenas[a],
+                "compare",
+                weights_ref,
+                self._best_ref,
+                self.config.arena_games,
+                seed,
+            )
+            self._outstanding[ref] = ("compare", a, (weights_ref, self._epoch))
+
+    def _start(self) -> None:
+        if not self._started:
+            self._started = True
+            for i in range(len(self.self_play)):
+                self._launch_self_play(i)
+
+    def _step(self) -> tuple[str, Any]:
+        """Process one finished task (the paper's ``_step``); returns its kind and value."""
+        ref = self._rt.wait(list(self._outstanding))
+        kind, index, extra = self._outstanding.pop(ref)
+        value = self._rt.get(ref)
+        if kind == "self_play":
+            self._rt.call(self.replay, "add", extra)
+            for k, v in value.items():
+                self.counters[k] += v
+            self.counters["replay_added"] += value["moves"]
+            self._launch_self_play(index)
+            self._launch_learners()
+        elif kind == "train":
+            self.counters["train_rounds"] += 1
+            self.learner_stats = dict(value)
+            self._candidates[index] = extra  # a newer candidate of a learner replaces its older
+            self._idle_learners.add(index)
+            self._launch_learners()
+            self._launch_compares()
+        elif kind == "compare":
+            self._free_arenas.append(index)
+            weights_ref, epoch = extra
+            if epoch == self._epoch:  # else it was played against a replaced best: drop it
+                self.on_compare_result(value, weights_ref)
+            self._launch_compares()
+        return kind, value
+
+    def on_compare_result(self, result: ArenaResult, candidate_weights: Any) -> bool:
+        """Apply the gate to a comparison; on acceptance make the candidate the new best
+        and broadcast it.  ``candidate_weights``: the weights (or a reference to them)."""
+        self.counters["candidates_evaluated"] += 1
+        self.last_arena_score = result.score
+        if not gate_accepts(result, self.config.gate_threshold):
+            self.counters["candidates_rejected"] += 1
+            return False
+        if not isinstance(candidate_weights, Mapping):
+            candidate_weights = self._rt.get(candidate_weights)
+        self.best_policy.set_weights(candidate_weights)
+        self.best_version += 1
+        self._epoch += 1
+        self.counters["candidates_accepted"] += 1
+        self._candidates.clear()  # queued candidates were trained against the old best
+        self._broadcast_best()
+        return True
+
+    # -- the iteration -----------------------------------------------------------------
+    def train(self) -> dict[str, Any]:
+        """Run the event loop for the iteration's budget, then estimate strength."""
+        c = self.config
+        start = time.perf_counter()
+        self._start()
+        before = dict(self.counters)
+        rounds0 = self.counters["train_rounds"]
+        while True:
+            if c.time_budget_s is not None and time.perf_counter() - start >= c.time_budget_s:
+                break
+            if (
+                c.train_rounds_per_iter is not None
+                and self.counters["train_rounds"] - rounds0 >= c.train_rounds_per_iter
+            ):
+                break
+            self._step()
+        strength = self._estimate_strength()
+        result = self._result(before, strength)
+        moves = result["timesteps_this_iter"]
+        result["sample_throughput"] = moves / max(time.perf_counter() - start, 1e-9)
+        return self.finish_iteration(result, start)
+
+    def _estimate_strength(self) -> tuple[ArenaResult, int] | None:
+        """Best model vs the fixed opponent; the loop keeps routing results meanwhile."""
+        c = self.config
+        if c.strength_games == 0:
+            return None
+        version = self.best_version
+        seed = (c.seed or 0) + 1_000_003 * (self.iteration + 1)
+        arena = self.arenas[self.iteration % len(self.arenas)]
+        ref = self._rt.call(
+            arena, "strength", self._best_ref, self.opponent, c.strength_games, seed
+        )
+        self._outstanding[ref] = ("strength", 0, None)
+        while True:
+            kind, value = self._step()
+            if kind == "strength":
+                return value, version
+
+    def _result(
+        self, before: Mapping[str, float], strength: tuple[ArenaResult, int] | None
+    ) -> dict[str, Any]:
+        cnt = self.counters
+        games_iter = cnt["games"] - before.get("games", 0.0)
+        moves_iter = cnt["moves"] - before.get("moves", 0.0)
+        games = max(cnt["games"], 1.0)
+        result: dict[str, Any] = {
+            "timesteps_total": int(cnt["moves"]),
+            "timesteps_this_iter": int(moves_iter),
+            "episodes_total": int(cnt["games"]),
+            "episodes_this_iter": int(games_iter),
+            "episode_len_mean": moves_iter / games_iter if games_iter else float("nan"),
+            "num_self_play_games": int(cnt["games"]),
+            "first_player_win_rate": cnt["first_player_wins"] / games,
+            "draw_rate": cnt["draws"] / games,
+            "best_model_version": self.best_version,
+            "candidates_accepted": int(cnt["candidates_accepted"]),
+            "candidates_rejected": int(cnt["candidates_rejected"]),
+            "candidates_evaluated": int(cnt["candidates_evaluated"]),
+            "train_rounds": int(cnt["train_rounds"]),
+            "replay_size": int(min(cnt["replay_added"], self.config.replay_capacity)),
+            "arena/last_score": self.last_arena_score,
+        }
+        result.update({f"learner/{k}": v for k, v in self.learner_stats.items()})
+        if strength is None:
+            result.update(episode_reward_mean=float("nan"))
+            return result
+        res, version = strength
+        score = res.score
+        per_game = [1.0] * res.wins + [0.5] * res.draws + [0.0] * res.losses
+        result.update(
+            {
+                "episode_reward_mean": score,
+                "episode_reward_min": min(per_game),
+                "episode_reward_max": max(per_game),
+                f"strength/score_vs_{self.opponent}": score,
+                "strength/wins": res.wins,
+                "strength/draws": res.draws,
+                "strength/losses": res.losses,
+                "strength/model_version": version,
+            }
+        )
+        return result
+
+    # -- serving -----------------------------------------------------------------------
+    def compute_single_action(self, obs: Any, explore: bool = False) -> int:
+        """The best model's move for one observation (greedy MCTS unless ``explore``)."""
+        action, _, _ = self.best_policy.compute_single_action(np.asarray(obs), explore=explore)
+        return int(action)
+
+    def get_weights(self) -> Weights:
+        """The best model's weights."""
+        return self.best_policy.get_weights()
+
+    # -- state -------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        """Best weights, counters and the replay buffer's contents."""
+        replay = self._rt.get(self._rt.call(self.replay, "get_state"))
+        return {
+            "best_weights": self.best_policy.get_weights(),
+            "best_version": self.best_version,
+            "counters": dict(self.counters),
+            "iteration": self.iteration,
+            "time_total_s": self.time_total_s,
+            "replay": replay,
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore ``get_state`` output; every component gets the best weights."""
+        self.best_policy.set_weights(state["best_weights"])
+        self.best_version = int(state["best_version"])
+        self._epoch += 1
+        self.counters = collections.defaultdict(
+            float, {k: float(v) for k, v in state["counters"].items()}
+        )
+        self.iteration = int(state["iteration"])
+        self.time_total_s = float(state["time_total_s"])
+        self._rt.get(self._rt.call(self.replay, "set_state", state["replay"]))
+        self._candidates.clear()
+        self._broadcast_best()
+
+    def stop(self) -> None:
+        """Kill the actors (nothing to do in-process)."""
+        if not self._rt.use_ray:
+            return
+        import ray
+
+        for actor in [*self.self_play, self.replay, *self.learners, *self.arenas]:
+            with contextlib.suppress(Exception):  # already dead is fine
+                ray.kill(actor)
+        self.self_play, self.learners, self.arenas = [], [], []
+        self._outstanding.clear()
