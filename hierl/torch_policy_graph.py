@@ -46,11 +46,38 @@ def _to_numpy_tree(value: Any) -> Any:
     return value
 
 
-def check_finite_loss(loss: torch.Tensor, what: str, rows: int) -> None:
-    """FloatingPointError (before any backward pass or step) if ``loss`` is NaN or inf."""
+def batch_statistics(batch: Mapping[str, Any]) -> str:
+    """``column: min/max/mean (non-finite count)`` of a batch's numeric columns, for
+    error messages (e.g. a NaN loss)."""
+    parts = []
+    for key, value in batch.items():
+        if torch.is_tensor(value):
+            value = value.detach().cpu().numpy()
+        arr = np.asarray(value) if isinstance(value, np.ndarray) else None
+        if arr is None or arr.size == 0 or not np.issubdtype(arr.dtype, np.number):
+            continue
+        arr = arr.astype(np.float64, copy=False)
+        finite = np.isfinite(arr)
+        bad = int(arr.size - finite.sum())
+        ok = arr[finite]
+        stats = f"min {ok.min():.4g} max {ok.max():.4g} mean {ok.mean():.4g}" if ok.size else "-"
+        parts.append(f"{key}: {stats}" + (f" ({bad} non-finite)" if bad else ""))
+    return "; ".join(parts)
+
+
+def check_finite_loss(
+    loss: torch.Tensor, what: str, rows: int, batch: Mapping[str, Any] | None = None
+) -> None:
+    """FloatingPointError (before any backward pass or step) if ``loss`` is NaN or inf.
+
+    With ``batch``, the message adds its columns' statistics (obs, rewards, advantages...)
+    to show which inputs caused it.
+    """
     if not torch.isfinite(loss):
+        stats = f"; batch statistics: {batch_statistics(batch)}" if batch is not None else ""
         raise FloatingPointError(
-            f"{what}: loss is {loss.item()} on a batch of {rows} rows; weights left unchanged"
+            f"{what}: loss is {loss.item()} on a batch of {rows} rows; weights left "
+            f"unchanged{stats}"
         )
 
 
@@ -345,7 +372,7 @@ class TorchPolicyGraph(PolicyGraph):
         if self.is_recurrent and SampleBatch.SEQ_LENS not in batch:
             batch = SampleBatch(batch).chop_into_sequences(self.max_seq_len)
         loss, stats = self.loss(self.to_tensors(batch))
-        check_finite_loss(loss, type(self).__name__, batch.count)
+        check_finite_loss(loss, type(self).__name__, batch.count, batch)
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
         out = {k: float(v) for k, v in stats.items()}

@@ -271,7 +271,9 @@ def test_in_process_learner_failure_surfaces_in_step():
 
 
 # -- with Ray ------------------------------------------------------------------------------
-def _remote_trainer(env=None, env_config=None, **optimizer_config) -> ApexTrainer:
+def _remote_trainer(
+    env=None, env_config=None, recreate_failed_evaluators=True, **optimizer_config
+) -> ApexTrainer:
     return ApexTrainer(
         {
             **TINY_Q,
@@ -280,6 +282,7 @@ def _remote_trainer(env=None, env_config=None, **optimizer_config) -> ApexTraine
             "num_evaluators": 2,
             "num_cpus_per_evaluator": 0.5,
             "sample_timeout_s": 120,
+            "recreate_failed_evaluators": recreate_failed_evaluators,
             "optimizer_config": {"num_replay_shards": 2, **optimizer_config},
         }
     )
@@ -349,7 +352,9 @@ def test_long_run_stays_bounded_and_drops_nothing(ray_session):
 @pytest.mark.ray
 def test_a_dead_evaluator_does_not_hang_step(ray_session):
     ray = ray_session
-    trainer = _remote_trainer(buffer_size=400, learning_starts=40, min_step_time_s=0.2)
+    trainer = _remote_trainer(
+        buffer_size=400, learning_starts=40, min_step_time_s=0.2, recreate_failed_evaluators=False
+    )
     try:
         opt = trainer.optimizer
         opt.step()

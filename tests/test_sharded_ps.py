@@ -293,7 +293,9 @@ def test_weight_pushes_and_dead_evaluators_do_not_break_step(ray_session):
         "rollout_fragment_length": 16,
         "seed": 0,
     }
-    evaluators = EvaluatorSet(kwargs, num_evaluators=2, num_cpus_per_evaluator=0.5)
+    evaluators = EvaluatorSet(
+        kwargs, num_evaluators=2, num_cpus_per_evaluator=0.5, recreate_failed_evaluators=False
+    )
     opt = ShardedPSOptimizer(evaluators, config={"num_shards": 2, "grads_per_step": 3})
     local = evaluators.local_evaluator
     try:
@@ -318,7 +320,7 @@ def test_weight_pushes_and_dead_evaluators_do_not_break_step(ray_session):
         assert stats["num_healthy_evaluators"] == 1 and stats["in_flight"] == 2
         assert stats["num_gradients_applied"] == 12
         ray.kill(evaluators.remote_evaluators[1])
-        with pytest.raises(RuntimeError, match="all 2 remote evaluators died"):
+        with pytest.raises(RuntimeError, match=r"all 2 remote evaluators (have )?died"):
             for _ in range(5):  # gradients already finished may still be applied first
                 opt.step()
     finally:

@@ -39,6 +39,9 @@ class OffPolicyConfig(TrainerConfig):
     """Rows replayed per env step sampled."""
     n_step: int = 1
     """Rewards summed in each target before bootstrapping (1: one-step targets)."""
+    checkpoint_replay_buffer: bool = False
+    """Checkpoints include the replay buffer's rows, priorities and sampling RNG (the
+    ``replay`` optimizer; needed for an exact resume; can be large)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

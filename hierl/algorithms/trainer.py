@@ -27,7 +27,8 @@ from hierl.algorithms import multi_agent
 from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
 from hierl.checkpoint import CheckpointError
 from hierl.config import ConfigError
-from hierl.evaluators import EvaluatorSet
+from hierl.evaluators import EvaluatorSet, env_state
+from hierl.evaluators.evaluator_set import DEFAULT_MAX_EVALUATOR_RESTARTS
 from hierl.evaluators.policy_evaluator import seed_everything
 from hierl.evaluators.policy_map import PolicySpec
 from hierl.models import ModelConfig
@@ -104,6 +105,21 @@ class TrainerConfig(BaseConfig):
     """Multi-agent: ``fn(agent_id) -> policy_id``; may be omitted with one policy."""
     policies_to_train: tuple[str, ...] | None = None
     """Multi-agent: the policy ids to update (None: all); the others act but stay frozen."""
+    recreate_failed_evaluators: bool = True
+    """A remote evaluator that fails (process or node lost, env raised) is recreated with
+    the same worker index and given the current weights, filters and counters before it
+    samples again; False: it is dropped and training goes on with the others."""
+    max_evaluator_restarts: int = DEFAULT_MAX_EVALUATOR_RESTARTS
+    """Recreations allowed in all (default 100); the next failure ends training with an
+    error naming the evaluator, the count and the last error.  A recreated evaluator that
+    fails again before its first env step (an env failing on every reset) ends training
+    at once."""
+    fail_fast_on_evaluator_failure: bool = False
+    """End training at the first evaluator failure, re-raising its original error (with
+    the remote traceback) instead of recreating or dropping the evaluator."""
+    evaluator_scheduling_strategy: Literal["DEFAULT", "SPREAD"] = "DEFAULT"
+    """Ray placement of the evaluator actors; ``SPREAD`` puts them on as many nodes as
+    possible (a lost node then takes fewer evaluators with it)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -120,6 +136,7 @@ class TrainerConfig(BaseConfig):
         self.check("grad_clip", self.grad_clip is None or self.grad_clip > 0, "must be > 0")
         self.check("clip_rewards", self.clip_rewards is None or self.clip_rewards > 0, "> 0")
         self.check("metrics_smoothing_episodes", self.metrics_smoothing_episodes >= 1, ">= 1")
+        self.check("max_evaluator_restarts", self.max_evaluator_restarts >= 0, "must be >= 0")
         self.policies = {str(pid): PolicySpec.coerce(pid, s) for pid, s in self.policies.items()}
         multi_agent.validate(self)
 
@@ -253,6 +270,16 @@ class Trainer(BaseTrainer):
             num_gpus_per_evaluator=cfg.num_gpus_per_evaluator,
             ray_address=cfg.ray_address,
             get_timeout_s=cfg.sample_timeout_s,
+            # "DEFAULT" passes nothing: an explicit strategy would escape a Tune
+            # trial's placement group.
+            actor_options=(
+                {"scheduling_strategy": "SPREAD"}
+                if cfg.evaluator_scheduling_strategy == "SPREAD"
+                else None
+            ),
+            recreate_failed_evaluators=cfg.recreate_failed_evaluators,
+            max_evaluator_restarts=cfg.max_evaluator_restarts,
+            fail_fast=cfg.fail_fast_on_evaluator_failure,
         )
 
     @classmethod
@@ -305,9 +332,8 @@ class Trainer(BaseTrainer):
 
     def _collect_episodes(self) -> list:
         episodes = self.local_evaluator.get_metrics()
-        remotes = self.evaluators.remote_evaluators
-        if remotes:
-            for eps in self.evaluators.get([e.get_metrics.remote() for e in remotes]):
+        if self.evaluators.remote_evaluators:  # a failed one is handled and skipped
+            for _, eps in self.evaluators.call_remotes(lambda e: e.get_metrics.remote()):
                 episodes.extend(eps)
         return episodes
 
@@ -351,6 +377,8 @@ class Trainer(BaseTrainer):
             "num_steps_trained": self.optimizer.num_steps_trained,
             "sample_throughput": steps / elapsed if elapsed > 0 else 0.0,
             "num_evaluators": len(self.evaluators.remote_evaluators),
+            "num_healthy_evaluators": self.evaluators.num_healthy_evaluators,
+            "num_evaluator_restarts": self.evaluators.num_evaluator_restarts,
         }
         for k, v in self.optimizer.stats().items():
             result.setdefault(k, v)
@@ -401,8 +429,13 @@ class Trainer(BaseTrainer):
 
     # -- checkpoints -------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
-        """Everything ``restore`` needs, as arrays and JSON scalars."""
+        """Everything ``restore`` needs, as arrays and JSON scalars.
+
+        ``rng`` holds the driver's Python / numpy / torch generator states; the local
+        evaluator's state includes its rollout position (see ``PolicyEvaluator.save``).
+        """
         return {
+            "rng": env_state.get_rng_state(),
             "evaluator": self.local_evaluator.save(),
             "optimizer": self.optimizer.save(),
             "counters": {
@@ -430,6 +463,8 @@ class Trainer(BaseTrainer):
         self._policy_rewards.set_state(state.get("policy_rewards", {}))
         self.optimizer.push_local_weights({"timestep": self.optimizer.num_steps_sampled})
         self.evaluators.push_filters()
+        if state.get("rng") is not None:
+            env_state.set_rng_state(state["rng"])  # last: nothing above may draw from it
 
     @classmethod
     def config_from_checkpoint(

@@ -136,14 +136,46 @@ class BaseTrainer:
         return save_checkpoint(checkpoint_dir, meta, self.get_state())
 
     def restore(self, checkpoint_dir: str | Path) -> None:
-        """Load a checkpoint written by ``save`` of the same algorithm."""
+        """Load a checkpoint written by ``save`` of the same algorithm.
+
+        Raises:
+            CheckpointError: the checkpoint is missing, corrupt, of another algorithm or
+                does not fit this trainer (e.g. a model-shape mismatch: the message names
+                the checkpoint, the policy, the parameter and both shapes).  The trainer
+                may then be partly restored: build a new one before training on.
+        """
         meta, state = load_checkpoint(checkpoint_dir)
         if meta.get("algorithm") != self.name:
             raise CheckpointError(
                 f"checkpoint '{checkpoint_dir}' is for algorithm {meta.get('algorithm')!r}, "
                 f"not {self.name!r}"
             )
-        self.set_state(state)
+        self._set_state_checked(state, checkpoint_dir)
+
+    def _set_state_checked(self, state: Any, checkpoint_dir: str | Path) -> None:
+        """``set_state``, with any error from a malformed or unfitting state turned into a
+        CheckpointError naming the checkpoint."""
+        if not isinstance(state, Mapping):
+            raise CheckpointError(f"checkpoint '{checkpoint_dir}' holds no state dict")
+        try:
+            self.set_state(state)
+        except CheckpointError as e:
+            raise CheckpointError(f"checkpoint '{checkpoint_dir}': {e}") from e
+        except (
+            KeyError,
+            TypeError,
+            ValueError,
+            IndexError,
+            AttributeError,
+            RuntimeError,
+            ArithmeticError,
+        ) as e:
+            what = f"missing entry {e}" if isinstance(e, KeyError) else f"{e}"
+            name = self.name or type(self).__name__
+            raise CheckpointError(
+                f"checkpoint '{checkpoint_dir}' does not fit this {name} trainer: "
+                f"{type(e).__name__}: {what}"
+            ) from e
 
     @classmethod
     def config_from_checkpoint(
@@ -172,7 +204,11 @@ class BaseTrainer:
                 "to from_checkpoint"
             )
         trainer = cls(config)
-        trainer.set_state(state)
+        try:
+            trainer._set_state_checked(state, checkpoint_dir)
+        except CheckpointError:
+            trainer.stop()
+            raise
         return trainer
 
     def stop(self) -> None:

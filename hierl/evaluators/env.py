@@ -9,6 +9,7 @@ Python loop); plain envs are wrapped into a ``SyncVectorEnv``.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -90,3 +91,99 @@ def env_spaces(creator: EnvCreator, env_config: Mapping[str, Any]) -> tuple[gym.
         return env.observation_space, env.action_space
     finally:
         env.close()
+
+
+class EnvError(RuntimeError):
+    """An environment raised (or misbehaved) in ``reset``/``step``.
+
+    The message names the env id, the evaluator's worker index, the sub-env, the call
+    and how many vector steps the evaluator had taken, and ends with the env's own
+    traceback as text (so it survives being re-raised across Ray processes); the
+    original exception is also chained as ``__cause__`` in the process that caught it.
+
+    Attributes:
+        env_id: the env's id or creator name.
+        worker_index: the evaluator's index (0: the driver's local evaluator).
+        sub_env: index of the sub-env that raised (None when unknown).
+        method: the env call that raised (``"reset"`` or ``"step"``; "" when unknown).
+        env_steps: vector steps the evaluator completed before the error (0: it failed
+            before its first step, e.g. in its first ``reset``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        env_id: str = "",
+        worker_index: int | None = None,
+        sub_env: int | None = None,
+        method: str = "",
+        env_steps: int | None = None,
+    ):
+        super().__init__(message)
+        self.env_id = env_id
+        self.worker_index = worker_index
+        self.sub_env = sub_env
+        self.method = method
+        self.env_steps = env_steps
+
+    def __reduce__(self) -> tuple[Any, ...]:  # keyword fields survive pickling (Ray)
+        fields = {
+            "env_id": self.env_id,
+            "worker_index": self.worker_index,
+            "sub_env": self.sub_env,
+            "method": self.method,
+            "env_steps": self.env_steps,
+        }
+        return (_rebuild_env_error, (type(self), str(self), fields))
+
+    @property
+    def before_first_step(self) -> bool:
+        """Whether the evaluator failed before any env step (every reset may fail)."""
+        return self.env_steps == 0
+
+    @classmethod
+    def wrap(
+        cls,
+        error: BaseException,
+        *,
+        env_id: str,
+        worker_index: int,
+        method: str,
+        env_steps: int,
+        sub_env: int | None = None,
+    ) -> EnvError:
+        """The EnvError for ``error`` raised by the env's ``method``; its sub-env is found
+        in the traceback (``SyncVectorEnv``'s loop variable) when not given."""
+        if sub_env is None:
+            sub_env = _failing_sub_env(error)
+        where = f"sub-env {sub_env}" if sub_env is not None else "sub-env unknown"
+        when = "before its first step" if env_steps == 0 else f"after {env_steps} vector steps"
+        text = "".join(traceback.format_exception(error)).rstrip()
+        return cls(
+            f"env '{env_id}' raised in {method}() on evaluator {worker_index}: "
+            f"{type(error).__name__}: {error}\n(worker_index {worker_index}, {where}, {when})\n"
+            f"--- the env's traceback ---\n{text}",
+            env_id=env_id,
+            worker_index=worker_index,
+            sub_env=sub_env,
+            method=method,
+            env_steps=env_steps,
+        )
+
+
+def _rebuild_env_error(cls: type[EnvError], message: str, fields: dict[str, Any]) -> EnvError:
+    return cls(message, **fields)
+
+
+def _failing_sub_env(error: BaseException) -> int | None:
+    """The loop index ``i`` of the innermost ``SyncVectorEnv`` frame in the traceback."""
+    found = None
+    tb = error.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if isinstance(frame.f_locals.get("self"), SyncVectorEnv):
+            i = frame.f_locals.get("i")
+            found = i if isinstance(i, int) else found
+        tb = tb.tb_next
+    return found

@@ -87,6 +87,14 @@ class NoFilter:
     def apply_buffer(self, buffer: dict[str, Any]) -> None:
         """Nothing to merge."""
 
+    def get_checkpoint_state(self) -> dict[str, Any]:
+        """Everything to resume exactly: ``get_state`` plus the unsynced buffer."""
+        return self.get_state()
+
+    def set_checkpoint_state(self, state: dict[str, Any]) -> None:
+        """Inverse of ``get_checkpoint_state``."""
+        self.set_state(state)
+
 
 class MeanStdFilter(NoFilter):
     """Normalise to zero mean and unit variance with running statistics, then clip."""
@@ -110,8 +118,30 @@ class MeanStdFilter(NoFilter):
         return {"rs": self.rs.get_state()}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Replace the total statistics, keeping this filter's unsynced buffer."""
-        self.rs = RunningStat.from_state(state["rs"])
+        """Replace the total statistics, keeping this filter's unsynced buffer.
+
+        Raises:
+            ValueError: the statistics are of another observation shape.
+        """
+        self.rs = self._checked(state["rs"], "statistics")
+
+    def _checked(self, state: dict[str, Any], what: str) -> RunningStat:
+        rs = RunningStat.from_state(state)
+        if rs.shape != tuple(self.shape):
+            raise ValueError(
+                f"MeanStdFilter {what} have shape {rs.shape}, this filter {tuple(self.shape)}"
+            )
+        return rs
+
+    def get_checkpoint_state(self) -> dict[str, Any]:
+        """Total statistics and the unsynced buffer."""
+        return {"rs": self.rs.get_state(), "buffer": self.buffer.get_state()}
+
+    def set_checkpoint_state(self, state: dict[str, Any]) -> None:
+        """Inverse of ``get_checkpoint_state`` (a state without a buffer keeps this one's)."""
+        self.set_state(state)
+        if "buffer" in state:
+            self.buffer = self._checked(state["buffer"], "buffer statistics")
 
     def flush_buffer(self) -> dict[str, Any]:
         """Return and clear the statistics gathered since the last flush."""

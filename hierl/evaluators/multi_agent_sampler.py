@@ -141,14 +141,22 @@ class MultiAgentSampler:
             self._reset(slot, None if seed is None else seed + slot.index)
 
     # -- env calls ---------------------------------------------------------------------
+    env_steps = 0
+    """Steps of all env copies taken so far (reported by an ``EnvError``)."""
+
     def _call(self, slot: _Slot, method: str, *args: Any, **kwargs: Any) -> Any:
         try:
             out = getattr(slot.env, method)(*args, **kwargs)
         except Exception as e:
-            raise EnvError(
-                f"env '{self.env_id}' raised in {method}() on evaluator {self.worker_index}, "
-                f"env copy {slot.index}: {type(e).__name__}: {e}"
+            raise EnvError.wrap(
+                e,
+                env_id=self.env_id,
+                worker_index=self.worker_index,
+                method=method,
+                env_steps=self.env_steps,
+                sub_env=slot.index,
             ) from e
+        self.env_steps += method == "step"
         if not all(isinstance(d, Mapping) for d in out):
             raise EnvError(
                 f"env '{self.env_id}' {method}() must return dicts keyed by agent id "

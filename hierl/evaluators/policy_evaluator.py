@@ -12,12 +12,14 @@ import functools
 import os
 import random
 import threading
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
 
 from hierl.config import ConfigError
+from hierl.evaluators import env_state
 from hierl.evaluators.env import EnvContext, EnvCreator, make_vector_env, resolve_env_creator
 from hierl.evaluators.filters import make_filter
 from hierl.evaluators.multi_agent_env import MultiAgentEnv
@@ -361,18 +363,58 @@ class PolicyEvaluator:
 
     @_locked
     def save(self) -> dict[str, Any]:
-        """State of policies and filters (arrays + JSON scalars, no pickle needed)."""
-        return {
+        """State of policies, filters and the rollout loop (arrays + JSON scalars).
+
+        ``sampler`` is the single-agent rollout position (current observations, episode
+        accumulators, the envs' snapshot; see ``hierl.evaluators.env_state``), saved only
+        once this evaluator has sampled; ``{"exact": False, ...}`` if its envs cannot be
+        snapshotted.  Multi-agent samplers and async (background) sampling are not saved.
+        """
+        out: dict[str, Any] = {
             "policies": {pid: p.get_state() for pid, p in self.policy_map.items()},
-            "filters": {pid: f.get_state() for pid, f in self.filters.items()},
+            "filters": {pid: f.get_checkpoint_state() for pid, f in self.filters.items()},
         }
+        if isinstance(self._sampler, VectorSampler) and not self.sample_async:
+            out["sampler"] = env_state.get_sampler_state(self._sampler)
+        return out
 
     @_locked
     def restore(self, state: Mapping[str, Any]) -> None:
-        """Inverse of ``save``."""
+        """Inverse of ``save``.
+
+        Raises:
+            ValueError: the state does not fit this evaluator; the message names the policy
+                (and the parameter and both shapes for a model-shape mismatch).
+        """
+        unknown = sorted(set(state["policies"]) - set(self.policy_map))
+        if unknown:
+            raise ValueError(
+                f"checkpoint has policies {unknown} that this trainer does not; its policies: "
+                f"{sorted(self.policy_map)}"
+            )
         for pid, s in state["policies"].items():
-            self.policy_map[pid].set_state(s)
-        self.sync_filters(state.get("filters", {}))
+            try:
+                self.policy_map[pid].set_state(s)
+            except (ValueError, KeyError, TypeError, RuntimeError) as e:
+                raise ValueError(f"policy '{pid}': {e}") from e
+        sampler_state = state.get("sampler")
+        if sampler_state and sampler_state.get("exact") and not self.multi_agent:
+            # CRUCIAL: before the filters: building the sampler resets its envs and
+            # pushes the reset observations through (and into) the filters.
+            env_state.set_sampler_state(self.sampler, sampler_state)
+        elif sampler_state:
+            warnings.warn(
+                f"evaluator {self.worker_index}: the checkpoint has no snapshot of env "
+                f"'{self.env_name}' ({sampler_state.get('reason', 'not saved')}); sampling "
+                "restarts with fresh episodes, so resuming is not exact",
+                stacklevel=2,
+            )
+        for pid, s in state.get("filters", {}).items():
+            if pid in self.filters:
+                try:
+                    self.filters[pid].set_checkpoint_state(s)
+                except (ValueError, KeyError, TypeError) as e:
+                    raise ValueError(f"observation filter of policy '{pid}': {e}") from e
 
     def get_host(self) -> str:
         """Hostname and pid of the process this evaluator runs in."""

@@ -32,6 +32,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array
 
+from hierl.evaluators import env_checks
+from hierl.evaluators.env import EnvError
 from hierl.evaluators.filters import NoFilter
 from hierl.models import ModelConfig, Preprocessor, to_env_action
 from hierl.policy_graph import PolicyGraph
@@ -72,10 +74,6 @@ def _sub_env_info(info: dict[str, Any], i: int) -> dict[str, Any]:
         if mask is None or mask[i]:
             out[k] = v[i] if isinstance(v, np.ndarray) else v
     return out
-
-
-class EnvError(RuntimeError):
-    """An environment raised; the message names the env, the evaluator and the call."""
 
 
 def batch_obs(space: gym.Space, items: list[Any]) -> Any:
@@ -143,6 +141,7 @@ class VectorSampler:
         self._carry: SampleBatch | None = None
         self.steps_sampled = 0
         raw, _ = self._call("reset", seed=seed)
+        env_checks.check_observations(self, raw, None)
         self.obs = self.filter(self.preprocessor.transform(raw))
         self.eps_id = np.array([next(self._eps_counter) for _ in range(self.num_envs)])
         self.ep_return = np.zeros(self.num_envs, dtype=np.float64)
@@ -153,14 +152,22 @@ class VectorSampler:
         self.max_seq_len = int(getattr(policy, "max_seq_len", 0) or ModelConfig.max_seq_len)
         self.state = [np.repeat(s[None], self.num_envs, axis=0) for s in self.initial_state]
 
+    env_steps = 0
+    """Vector steps taken so far (reported by an ``EnvError``)."""
+
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         try:
-            return getattr(self.venv, method)(*args, **kwargs)
+            out = getattr(self.venv, method)(*args, **kwargs)
         except Exception as e:
-            raise EnvError(
-                f"env '{self.env_id}' raised in {method}() on evaluator {self.worker_index}: "
-                f"{type(e).__name__}: {e}"
+            raise EnvError.wrap(
+                e,
+                env_id=self.env_id,
+                worker_index=self.worker_index,
+                method=method,
+                env_steps=self.env_steps,
             ) from e
+        self.env_steps += method == "step"
+        return out
 
     # -- one fragment ------------------------------------------------------------------
     def _collect(self, steps: int) -> SampleBatch:
@@ -193,6 +200,7 @@ class VectorSampler:
                     k: np.empty(shape + v.shape[1:], dtype=v.dtype) for k, v in extra.items()
                 }
             raw, rew, term, trunc, info = self._call("step", to_env_action(self.act_space, actions))
+            env_checks.check_step(self, raw, rew, info, self.env_steps)
             next_obs = self.filter(self.preprocessor.transform(raw))
             valid = ~self.pending_reset
             done = (term | trunc) & valid
@@ -217,6 +225,7 @@ class VectorSampler:
                     )
                 elif self.autoreset_mode == AutoresetMode.DISABLED:
                     reset_raw, _ = self._call("reset", options={"reset_mask": done})
+                    env_checks.check_observations(self, reset_raw, None, rows=idx)
                     next_obs = next_obs.copy()
                     next_obs[idx] = self.filter(self.preprocessor.transform(reset_raw))[idx]
                 self._finish_episodes(idx, info)

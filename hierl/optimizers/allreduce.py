@@ -19,7 +19,14 @@ driver, which only starts each round and collects small results::
 
 Replicas start from the same weights and apply bit-identical averaged gradients, so they
 stay bit-identical; ``check_replicas_every`` verifies it with weight digests.  With no
-remote evaluators the local evaluator runs the same function as a group of one.  What one
+remote evaluators the local evaluator runs the same function as a group of one.
+
+A failed evaluator (process or node lost, env error) breaks the round for every rank
+(the survivors' collectives fail or time out after ``group_timeout_s``).  The driver
+waits for all ranks, hands the failure to the evaluator set (recreate or drop), resets
+every replica to the driver's policy state (rank 0's after the last good step: the
+survivors may have applied part of the broken round), forms the group again with the
+current members and reruns the round; the broken round's samples are discarded.  What one
 rank does in a round (and group formation) lives in ``hierl.optimizers.allreduce_rank``;
 digests and full policy states in ``hierl.optimizers.replica_state``.
 """
@@ -33,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from hierl.evaluators.evaluator_set import is_evaluator_failure
 from hierl.optimizers import collective
 from hierl.optimizers.allreduce_rank import ShardResult, disband_group, form_group, sample_and_learn
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
@@ -104,10 +112,10 @@ class AllReduceOptimizer(PolicyOptimizer):
     @property
     def world_size(self) -> int:
         """Evaluators taking part in each round (the local one alone when no remotes)."""
-        return max(1, len(self.remote_evaluators))
+        return max(1, self.evaluators.num_healthy_evaluators)
 
     def _ensure_group(self) -> None:
-        remotes = list(self.remote_evaluators)
+        remotes = self.evaluators.healthy_evaluators()
         if self.group is not None and self._members == remotes:
             return
         if self._members:
@@ -116,20 +124,36 @@ class AllReduceOptimizer(PolicyOptimizer):
             self.group = form_group(remotes, self.config.group_timeout_s)
         self._members = remotes
 
-    def _run_round(self, kwargs: dict[str, Any]) -> list[ShardResult]:
+    def _run_round(self, kwargs: dict[str, Any]) -> list[ShardResult] | None:
+        """Every rank's result, or None after a failed evaluator was handled (rerun)."""
         pool = TaskPool()
-        for rank, e in enumerate(self.remote_evaluators):
+        for rank, e in enumerate(self._members):
             pool.add(e, e.apply.remote(sample_and_learn, **kwargs), tag=rank)
         results: list[Any] = [None] * self.world_size
-        while len(pool):
+        errors = []
+        while len(pool):  # all ranks, even after an error: it may be a peer's failure
             for done in pool.wait_any(self.evaluators.get_timeout_s):
                 if done.error is not None:
-                    # Other ranks may still be blocked in a collective: form a new group
-                    # next step (they time out after group_timeout_s).
-                    self.group = None
-                    raise done.error
+                    errors.append(done)
                 results[done.tag] = done.value
-        return results
+        if not errors:
+            return results
+        self.group = None  # form a new group next round
+        failed = [d for d in errors if is_evaluator_failure(d.error)]
+        if not failed:
+            raise errors[0].error
+        for done in failed:
+            self.evaluators.handle_failure(done.actor, done.error)
+        # CRUCIAL: survivors may have applied part of the broken round's updates.
+        self._push_policy_states()
+        return None
+
+    def _push_policy_states(self) -> None:
+        """Give every replica the local policy's full state (weights, optimizer moments)."""
+        import ray
+
+        ref = ray.put(policy_states(self.local_evaluator))
+        self.evaluators.call_remotes(lambda e: e.apply.remote(set_policy_states, ref))
 
     def step(self) -> dict[str, float]:
         """One round: every evaluator samples, learns with allreduced gradients; sync driver."""
@@ -146,8 +170,11 @@ class AllReduceOptimizer(PolicyOptimizer):
             "check_replicas": check,
         }
         if self.remote_evaluators:
-            self._ensure_group()
-            results = self._run_round(kwargs)
+            results = None
+            while results is None:  # bounded: the set ends training after too many failures
+                self._ensure_group()
+                kwargs["world_size"] = self.world_size
+                results = self._run_round(kwargs)
         else:
             results = [sample_and_learn(self.local_evaluator, **kwargs)]
         # Ranks run in parallel: a phase takes as long as its slowest rank.
@@ -162,11 +189,11 @@ class AllReduceOptimizer(PolicyOptimizer):
         }
         with self.timer("sync"):
             if self.remote_evaluators:
-                ref = self.remote_evaluators[0].apply.remote(policy_states)
+                ref = self._members[0].apply.remote(policy_states)
                 states = self.evaluators.get(ref)
                 self.bytes_through_driver = state_nbytes(states) + len(pickle.dumps(results))
                 set_policy_states(self.local_evaluator, states)
-            self.local_evaluator.set_global_vars({"timestep": self.num_steps_sampled})
+            self.evaluators.set_global_vars({"timestep": self.num_steps_sampled})
         if check:
             self._check_replicas(results)
         return self.learner_stats
@@ -200,11 +227,7 @@ class AllReduceOptimizer(PolicyOptimizer):
         """Restore counters and give every replica the local policy's full state."""
         super().restore(state)
         if self.remote_evaluators:
-            import ray
-
-            ref = ray.put(policy_states(self.local_evaluator))
-            remotes = self.remote_evaluators
-            self.evaluators.get([e.apply.remote(set_policy_states, ref) for e in remotes])
+            self._push_policy_states()
 
     def stop(self) -> None:
         """Leave the process group (best effort); the evaluators stay."""

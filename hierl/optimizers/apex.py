@@ -102,6 +102,7 @@ class ApexOptimizer(PolicyOptimizer):
         """The epsilon pinned on each sampling evaluator (empty without a ladder)."""
         if cfg.per_worker_epsilon:
             self.epsilons = pin_epsilon_ladder(self.evaluators, cfg.epsilon_base, cfg.epsilon_alpha)
+            self.samplers.epsilons = self.epsilons
         self.learner = LearnerThread(
             self.local_evaluator.policy, cfg.learner_queue_size, cfg.learner_queue_size
         )
@@ -135,7 +136,7 @@ class ApexOptimizer(PolicyOptimizer):
         finally:
             learner.pause()
         self._send_priorities()
-        self.local_evaluator.set_global_vars({"timestep": self.num_steps_sampled})
+        self.evaluators.set_global_vars({"timestep": self.num_steps_sampled})
         # Deltas: the counters may have been restored from a checkpoint, the learner's not.
         self.num_steps_trained += learner.num_rows_trained - rows0
         self.num_updates += learner.num_updates - updates0
@@ -173,13 +174,15 @@ class ApexOptimizer(PolicyOptimizer):
             if not self._to_learn:  # else the learner is behind: prefetch nothing more
                 self.replay.request_replays(self.beta)
         with self.timer("route"):
-            samples = self.samplers.receive([done for done in finished if done.tag[0] == "sample"])
-            for index, batch_ref, priorities_ref, rows, seconds in samples:
+            sampled = [done for done in finished if done.tag[0] == "sample"]
+            for ticket, batch_ref, priorities_ref, rows, seconds in self.samplers.receive(
+                sampled, self._weights_ref
+            ):
                 self.timer("sample").push(seconds)
                 self.num_steps_sampled += rows
-                self.replay.submit(index, batch_ref, priorities_ref, rows)
-            for index in self.replay.route():
-                self.samplers.routed(index)
+                self.replay.submit(ticket, batch_ref, priorities_ref, rows)
+            for ticket in self.replay.route():
+                self.samplers.routed(ticket)
             self.samplers.launch(self._weights_ref, {"timestep": self.num_steps_sampled})
 
     def _local_round(self) -> None:

@@ -5,7 +5,8 @@ Reinforcement Learning": every evaluator keeps ``max_in_flight_per_evaluator`` t
 "sample, then compute gradients" in flight.  The driver waits for whichever finishes
 first (``ray.wait``), applies that gradient to its policy, sends the new weights back to
 that evaluator only and relaunches it.  Slow evaluators (stragglers) never hold up the
-others; a dead one is dropped from the rotation without hanging the step.
+others; a failed one (dead process, env error) never hangs the step: the evaluator set
+recreates it, and its first task runs on the current weights (or it is dropped).
 
 Evaluators built with ``sample_async=True`` sample the next batch in a background thread
 while the driver applies the last gradient, so a task is only the gradient computation.
@@ -21,6 +22,7 @@ import numpy as np
 
 from hierl.evaluators import PolicyEvaluator
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
+from hierl.optimizers.failures import handle_failed_task
 from hierl.optimizers.registry import register_optimizer
 from hierl.optimizers.task_pool import TaskPool
 
@@ -105,7 +107,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
     def _launch(self, weights: Any = None, refresh: tuple = ()) -> None:
         """Fill every live evaluator's slots; the ``refresh`` ones load ``weights`` first."""
         global_vars = {"timestep": self.num_steps_sampled}
-        for e in self.remote_evaluators:
+        for e in self.evaluators.healthy_evaluators():
             fresh = weights if e in refresh else None
             while self.pool.has_capacity(e):
                 self.pool.add(e, e.apply.remote(sample_and_compute_gradients, fresh, global_vars))
@@ -123,7 +125,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
         if not self.remote_evaluators:
             while not done():
                 self._apply(sample_and_compute_gradients(self.local_evaluator))
-            self.local_evaluator.set_global_vars({"timestep": self.num_steps_sampled})
+            self.evaluators.set_global_vars({"timestep": self.num_steps_sampled})
             return self.learner_stats
 
         import ray
@@ -139,8 +141,8 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
                 if f.error is None:
                     self._apply(f.value)
                     refresh.append(f.actor)
-                elif f.actor not in self.pool.dead:  # (the pool counts lost tasks)
-                    raise f.error
+                else:  # recreated (it was sent the current weights) or dropped
+                    handle_failed_task(self.evaluators, self.pool, f)
             with self.timer("sync"):
                 weights = None
                 if refresh:
@@ -149,7 +151,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
                         weights = ray.put(weights)
                     self.num_weight_syncs += len(refresh)
                 self._launch(weights, tuple(refresh))
-        self.local_evaluator.set_global_vars({"timestep": self.num_steps_sampled})
+        self.evaluators.set_global_vars({"timestep": self.num_steps_sampled})
         return self.learner_stats
 
     def stats(self) -> dict[str, float]:
@@ -159,7 +161,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
             "num_gradients_applied": self.num_gradients_applied,
             "num_weight_syncs": self.num_weight_syncs,
             "num_lost_tasks": self.pool.num_lost_tasks,
-            "num_healthy_evaluators": len(self.remote_evaluators) - len(self.pool.dead),
+            "num_healthy_evaluators": self.evaluators.num_healthy_evaluators,
             "in_flight": len(self.pool),
         }
 

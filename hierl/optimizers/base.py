@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
+import numpy as np
+
 from hierl.config import Config
 from hierl.evaluators import EvaluatorSet, PolicyEvaluator
 
@@ -140,18 +142,26 @@ class PolicyOptimizer:
         return self.evaluators.foreach_evaluator(fn)
 
     def save(self) -> dict[str, Any]:
-        """Optimizer counters (JSON)."""
-        return {
+        """Optimizer counters (JSON) and the state of a numpy ``rng`` attribute (minibatch
+        shuffling) if the optimizer has one."""
+        out: dict[str, Any] = {
             "num_steps_sampled": self.num_steps_sampled,
             "num_steps_trained": self.num_steps_trained,
             "num_updates": self.num_updates,
         }
+        rng = getattr(self, "rng", None)
+        if isinstance(rng, np.random.Generator):
+            out["rng"] = rng.bit_generator.state
+        return out
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Inverse of ``save``."""
         self.num_steps_sampled = int(state["num_steps_sampled"])
         self.num_steps_trained = int(state["num_steps_trained"])
         self.num_updates = int(state.get("num_updates", 0))
+        rng = getattr(self, "rng", None)
+        if isinstance(rng, np.random.Generator) and state.get("rng") is not None:
+            rng.bit_generator.state = state["rng"]
 
     def stop(self) -> None:
         """Release anything the optimizer owns (threads, actors); evaluators stay."""
@@ -166,3 +176,5 @@ class _WrappedSet(EvaluatorSet):
         self.local_evaluator = local
         self.remote_evaluators = remotes
         self.get_timeout_s = DEFAULT_GET_TIMEOUT_S
+        # Nothing to recreate them from: a failed evaluator is dropped.
+        self._init_failure_handling(recreate=False, max_restarts=0, fail_fast=False)

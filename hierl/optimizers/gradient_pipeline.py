@@ -6,6 +6,11 @@ gradient-shard refs and a small ``GradientInfo``; only the info is fetched when 
 finishes, and the refs wait in ``backlog`` until the driver routes them to the shards.
 An evaluator whose weights are older than the shards' ``version`` is handed the shards'
 weight refs with its next task (a weight pull), so weights also go actor to actor.
+
+A task that fails because a parameter shard died (its weight ref is an error) restores
+the shard (``ShardGroup.restore_lost``) and leaves the evaluator in service; a failed
+evaluator goes to the evaluator set (recreated, and then pulls the weights with its
+first task, or dropped).
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ from typing import Any
 
 from hierl.evaluators import EvaluatorSet
 from hierl.optimizers.base import TimerStat
+from hierl.optimizers.failures import handle_failed_task
 from hierl.optimizers.param_server import compute_gradient_shards
 from hierl.optimizers.shard_group import ShardGroup
-from hierl.optimizers.task_pool import Finished, TaskPool, is_actor_death
+from hierl.optimizers.task_pool import Finished, TaskPool
 
 
 class GradientPipeline:
@@ -49,7 +55,7 @@ class GradientPipeline:
     def launch(self, global_vars: dict[str, Any]) -> None:
         """Fill every live evaluator up to ``max_in_flight`` tasks."""
         k, version = self.servers.spec.num_shards, self.servers.version
-        for e in self.evaluators.remote_evaluators:
+        for e in self.evaluators.healthy_evaluators():
             while self.pool.has_capacity(e):
                 stale = self._evaluator_version.get(e) != version
                 weight_refs = self.servers.weight_refs if stale else []
@@ -76,8 +82,10 @@ class GradientPipeline:
             for done in finished:
                 if done.error is None:
                     self.backlog.append(done)
-                elif not is_actor_death(done.error):
-                    raise done.error  # a real failure (e.g. a non-finite loss): surface it
+                elif self.servers.restore_lost():  # a dead shard's weight ref broke it
+                    self.pool.revive(done.actor)
+                else:  # raises a real error (e.g. a non-finite loss)
+                    handle_failed_task(self.evaluators, self.pool, done)
         return self.backlog.popleft()
 
     def drop(self) -> None:

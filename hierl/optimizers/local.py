@@ -51,7 +51,8 @@ class LocalOptimizer(PolicyOptimizer):
         count = 0
         while count < self.config.train_batch_size:
             if self.remote_evaluators:
-                new = self.evaluators.get([e.sample.remote() for e in self.remote_evaluators])
+                # A failed evaluator is recreated (or dropped): this round uses the others.
+                new = [b for _, b in self.evaluators.call_remotes(lambda e: e.sample.remote())]
             else:
                 new = [self.local_evaluator.sample()]
             batches.extend(new)

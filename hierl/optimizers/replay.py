@@ -53,8 +53,16 @@ class ReplayConfig(OptimizerConfig):
     """Rows replayed per env step sampled (at least one update per step once learning)."""
     seed: int | None = 0
     """Seeds replay sampling (None: random)."""
+    checkpoint_replay_buffer: bool = False
+    """Save the buffer's rows, priorities and sampling RNG in checkpoints (``replay``
+    only: Ape-X shards are not saved)."""
 
     def __post_init__(self) -> None:
+        self.check(
+            "checkpoint_replay_buffer",
+            not self.checkpoint_replay_buffer or type(self) is ReplayConfig,
+            "True is only supported by the 'replay' optimizer; use False",
+        )
         self.check("train_batch_size", self.train_batch_size >= 1, "must be >= 1")
         self.check("buffer_size", self.buffer_size >= 1, "must be >= 1")
         self.check("prioritized_replay_alpha", self.prioritized_replay_alpha >= 0, "must be >= 0")
@@ -133,12 +141,13 @@ class ReplayOptimizer(PolicyOptimizer):
         prioritized = self.config.prioritized_replay
         with self.timer("sample"):
             if self.remote_evaluators:
-                results = self.evaluators.get(
-                    [
-                        e.apply.remote(sample_with_priorities, prioritized)
-                        for e in self.remote_evaluators
-                    ]
-                )
+                # A failed evaluator is recreated (or dropped): this round uses the others.
+                results = [
+                    r
+                    for _, r in self.evaluators.call_remotes(
+                        lambda e: e.apply.remote(sample_with_priorities, prioritized)
+                    )
+                ]
             else:
                 results = [sample_with_priorities(self.local_evaluator, prioritized)]
             for batch, priorities in results:
@@ -191,21 +200,27 @@ class ReplayOptimizer(PolicyOptimizer):
         return out
 
     def save(self) -> dict[str, Any]:
-        """Counters (JSON); the buffer's rows are not checkpointed.
+        """Counters (JSON), plus the buffer (rows, priorities, RNG) if
+        ``checkpoint_replay_buffer``.
 
-        After ``restore`` the buffer refills and learning resumes once it again holds
-        ``learning_starts`` rows.
+        Without the buffer, after ``restore`` it refills and learning resumes once it
+        again holds ``learning_starts`` rows.
         """
-        return {
+        out = {
             **super().save(),
             "num_updates": self.num_updates,
             "num_steps_replayed": self.num_steps_replayed,
             "update_credit": self._update_credit,
         }
+        if self.config.checkpoint_replay_buffer:
+            out["buffer"] = self.buffer.get_state()
+        return out
 
     def restore(self, state: Mapping[str, Any]) -> None:
-        """Inverse of ``save``."""
+        """Inverse of ``save`` (a saved buffer is loaded whatever this config's flag)."""
         super().restore(state)
         self.num_updates = int(state.get("num_updates", 0))
         self.num_steps_replayed = int(state.get("num_steps_replayed", 0))
         self._update_credit = float(state.get("update_credit", 0.0))
+        if state.get("buffer") is not None:
+            self.buffer.set_state(state["buffer"])

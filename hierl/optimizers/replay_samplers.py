@@ -18,8 +18,10 @@ from typing import Any
 import numpy as np
 
 from hierl.evaluators import EvaluatorSet, PolicyEvaluator
+from hierl.evaluators.evaluator_set import is_evaluator_failure
+from hierl.optimizers.failures import handle_failed_task
 from hierl.optimizers.replay import sample_with_priorities
-from hierl.optimizers.task_pool import Finished, TaskPool, is_actor_death
+from hierl.optimizers.task_pool import Finished, TaskPool
 from hierl.sample_batch import SampleBatch
 
 
@@ -79,7 +81,9 @@ class ReplaySamplers:
     ``("sample", index, batch_ref, priorities_ref)``.  A task counts as in flight until
     its batch was handed on (:meth:`routed`), so an evaluator whose batches wait for a
     shard gets no new task.  An evaluator receives fresh weights once it has sampled
-    ``max_weight_sync_delay`` env steps with its current ones; a dead one is skipped.
+    ``max_weight_sync_delay`` env steps with its current ones.  A failed evaluator goes
+    to the evaluator set (recreated or dropped); a recreated one gets the learner's
+    weights and its rung of the epsilon ladder (``epsilons``) before its first task.
     """
 
     def __init__(
@@ -96,26 +100,33 @@ class ReplaySamplers:
         self.max_weight_sync_delay = max_weight_sync_delay
         self.prioritized = prioritized
         num = len(evaluators.remote_evaluators)
-        self.outstanding = [0] * num
-        """Per evaluator: sample tasks launched whose batches were not yet handed on."""
+        self.outstanding: dict[Any, int] = {}
+        """Per evaluator handle: sample tasks launched whose batches were not yet handed on."""
         self.steps_since_sync = [0] * num
         self.num_weight_syncs = 0
+        self.epsilons: list[float] = []
+        """Each evaluator's pinned epsilon (set by the owner; re-pinned on recreation)."""
 
     @property
     def num_dead(self) -> int:
-        """Evaluators found dead (they get no more tasks)."""
-        return sum(e in self.tasks.dead for e in self.evaluators.remote_evaluators)
+        """Evaluators dropped after a failure (they get no more tasks)."""
+        evaluators = self.evaluators
+        return len(evaluators.remote_evaluators) - evaluators.num_healthy_evaluators
 
     @property
     def num_in_flight(self) -> int:
         """Sample tasks running or queued on the evaluators."""
-        return sum(map(self.tasks.count, self.evaluators.remote_evaluators))
+        return sum(map(self.tasks.count, self.evaluators.healthy_evaluators()))
 
-    def receive(self, finished: list[Finished]) -> list[tuple[int, Any, Any, int, float]]:
-        """Finished sample tasks as ``(index, batch_ref, priorities_ref, rows, seconds)``.
+    def receive(
+        self, finished: list[Finished], weights: Callable[[], Any]
+    ) -> list[tuple[Any, Any, Any, int, float]]:
+        """Finished sample tasks as ``(ticket, batch_ref, priorities_ref, rows, seconds)``;
+        hand ``ticket`` to :meth:`routed` once the batch went to a shard.
 
-        A dead evaluator's task is skipped; RuntimeError when the task failed otherwise
-        or when every evaluator has died.
+        A failed evaluator is recreated (starting from ``weights()``, a ref) or dropped
+        by the evaluator set, which raises when training cannot go on; other errors of a
+        task raise RuntimeError.
         """
         out = []
         for done in finished:
@@ -123,35 +134,42 @@ class ReplaySamplers:
             if done.error is None:
                 rows, seconds = done.value
                 self.steps_since_sync[index] += rows
-                out.append((index, batch_ref, priorities_ref, rows, seconds))
-            elif not is_actor_death(done.error):
+                out.append((done.actor, batch_ref, priorities_ref, rows, seconds))
+                continue
+            if not is_evaluator_failure(done.error):
                 raise RuntimeError(
                     f"sampling on remote evaluator {index + 1} failed: {done.error!r}"
                 ) from done.error
-            elif self.num_dead == len(self.evaluators.remote_evaluators):
-                raise RuntimeError(
-                    f"all {len(self.evaluators.remote_evaluators)} remote evaluators have died"
-                ) from done.error
+            current = done.actor in self.evaluators.remote_evaluators
+            self.outstanding.pop(done.actor, None)  # its tasks are lost with it
+            new = handle_failed_task(self.evaluators, self.tasks, done, weights())
+            if current and new is not None:
+                self.steps_since_sync[index] = 0
+                if self.epsilons:  # queued before its first sample task
+                    new.apply.remote(pin_epsilon, self.epsilons[index])
         return out
 
-    def routed(self, index: int) -> None:
-        """Evaluator ``index``'s batch was handed on: it may get a new task."""
-        self.outstanding[index] -= 1
+    def routed(self, ticket: Any) -> None:
+        """The batch of ``ticket`` (from :meth:`receive`) was handed on: its evaluator
+        may get a new task."""
+        if ticket in self.outstanding:
+            self.outstanding[ticket] -= 1
 
     def launch(self, weights: Callable[[], Any], global_vars: Mapping[str, Any]) -> None:
         """Refresh due evaluators with ``weights()`` (a ref) and fill their task slots."""
+        healthy = self.evaluators.healthy_evaluators()
         for index, evaluator in enumerate(self.evaluators.remote_evaluators):
-            if evaluator in self.tasks.dead:
+            if evaluator not in healthy or evaluator in self.tasks.dead:
                 continue
             if self.steps_since_sync[index] >= self.max_weight_sync_delay:
                 evaluator.set_weights.remote(weights(), dict(global_vars))
                 self.steps_since_sync[index] = 0
                 self.num_weight_syncs += 1
-            while self.outstanding[index] < self.max_in_flight:
+            while self.outstanding.get(evaluator, 0) < self.max_in_flight:
                 method = evaluator.apply.options(num_returns=3)
                 batch_ref, priorities_ref, info_ref = method.remote(
                     sample_for_replay, self.prioritized
                 )
                 tag = ("sample", index, batch_ref, priorities_ref)
                 self.tasks.add(evaluator, info_ref, tag=tag)
-                self.outstanding[index] += 1
+                self.outstanding[evaluator] = self.outstanding.get(evaluator, 0) + 1

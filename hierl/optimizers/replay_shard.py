@@ -1,18 +1,56 @@
 """A replay shard: one slice of Ape-X's replay memory (Horgan et al. 2018, §3).
 
 A preallocated (prioritized) buffer that runs as a Ray actor, or as a plain in-process
-object when nothing runs remotely; ``hierl.optimizers.sharded_replay`` drives several.
+object when nothing runs remotely; ``hierl.optimizers.sharded_replay`` drives several
+(configured by :class:`ShardedReplayConfig`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import resource
 from typing import Any
 
 import numpy as np
 
 from hierl.optimizers.prioritized_replay_buffer import make_replay_buffer
+from hierl.optimizers.replay import ReplayConfig
 from hierl.sample_batch import SampleBatch
+
+
+@dataclasses.dataclass
+class ShardedReplayConfig(ReplayConfig):
+    """Replay settings plus the shards'; ``buffer_size`` is the total over all shards."""
+
+    replay_ratio: float = 1.0
+    """Most rows replayed per env step stored once learning has started.  The learner
+    never runs ahead of this; it may fall behind (Ape-X's learner is not synchronised
+    with the actors).  Raise it to let a fast learner replay more."""
+    num_replay_shards: int = 4
+    """Replay actors; each holds ``buffer_size // num_replay_shards`` rows and starts
+    serving batches once it holds ``learning_starts // num_replay_shards``."""
+    num_cpus_per_replay_shard: float = 0.0
+    """CPUs each replay actor reserves (0: it shares the machine's)."""
+    max_adds_in_flight_per_shard: int = 4
+    """Batches sent to one shard and not yet stored; when every shard is this busy,
+    finished samples wait (as object refs) and their evaluators get no new task."""
+    replay_requests_in_flight_per_shard: int = 2
+    """Replay batches being fetched from each shard at once (the learner's prefetch)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in (
+            "num_replay_shards",
+            "max_adds_in_flight_per_shard",
+            "replay_requests_in_flight_per_shard",
+        ):
+            self.check(name, getattr(self, name) >= 1, "must be >= 1")
+        self.check(
+            "buffer_size",
+            self.buffer_size >= self.num_replay_shards,
+            f"must be >= num_replay_shards={self.num_replay_shards} (one row per shard)",
+        )
+        self.check("num_cpus_per_replay_shard", self.num_cpus_per_replay_shard >= 0, ">= 0")
 
 
 class ReplayShard:

@@ -6,6 +6,11 @@ and out through a ``ShardSpec``.  It also keeps the local evaluator in step with
 ``version`` is bumped whenever the shards' weights change, and ``local_version`` is the
 version the local evaluator holds.  For actors it keeps refs to the latest weights and
 counts the array bytes that pass through the driver.
+
+A shard actor that dies is recreated from the driver's latest copy of the weights
+(``synced``: the local evaluator's trainable weights as last pushed or pulled) with a
+fresh Adam for its slice (its moments are lost); ``restore_lost`` does it, and every
+call that meets a dead shard calls it and retries once.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from hierl.optimizers.param_server import (
     split_adam_state,
 )
 from hierl.optimizers.sharding import ShardSpec
+from hierl.optimizers.task_pool import is_actor_death
 from hierl.sample_batch import DEFAULT_POLICY_ID
 
 
@@ -64,15 +70,17 @@ class ShardGroup:
         shard actors (in-process shards count nothing)."""
         self.weight_refs: list[Any] = []
         """Actors: refs to the shards' latest weights (handed on to the evaluators)."""
+        self.num_shard_restarts = 0
+        """Shard actors recreated after they died."""
         initial = spec.split(trainable)
         if not self.remote:
             self.shards: list[Any] = [ParameterShard(w, lr) for w in initial]
             return
         import ray
 
-        actor_class = ray.remote(num_cpus=num_cpus)(ParameterShard)
-        threads = max(1, int(num_cpus))
-        self.shards = [actor_class.remote(w, lr, threads) for w in initial]
+        self._actor_class = ray.remote(num_cpus=num_cpus)(ParameterShard)
+        self._threads = max(1, int(num_cpus))
+        self.shards = [self._actor_class.remote(w, self.lr, self._threads) for w in initial]
         self._count(initial)
         self.weight_refs = [s.get_weights.remote() for s in self.shards]
 
@@ -86,8 +94,38 @@ class ShardGroup:
         args = list(zip(*per_shard, strict=True)) if per_shard else [()] * len(self.shards)
         if not self.remote:
             return [getattr(s, method)(*a) for s, a in zip(self.shards, args, strict=True)]
-        refs = [getattr(s, method).remote(*a) for s, a in zip(self.shards, args, strict=True)]
-        return self._get(refs)
+        for attempt in range(2):
+            refs = [getattr(s, method).remote(*a) for s, a in zip(self.shards, args, strict=True)]
+            try:
+                return self._get(refs)
+            except Exception as e:
+                if attempt or not is_actor_death(e) or not self.restore_lost():
+                    raise
+        raise AssertionError("unreachable")
+
+    def restore_lost(self) -> list[int]:
+        """Recreate every shard actor that died, from the driver's latest weights
+        (``synced``); returns their indices.  Their weights become a new version."""
+        if not self.remote:
+            return []
+        lost = []
+        for k, ref in enumerate([s.stats.remote() for s in self.shards]):
+            try:
+                self._get(ref)
+            except Exception as e:
+                if not is_actor_death(e):
+                    raise
+                lost.append(k)
+        if lost:
+            initial = self.spec.split(self.synced)
+            for k in lost:
+                weights = self._count([initial[k]])[0]
+                shard = self._actor_class.remote(weights, self.lr, self._threads)
+                self.shards[k] = shard
+                self.weight_refs[k] = shard.get_weights.remote()
+            self.version += 1
+            self.num_shard_restarts += len(lost)
+        return lost
 
     # -- weights -----------------------------------------------------------------------
     def apply_gradients(self, grad_shards: Sequence[Any]) -> list[Any]:
@@ -133,7 +171,13 @@ class ShardGroup:
         ``shards`` defaults to (actors) the ones behind ``weight_refs``, fetched here.
         """
         if shards is None:
-            shards = self._count(self._get(self.weight_refs))
+            try:
+                shards = self._get(self.weight_refs)
+            except Exception as e:
+                if not is_actor_death(e) or not self.restore_lost():
+                    raise
+                shards = self._get(self.weight_refs)
+            self._count(shards)
         load_weight_shards(self.local, self.spec, shards)
         self.synced = self.spec.concat(shards)
         self.local_version = self.version

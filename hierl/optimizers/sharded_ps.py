@@ -85,7 +85,8 @@ class ShardedPSOptimizer(PolicyOptimizer):
     Timers: ``sample`` and ``grad`` (reported by the evaluators), ``wait``, ``apply``
     (dispatching to the shards; in-process: the Adam steps), ``learn`` (the whole
     gradient loop of a step) and ``sync`` (loading the shards into the local evaluator).
-    A dead evaluator is skipped; if all die, ``step()`` raises RuntimeError.  Only the
+    A failed evaluator is recreated (or dropped) by the evaluator set; a lost parameter
+    shard is restored from the driver's weights (``num_shard_restarts``).  Only the
     default policy is trained.
     """
 
@@ -179,7 +180,7 @@ class ShardedPSOptimizer(PolicyOptimizer):
         with self.timer("sync"):
             if self._remote and self.servers.local_version != self.servers.version:
                 self.servers.pull()  # the K latest weight shards, fetched once per step
-            self.local_evaluator.set_global_vars(self._global_vars())
+            self.evaluators.set_global_vars(self._global_vars())
         self.learner_stats = {k: v / grads for k, v in totals.items()}
         return self.learner_stats
 
@@ -221,7 +222,8 @@ class ShardedPSOptimizer(PolicyOptimizer):
             "bytes_through_driver": self.servers.bytes_through_driver,
             "in_flight": len(pool),
             "num_dropped_gradients": self.tasks.num_dropped_gradients,
-            "num_healthy_evaluators": len(self.remote_evaluators) - len(pool.dead),
+            "num_healthy_evaluators": self.evaluators.num_healthy_evaluators,
+            "num_shard_restarts": self.servers.num_shard_restarts,
         }
 
     def save(self) -> dict[str, Any]:

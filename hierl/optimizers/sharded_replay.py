@@ -7,56 +7,25 @@ the shards round-robin with a bounded number of unacknowledged adds per shard, t
 their sizes, paces replay by a row budget (``replay_ratio`` replayed rows per stored env
 step) and returns new priorities to the shard each replayed batch came from.  It is the
 plumbing of the ``apex`` optimizer, which is only its event loop.
+
+A shard actor that dies is recreated empty in its place (``num_replay_shard_restarts``);
+until it holds ``learning_starts`` rows again, replay comes from the other shards.  Its
+rows, the adds and replay requests in flight on it and the priority updates of batches
+replayed from it are lost (a shard's ``generation`` tells stale priority updates apart).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from hierl.optimizers.replay import ReplayConfig
-from hierl.optimizers.replay_shard import ReplayShard
+from hierl.optimizers.replay_shard import ReplayShard, ShardedReplayConfig
 from hierl.optimizers.task_pool import TaskPool
 from hierl.sample_batch import SampleBatch
-
-
-@dataclasses.dataclass
-class ShardedReplayConfig(ReplayConfig):
-    """Replay settings plus the shards'; ``buffer_size`` is the total over all shards."""
-
-    replay_ratio: float = 1.0
-    """Most rows replayed per env step stored once learning has started.  The learner
-    never runs ahead of this; it may fall behind (Ape-X's learner is not synchronised
-    with the actors).  Raise it to let a fast learner replay more."""
-    num_replay_shards: int = 4
-    """Replay actors; each holds ``buffer_size // num_replay_shards`` rows and starts
-    serving batches once it holds ``learning_starts // num_replay_shards``."""
-    num_cpus_per_replay_shard: float = 0.0
-    """CPUs each replay actor reserves (0: it shares the machine's)."""
-    max_adds_in_flight_per_shard: int = 4
-    """Batches sent to one shard and not yet stored; when every shard is this busy,
-    finished samples wait (as object refs) and their evaluators get no new task."""
-    replay_requests_in_flight_per_shard: int = 2
-    """Replay batches being fetched from each shard at once (the learner's prefetch)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in (
-            "num_replay_shards",
-            "max_adds_in_flight_per_shard",
-            "replay_requests_in_flight_per_shard",
-        ):
-            self.check(name, getattr(self, name) >= 1, "must be >= 1")
-        self.check(
-            "buffer_size",
-            self.buffer_size >= self.num_replay_shards,
-            f"must be >= num_replay_shards={self.num_replay_shards} (one row per shard)",
-        )
-        self.check("num_cpus_per_replay_shard", self.num_cpus_per_replay_shard >= 0, ">= 0")
 
 
 class ShardedReplay:
@@ -89,9 +58,13 @@ class ShardedReplay:
         seeds = [None if config.seed is None else config.seed + i for i in range(n)]
         buffer = (self.capacity, config.prioritized_replay, config.prioritized_replay_alpha)
         args = [(*buffer, self.learning_starts, seed) for seed in seeds]
+        self._shard_args = args
+        self.generation = [0] * n
+        """Per shard: how many times it was recreated (tags replayed batches)."""
+        self.num_replay_shard_restarts = 0
         if remote:
-            shard_class = ReplayShard.as_remote(config.num_cpus_per_replay_shard)
-            self.shards: list[Any] = [shard_class.remote(*a) for a in args]
+            self._shard_class = ReplayShard.as_remote(config.num_cpus_per_replay_shard)
+            self.shards: list[Any] = [self._shard_class.remote(*a) for a in args]
             get([s.stats.remote() for s in self.shards])  # started now, not lazily
         else:
             self.shards = [ReplayShard(*a) for a in args]
@@ -132,14 +105,17 @@ class ShardedReplay:
             self._next_add = (shard + 1) % n
             tag, batch_ref, priorities_ref, rows = self.waiting.popleft()
             actor = self.shards[shard]
-            self.adds.add(actor, actor.add_batch.remote(batch_ref, priorities_ref), (shard, rows))
+            ref = actor.add_batch.remote(batch_ref, priorities_ref)
+            self.adds.add(actor, ref, (shard, self.generation[shard], rows))
             routed.append(tag)
         return routed
 
     def poll_adds(self) -> None:
         """Account for every add the shards acknowledged since the last call."""
         for done in self.adds.poll():
-            shard, rows = done.tag
+            shard, generation, rows = done.tag
+            if generation != self.generation[shard]:
+                continue  # an add to a shard that was lost since
             if done.error is not None:
                 self._failed(shard, done.error, rows)
             else:
@@ -158,7 +134,24 @@ class ShardedReplay:
         if rows and isinstance(error, rex.ObjectLostError):  # the sample was lost, not the shard
             self.num_samples_dropped += rows
             return
-        raise RuntimeError(f"apex: replay shard {shard} failed: {error!r}") from error
+        if not (self.remote and isinstance(error, rex.RayActorError)):
+            raise RuntimeError(f"apex: replay shard {shard} failed: {error!r}") from error
+        self.num_samples_dropped += rows
+        self._recreate(shard)
+
+    def _recreate(self, shard: int) -> None:
+        """Replace lost shard actor ``shard`` by a new, empty one (same settings)."""
+        import ray
+
+        old = self.shards[shard]
+        with contextlib.suppress(Exception):  # already gone
+            ray.kill(old, no_restart=True)
+        self.adds.mark_dead(old)  # adds and replays in flight on it are lost
+        self.tasks.mark_dead(old)
+        self.shards[shard] = self._shard_class.remote(*self._shard_args[shard])
+        self.generation[shard] += 1
+        self.sizes[shard] = 0
+        self.num_replay_shard_restarts += 1
 
     # -- replay out --------------------------------------------------------------------
     def _targets(self, has_room: Callable[[int], bool]) -> Iterator[int]:
@@ -184,37 +177,47 @@ class ShardedReplay:
         limit, size = self.config.replay_requests_in_flight_per_shard, self.config.train_batch_size
         for shard in self._targets(lambda s: self.tasks.count(self.shards[s]) < limit):
             actor = self.shards[shard]
-            self.tasks.add(actor, actor.replay.remote(size, beta), tag=("replay", shard))
+            key = (shard, self.generation[shard])
+            self.tasks.add(actor, actor.replay.remote(size, beta), tag=("replay", key))
 
     def replay_local(
         self, beta: float, has_room: Callable[[], bool]
     ) -> Iterator[tuple[int, SampleBatch]]:
-        """In-process: ``(shard, batch)`` replayed within the credit while ``has_room()``."""
+        """In-process: ``(key, batch)`` replayed within the credit while ``has_room()``."""
         for shard in self._targets(lambda _: has_room()):
             item = self.replayed(
-                shard, self.shards[shard].replay(self.config.train_batch_size, beta)
+                (shard, self.generation[shard]),
+                self.shards[shard].replay(self.config.train_batch_size, beta),
             )
             if item is not None:
                 yield item
 
     def replayed(
-        self, shard: int, batch: SampleBatch | None, error: BaseException | None = None
-    ) -> tuple[int, SampleBatch] | None:
-        """A finished replay request: ``(shard, batch)`` to learn on, or None."""
+        self, key: tuple[int, int], batch: SampleBatch | None, error: BaseException | None = None
+    ) -> tuple[tuple[int, int], SampleBatch] | None:
+        """A finished replay request from shard ``key = (shard, generation)``: ``(key,
+        batch)`` to learn on, or None (not ready, or the shard was lost)."""
+        shard, generation = key
         if error is not None:
-            self._failed(shard, error)
+            if generation == self.generation[shard]:
+                self._failed(shard, error)
+            return None
         if batch is None:  # the shard was not ready after all: give the credit back
             self.credit += self.config.train_batch_size
             return None
-        return shard, batch
+        return key, batch
 
-    def update_priorities(self, shard: int, indexes: np.ndarray, td_error: np.ndarray) -> None:
-        """Send ``|td_error| + eps`` of replayed rows back to their shard (prioritized only).
+    def update_priorities(
+        self, key: tuple[int, int], indexes: np.ndarray, td_error: np.ndarray
+    ) -> None:
+        """Send ``|td_error| + eps`` of replayed rows back to their shard (prioritized only;
+        dropped if the shard was recreated since: the rows are gone).
 
         Remote calls are fire-and-forget yet bounded: a shard runs the driver's calls in
         order, so these are done before that shard's next replay batch returns.
         """
-        if not self.config.prioritized_replay:
+        shard, generation = key
+        if not self.config.prioritized_replay or generation != self.generation[shard]:
             return
         priorities = np.abs(td_error) + self.config.prioritized_replay_eps
         if self.remote:
@@ -231,6 +234,7 @@ class ShardedReplay:
             "replay_requests_in_flight": sum(map(self.tasks.count, self.shards)),
             "batches_waiting_for_shard": len(self.waiting),
             "num_samples_dropped": self.num_samples_dropped,
+            "num_replay_shard_restarts": self.num_replay_shard_restarts,
         }
 
     def stop(self) -> None:

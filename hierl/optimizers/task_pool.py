@@ -82,6 +82,12 @@ class TaskPool:
             self._pop(ref)
             self.num_lost_tasks += 1
 
+    def revive(self, actor: Any) -> None:
+        """Take ``actor`` off ``dead`` (its failure was another actor's, e.g. an argument's
+        producer died); its dropped tasks stay dropped."""
+        if actor in self.dead:
+            self.dead.remove(actor)
+
     def wait(
         self, timeout_s: float | None = None, fetch: bool = True, num_returns: int = 1
     ) -> list[Finished]:
