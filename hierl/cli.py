@@ -719,12 +719,19 @@ def _train_loop(
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
+    from hierl.algorithms.registry import get_trainer_class
     from hierl.algorithms.trainer import Trainer
-    from hierl.checkpoint import CheckpointError
+    from hierl.checkpoint import CheckpointError, load_checkpoint
     from hierl.config import ConfigError
 
     path = resolve_checkpoint(args.checkpoint)
     try:
+        algo = str(load_checkpoint(path)[0].get("algorithm"))
+        if not issubclass(get_trainer_class(algo), Trainer):
+            raise CLIError(
+                f"rollout serves one policy, but '{path}' is a checkpoint of the nested "
+                f"algorithm {algo}; load it in Python with BaseTrainer.from_checkpoint"
+            )
         trainer = Trainer.from_checkpoint(path, num_evaluators=0)
     except (CheckpointError, ConfigError) as e:
         raise CLIError(str(e)) from None

@@ -422,3 +422,15 @@ def test_rollout_of_a_multi_agent_env_is_a_clear_error():
     config = PPOConfig.from_dict({"env": make_multi_agent("CartPole-v1")})
     with pytest.raises(CLIError, match="is a MultiAgentEnv"):
         _make_rollout_env(config)
+
+
+def test_rollout_of_a_nested_algorithm_checkpoint_is_a_clear_error(tmp_path, capsys):
+    from hierl.algorithms.alphazero import AlphaZeroTrainer
+
+    config = {"env": "hierl/TicTacToe-v0", "num_self_play_workers": 0}
+    with AlphaZeroTrainer(config) as trainer:
+        path = trainer.save(tmp_path / "ckpt")
+    assert main(["rollout", str(path), "--episodes", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "nested algorithm ALPHAZERO" in err and "BaseTrainer.from_checkpoint" in err
