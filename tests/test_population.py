@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 
 from hierl.algorithms.a2c import A3CTrainer
-from hierl.algorithms.population import A3CESTrainer, PPOESTrainer, perturbed
+from hierl.algorithms.population import (
+    A3CESTrainer,
+    MemberFailureError,
+    PPOESTrainer,
+    perturbed,
+)
 from hierl.algorithms.ppo import PPOTrainer
 from hierl.algorithms.resources import trainer_bundles
 from hierl.algorithms.trainer_base import BaseTrainer
@@ -71,6 +76,8 @@ def test_config_errors_name_the_field():
         PPOESTrainer.config_class.from_dict(population_config(population_size=1))
     with pytest.raises(ConfigError, match="copy_probability"):
         PPOESTrainer.config_class.from_dict(population_config(copy_probability=2.0))
+    with pytest.raises(ConfigError, match="max_member_restarts"):
+        PPOESTrainer.config_class.from_dict(population_config(max_member_restarts=-1))
 
 
 def test_resources_are_every_members_bundles():
@@ -158,3 +165,88 @@ def test_ppo_es_nests_in_a_tune_trial_within_its_reservation(ray_session, tmp_pa
     metrics = results[0].metrics
     assert metrics["training_iteration"] == 2
     assert metrics["population/iterations/0"] == metrics["population/iterations/1"] == 1
+
+
+def assert_states_equal(a, b, path: str = "state") -> None:
+    """Nested dicts / lists of arrays and scalars are exactly equal."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), path
+        for k in a:
+            assert_states_equal(a[k], b[k], f"{path}/{k}")
+    elif isinstance(a, list | tuple):
+        assert isinstance(b, list | tuple) and len(a) == len(b), path
+        for k, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_states_equal(x, y, f"{path}/{k}")
+    else:
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=path)
+
+
+def kill_member(ray_session, trainer, index: int) -> None:
+    """Kill member ``index``'s actor and wait until Ray reports it dead (a call sent
+    right after ``ray.kill`` may still be served)."""
+    actor = trainer.members[index][0]
+    ray_session.kill(actor, no_restart=True)
+    for _ in range(100):
+        try:
+            ray_session.get(actor.get_weights.remote(), timeout=60)
+        except ray_session.exceptions.RayActorError:
+            return
+    raise AssertionError(f"member {index} still answers after ray.kill")
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+def test_killed_member_is_recreated_with_the_best_members_complete_state(ray_session):
+    member = {**PPO_MEMBER, "train_batch_size": 400, "sgd_minibatch_size": 200}
+    config = population_config(
+        population_size=3,
+        max_member_iterations_per_round=1,
+        member_config={**member, "num_sgd_iter": 2},
+        max_member_restarts=2,
+    )
+    with PPOESTrainer(config) as trainer:
+        result = trainer.train()
+        assert result["population/num_member_restarts"] == 0
+        scores = [result[f"population/episode_reward_mean/{i}"] for i in range(3)]
+        assert not np.isnan(scores).any()
+
+        # between rounds: kill the round's best member; the first call that reaches it
+        # (here a checkpoint's get_state) recreates it from the best survivor
+        dead = result["population/best_member"]
+        source = max((i for i in range(3) if i != dead), key=lambda i: scores[i])
+        old_actor = trainer.members[dead][0]
+        kill_member(ray_session, trainer, dead)
+        state = trainer.get_state()
+        assert trainer.num_member_restarts == 1 and trainer.members[dead][0] is not old_actor
+        assert trainer.member_failures[0][0] == dead
+        assert "killed by `ray.kill`" in trainer.member_failures[0][1]
+        # weights, Adam moments, filters, counters, rollout position: all the source's
+        members = state["members"]
+        assert_states_equal(members[str(dead)], members[str(source)])
+        assert_weights_equal(weights_of(trainer, dead), weights_of(trainer, source))
+        assert state["counters"]["num_member_restarts"] == 1
+
+        # during a round: the dead member's train() fails, it is recreated, rejoins
+        result = trainer.train()
+        assert result["population/num_member_restarts"] == 1
+        kill_member(ray_session, trainer, 1)
+        result = trainer.train()
+        assert result["population/num_member_restarts"] == 2
+        assert [result[f"population/iterations/{i}"] for i in range(3)] == [1, 1, 1]
+        assert result["timesteps_total"] == 3 * 3 * 400  # 3 rounds x 3 members x 400
+        assert result["training_iteration"] == 3
+        assert len(result["population/copies"]) == 1
+
+        # the restart budget is spent: the next failure ends training, naming the member
+        kill_member(ray_session, trainer, 2)
+        with pytest.raises(MemberFailureError, match=r"member 2 .*max_member_restarts=2 .*2 made"):
+            trainer.train()
+
+
+def test_errors_other_than_member_failures_propagate_unchanged():
+    trainer = PPOESTrainer.__new__(PPOESTrainer)  # no members needed: nothing is recreated
+    trainer.member_failures = []
+    error = ValueError("non-finite loss")
+    with pytest.raises(ValueError, match="non-finite loss") as raised:
+        trainer._recover(0, error)
+    assert raised.value is error and trainer.member_failures == []

@@ -5,11 +5,18 @@ RLlib (ICML 2018) §3.4 and the arXiv version's appendix E.2: stock, unmodified 
 actors; each ES round trains them for a time budget with ``ray.wait`` over their
 ``train()`` calls, ranks them by return, and the bottom half copies the weights of the
 top half plus Gaussian noise.  Nothing in PPO or A3C knows about it.
+
+Fault tolerance (the helpers at the end of ``PopulationTrainer``): a member whose actor
+dies (or whose env error escapes it) is recreated with the same index and config and
+given the complete state (weights, optimizer moments, filters, counters) of the best
+surviving member, then rejoins the round; at most ``max_member_restarts`` times in all.
+Each member recovers its own evaluators.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from typing import Any, ClassVar
 
@@ -19,8 +26,11 @@ from hierl.algorithms.a2c import A3CTrainer
 from hierl.algorithms.ppo import PPOTrainer
 from hierl.algorithms.resources import start_trainer_actor, stop_trainer_actor, trainer_bundles
 from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
+from hierl.evaluators.evaluator_set import is_evaluator_failure
 from hierl.evaluators.ray_runtime import ensure_ray
 from hierl.policy_graph import Weights
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -49,6 +59,8 @@ class PopulationConfig(BaseConfig):
     """Std of the Gaussian noise added to every copied weight."""
     copy_probability: float = 1.0
     """Chance that a bottom-half member copies its top-half partner (the paper: 0.5)."""
+    max_member_restarts: int = 10
+    """Member actors recreated after a failure, in all, before one ends training."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -59,6 +71,7 @@ class PopulationConfig(BaseConfig):
         )
         self.check("noise_stdev", self.noise_stdev >= 0, "must be >= 0")
         self.check("copy_probability", 0 <= self.copy_probability <= 1, "must be in [0, 1]")
+        self.check("max_member_restarts", self.max_member_restarts >= 0, "must be >= 0")
 
 
 def perturbed(weights: dict[str, Weights], noise_stdev: float, seed: int) -> dict[str, Weights]:
@@ -71,6 +84,11 @@ def perturbed(weights: dict[str, Weights], noise_stdev: float, seed: int) -> dic
         }
         for pid, policy in weights.items()
     }
+
+
+class MemberFailureError(RuntimeError):
+    """A member failure that ends training (``max_member_restarts`` used up, or no
+    surviving member to copy); the last failure's error is chained as ``__cause__``."""
 
 
 class PopulationTrainer(BaseTrainer):
@@ -90,6 +108,12 @@ class PopulationTrainer(BaseTrainer):
         self.members = [start_trainer_actor(self.member_class, c) for c in self.member_configs]
         self.timesteps_total = 0
         self.rng = np.random.default_rng(cfg.seed)
+        self.scores = [float("nan")] * cfg.population_size
+        """Each member's latest ``episode_reward_mean`` (picks the state a new member gets)."""
+        self.num_member_restarts = 0
+        """Member actors recreated so far."""
+        self.member_failures: list[tuple[int, str]] = []
+        """``(member index, error text)`` of every failure handled, oldest first."""
 
     @staticmethod
     def _member_dict(cfg: PopulationConfig, i: int) -> dict[str, Any]:
@@ -112,35 +136,32 @@ class PopulationTrainer(BaseTrainer):
 
     def train(self) -> dict[str, Any]:
         """One ES round: train every member for the time budget, then exploit/explore."""
-        import ray
-
         cfg, start, steps_before = self.config, time.perf_counter(), self.timesteps_total
-        actors = [actor for actor, _ in self.members]
-        pending = {a.train.remote(): i for i, a in enumerate(actors)}
-        iterations, last = [0] * len(actors), [{}] * len(actors)
+        n, limit = len(self.members), cfg.max_member_iterations_per_round
+        iterations, last = [0] * n, [{}] * n
+
+        def wants_more(i: int) -> bool:  # every member trains at least once per round
+            more = limit in (0, None) or iterations[i] < limit
+            return iterations[i] == 0 or (more and time.perf_counter() - start < cfg.round_time_s)
+
+        pending = {self.members[i][0].train.remote(): i for i in range(n)}
         while pending:
-            [ref], _ = ray.wait(list(pending), timeout=cfg.sample_timeout_s)
-            i = pending.pop(ref)
-            last[i], iterations[i] = self._get(ref), iterations[i] + 1
-            self.timesteps_total += int(last[i].get("timesteps_this_iter", 0))
-            more = cfg.max_member_iterations_per_round in (0, None) or (
-                iterations[i] < cfg.max_member_iterations_per_round
-            )
-            if more and time.perf_counter() - start < cfg.round_time_s:
-                pending[actors[i].train.remote()] = i
-        scores = [r.get("episode_reward_mean", float("nan")) for r in last]
+            i, result = self._next_result(pending)  # a failed member is recreated in it
+            if result is not None:
+                last[i], iterations[i] = result, iterations[i] + 1
+                self.scores[i] = result.get("episode_reward_mean", float("nan"))
+                self.timesteps_total += int(result.get("timesteps_this_iter", 0))
+            if wants_more(i):
+                pending[self.members[i][0].train.remote()] = i
         # CRUCIAL: NaN (no finished episode yet) ranks lowest, not arbitrarily.
-        ranked = sorted(
-            range(len(actors)), key=lambda i: -np.inf if np.isnan(scores[i]) else scores[i]
-        )
+        ranked = sorted(range(n), key=lambda i: _rank_key(self.scores[i]))
         mid = len(ranked) // 2
         copies = []
         for winner, loser in zip(ranked[len(ranked) - mid :], ranked[:mid], strict=True):
             if self.rng.random() < cfg.copy_probability:
                 seed = int(self.rng.integers(2**31))
-                weights = self._get(actors[winner].get_weights.remote())
-                new = perturbed(weights, cfg.noise_stdev, seed)
-                self._get(actors[loser].set_weights.remote(new))
+                weights = self._call(winner, "get_weights")
+                self._call(loser, "set_weights", perturbed(weights, cfg.noise_stdev, seed))
                 copies.append({"winner": winner, "loser": loser, "seed": seed})
         best, steps = ranked[-1], self.timesteps_total - steps_before
         result = {
@@ -150,35 +171,35 @@ class PopulationTrainer(BaseTrainer):
             "sample_throughput": steps / max(time.perf_counter() - start, 1e-9),
             "population/best_member": best,
             "population/copies": copies,
+            "population/num_member_restarts": self.num_member_restarts,
         }
-        for i, score in enumerate(scores):
-            result[f"population/episode_reward_mean/{i}"] = score
+        for i in range(n):
+            result[f"population/episode_reward_mean/{i}"] = self.scores[i]
             result[f"population/iterations/{i}"] = iterations[i]
         return self.finish_iteration(result, start)
 
     def get_state(self) -> dict[str, Any]:
         """Every member's complete state plus the loop's counters and RNG."""
-        members = self._get([actor.get_state.remote() for actor, _ in self.members])
+        members = self._call_all("get_state")
         return {
             "members": {str(i): s for i, s in enumerate(members)},
             "counters": {
                 "iteration": self.iteration,
                 "time_total_s": self.time_total_s,
                 "timesteps_total": self.timesteps_total,
+                "num_member_restarts": self.num_member_restarts,
             },
             "rng": self.rng.bit_generator.state,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Inverse of ``get_state``."""
-        refs = [
-            a.set_state.remote(state["members"][str(i)]) for i, (a, _) in enumerate(self.members)
-        ]
-        self._get(refs)
+        self._call_all("set_state", [(state["members"][str(i)],) for i in range(len(self.members))])
         counters = state["counters"]
         self.iteration = int(counters["iteration"])
         self.time_total_s = float(counters["time_total_s"])
         self.timesteps_total = int(counters["timesteps_total"])
+        self.num_member_restarts = int(counters.get("num_member_restarts", 0))
         self.rng.bit_generator.state = state["rng"]
 
     def stop(self) -> None:
@@ -186,6 +207,104 @@ class PopulationTrainer(BaseTrainer):
         for actor, pg in self.members:
             stop_trainer_actor(actor, pg)
         self.members = []
+
+    # -- member failures -----------------------------------------------------------------
+    def recreate_member(self, index: int, error: BaseException | None = None) -> Any:
+        """Replace member ``index`` (its actor died or failed with ``error``): stop it,
+        start a new actor with the same config and give it the complete state of the
+        best surviving member (by latest ``episode_reward_mean``).  Returns the new actor.
+
+        Raises MemberFailureError once ``max_member_restarts`` recreations were made.
+        """
+        if self.num_member_restarts >= self.config.max_member_restarts:
+            raise MemberFailureError(
+                f"member {index} failed after max_member_restarts="
+                f"{self.config.max_member_restarts} recreations ({self.num_member_restarts} "
+                f"made); the last error: {error}"
+            ) from error
+        stop_trainer_actor(*self.members[index], timeout_s=10.0)  # tolerates a dead actor
+        self.members[index] = start_trainer_actor(self.member_class, self.member_configs[index])
+        source, state = self._best_surviving_state(exclude=index)
+        # CRUCIAL: the whole state (weights, Adam moments, filters, counters), not just the
+        # weights: fresh optimizer moments or observation filters would change what the
+        # copied weights compute.  Its evaluators keep member ``index``'s own env seeds.
+        self._get(self.members[index][0].set_state.remote(state))
+        self.scores[index] = self.scores[source]  # a copy of the source until it trains
+        self.num_member_restarts += 1
+        logger.warning("member %d recreated with the state of member %d", index, source)
+        return self.members[index][0]
+
+    def _best_surviving_state(self, exclude: int) -> tuple[int, dict[str, Any]]:
+        """``(i, get_state())`` of the best-scoring member i != ``exclude`` that answers."""
+        others = sorted(
+            (i for i in range(len(self.members)) if i != exclude),
+            key=lambda i: _rank_key(self.scores[i]),
+            reverse=True,
+        )
+        error: BaseException | None = None
+        for i in others:  # one that fails too is recreated when its own call fails
+            try:
+                return i, self._get(self.members[i][0].get_state.remote())
+            except Exception as e:
+                if not is_evaluator_failure(e):
+                    raise
+                error = e
+        raise MemberFailureError(
+            f"no surviving member to copy into recreated member {exclude}; the last error: {error}"
+        ) from error
+
+    def _recover(self, index: int, error: BaseException) -> Any:
+        """Recreate member ``index`` if ``error`` is a member failure; else re-raise it."""
+        if not is_evaluator_failure(error):
+            raise error
+        self.member_failures.append((index, f"{type(error).__name__}: {error}"))
+        logger.warning("member %d failed: %s: %s", index, type(error).__name__, error)
+        return self.recreate_member(index, error)
+
+    def _next_result(self, pending: dict[Any, int]) -> tuple[int, dict[str, Any] | None]:
+        """Pop the first finished ``train()`` of ``pending`` (ref → member index):
+        ``(index, result)``, or ``(index, None)`` after its member failed and was
+        recreated (the failed call does not count as one of its iterations)."""
+        import ray
+
+        ready, _ = ray.wait(list(pending), timeout=self.config.sample_timeout_s)
+        if not ready:
+            raise TimeoutError(
+                f"no member finished train() within sample_timeout_s="
+                f"{self.config.sample_timeout_s}s (waiting on members "
+                f"{sorted(pending.values())})"
+            )
+        index = pending.pop(ready[0])
+        try:
+            return index, self._get(ready[0])
+        except Exception as error:
+            self._recover(index, error)
+            return index, None
+
+    def _call(self, index: int, method: str, *args: Any) -> Any:
+        """Member ``index``'s ``method(*args)``; see ``_get_member``."""
+        ref = getattr(self.members[index][0], method).remote(*args)
+        return self._get_member(index, ref, method, args)
+
+    def _call_all(self, method: str, args: list[tuple] | None = None) -> list[Any]:
+        """``method(*args[i])`` on every member i in parallel; see ``_get_member``."""
+        args = args or [()] * len(self.members)
+        refs = [getattr(a, method).remote(*args[i]) for i, (a, _) in enumerate(self.members)]
+        return [self._get_member(i, ref, method, args[i]) for i, ref in enumerate(refs)]
+
+    def _get_member(self, index: int, ref: Any, method: str, args: tuple) -> Any:
+        """The value of ``ref`` (member ``index``'s ``method(*args)``); if the member
+        failed, the value of the same call on the member recreated in its place."""
+        try:
+            return self._get(ref)
+        except Exception as error:
+            actor = self._recover(index, error)
+            return self._get(getattr(actor, method).remote(*args))
+
+
+def _rank_key(score: float) -> float:
+    """Sort key of a member's score: NaN (no finished episode yet) lowest."""
+    return -np.inf if np.isnan(score) else score
 
 
 class PPOESTrainer(PopulationTrainer):
