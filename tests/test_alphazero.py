@@ -6,6 +6,7 @@ import contextlib
 import io
 import itertools
 import json
+import time
 
 import numpy as np
 import pytest
@@ -356,6 +357,113 @@ def test_new_best_is_broadcast_to_remote_self_play_and_learners(ray_session):
         assert result["candidates_evaluated"] >= 0 and result["best_model_version"] >= 1
     finally:
         trainer.stop()
+
+
+# -- fault tolerance -------------------------------------------------------------------
+def _kill_and_wait(ray, actor) -> None:
+    """Kill ``actor`` and wait until Ray reports it dead (a call sent right after
+    ``ray.kill`` may still be served)."""
+    ray.kill(actor, no_restart=True)
+    for _ in range(100):
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=60)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{actor} still answers after ray.kill")
+
+
+def _assert_same_weights(a, b) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(180)
+def test_dead_self_play_replay_and_learner_actors_are_recreated(ray_session):
+    import ray
+
+    trainer = AlphaZeroTrainer(_config(num_self_play_workers=2, num_learners=1))
+    try:
+        first = trainer.train()
+        assert first["num_actor_restarts"] == 0
+        # a best that no freshly built network has, so a recreated actor must be sent it
+        best = _scaled(trainer.get_weights(), -0.25)
+        assert trainer.on_compare_result(ArenaResult(20, 0, 0), best)
+        old_self_play, old_replay = trainer.self_play[0], trainer.replay
+        old_learner = trainer.learners[0]
+        for actor in (old_self_play, old_replay, old_learner):
+            _kill_and_wait(ray, actor)
+        # the loop meets the dead self-play actor's in-flight task and recreates it
+        for _ in range(200):
+            if trainer.actor_restarts["self_play"]:
+                break
+            trainer._step()
+        new = trainer.self_play[0]
+        assert trainer.actor_restarts["self_play"] == 1 and new is not old_self_play
+        got = ray.get(new.get_weights.remote(), timeout=60)[DEFAULT_POLICY_ID]
+        _assert_same_weights(got, trainer.get_weights())
+        if trainer.best_version == 1 + first["best_model_version"]:  # no newer best yet
+            _assert_same_weights(got, best)
+
+        # training continues: rounds need a live learner and replay, so both were recreated
+        second = trainer.train()
+        assert second["actor_restarts/self_play"] == 1
+        assert second["actor_restarts/replay"] == 1
+        assert second["actor_restarts/learner"] == 1
+        assert second["actor_restarts/arena"] == 0 and second["num_actor_restarts"] == 3
+        assert trainer.replay is not old_replay and trainer.learners[0] is not old_learner
+        assert second["train_rounds"] >= first["train_rounds"] + 2
+        # the new replay buffer started empty and refilled to learning_starts
+        assert second["replay_size"] >= 128
+        assert second["episodes_this_iter"] > 0
+        third = trainer.train()
+        assert third["num_actor_restarts"] == 3
+        assert third["train_rounds"] >= second["train_rounds"] + 2
+        assert third["strength/wins"] + third["strength/draws"] + third["strength/losses"] == 4
+    finally:
+        trainer.stop()
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(180)
+def test_lost_arena_is_recreated_and_restarts_are_bounded(ray_session):
+    import ray
+
+    from hierl.evaluators.evaluator_set import EvaluatorFailureError
+
+    from hierl.algorithms.alphazero.components import Arena
+
+    trainer = AlphaZeroTrainer(_config(num_self_play_workers=1, max_actor_restarts=2))
+    try:
+        # a strength estimate lost with its arena is replayed (same weights and seeds)
+        # on the recreated arena: the very result a healthy arena gives
+        _kill_and_wait(ray, trainer.arenas[0])
+        got, version = trainer._estimate_strength()
+        assert trainer.actor_restarts["arena"] == 1 and version == 0
+        local = Arena(trainer.observation_space, trainer.action_space, trainer.config, None)
+        want = local.strength(trainer.get_weights(), trainer.opponent, 4, 1_000_003)
+        assert got == want and got.games == 4
+        trainer.train()
+        _kill_and_wait(ray, trainer.arenas[0])
+        # its comparison (re-queued) or the strength estimate (replayed) is lost
+        result = trainer.train()
+        assert result["actor_restarts/arena"] == 2 and result["num_actor_restarts"] == 2
+        assert result["strength/wins"] + result["strength/draws"] + result["strength/losses"] == 4
+        _kill_and_wait(ray, trainer.self_play[0])
+        with pytest.raises(
+            EvaluatorFailureError,
+            match=r"self_play actor 0 failed after max_actor_restarts=2 recreations \(2 made",
+        ):
+            trainer.train()
+    finally:
+        trainer.stop()
+
+
+def test_max_actor_restarts_must_not_be_negative():
+    with pytest.raises(ConfigError, match=r"max_actor_restarts.*-1"):
+        AlphaZeroConfig.from_dict(_config(max_actor_restarts=-1))
 
 
 # -- results, checkpoints, resources, config ----------------------------------------------

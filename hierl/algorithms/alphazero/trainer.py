@@ -27,6 +27,22 @@ bound makes tests reproducible in size), then measures the best model's strength
 against a fixed opponent (``strength_opponent``) while the loop keeps routing results,
 and returns.  ``episode_reward_mean`` is that strength score in [0, 1] (1 = won every
 game, 0.5 = all draws; for Tic-Tac-Toe against perfect minimax, 0.5 is perfect play).
+
+Fault tolerance (Ray only; in-process every error propagates): a task that fails because
+an actor died (killed, crashed, node lost) or a self-play env raised makes the loop
+recreate that actor in place, same role, index and options (see ``_on_task_failure``):
+
+* a self-play evaluator or learner gets the current best weights before any new task
+  (a recreated learner's line restarts from the best; its queued candidate is dropped);
+* a recreated replay buffer starts **empty**: the learners wait for ``learning_starts``
+  new positions while self-play games keep arriving;
+* a comparison lost with its arena actor is re-queued (unless the best changed or the
+  same learner has a newer candidate); a lost strength estimate is replayed, same seed;
+* the dead actor's other in-flight tasks are dropped from the loop and their work is
+  re-queued (self-play continues, learners and arenas become free again).
+
+Results count ``num_actor_restarts`` and ``actor_restarts/<role>``; more than
+``max_actor_restarts`` in all ends training with EvaluatorFailureError.
 """
 
 from __future__ import annotations
@@ -34,6 +50,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -51,10 +68,21 @@ from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
 from hierl.config import ConfigError
 from hierl.evaluators.board_games import TicTacToe
 from hierl.evaluators.env import env_spaces, resolve_env_creator
+from hierl.evaluators.evaluator_set import (
+    DEFAULT_MAX_EVALUATOR_RESTARTS,
+    EvaluatorFailureError,
+    is_evaluator_failure,
+)
 from hierl.evaluators.policy_evaluator import seed_everything
 from hierl.optimizers.replay_buffer import ReplayBuffer
 from hierl.policy_graph import Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("self_play", "replay", "learner", "arena")
+"""The actor roles, as named in ``actor_restarts/<role>``."""
+_TASK_ROLE = {"self_play": "self_play", "train": "learner", "compare": "arena", "strength": "arena"}
 
 
 @dataclasses.dataclass
@@ -138,6 +166,11 @@ class AlphaZeroConfig(BaseConfig):
     """Seconds of the event loop per ``train()`` (None: only ``train_rounds_per_iter``)."""
     train_rounds_per_iter: int | None = None
     """Also end the iteration after this many training rounds (None: time only)."""
+    # -- fault tolerance --
+    max_actor_restarts: int = DEFAULT_MAX_EVALUATOR_RESTARTS
+    """Actors (self-play, replay, learner, arena) recreated in all after failures (actor
+    or node died, a self-play env raised); the next failure ends training with an error
+    naming the actor, the count and the last error."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -183,6 +216,7 @@ class AlphaZeroConfig(BaseConfig):
             "auto, minimax, mcts or random",
         )
         self.check("baseline_simulations", self.baseline_simulations >= 1, "must be >= 1")
+        self.check("max_actor_restarts", self.max_actor_restarts >= 0, "must be >= 0")
         self.check(
             "time_budget_s", self.time_budget_s is None or self.time_budget_s > 0, "None or > 0"
         )
@@ -259,7 +293,8 @@ class AlphaZeroTrainer(BaseTrainer):
     ``strength/wins|draws|losses``, ``strength/model_version``), ``best_model_version``,
     ``candidates_accepted``, ``candidates_rejected``, ``candidates_evaluated``,
     ``replay_size``, ``num_self_play_games``, ``first_player_win_rate``, ``draw_rate``,
-    ``arena/last_score`` and the latest learner stats under ``learner/``.
+    ``arena/last_score``, ``num_actor_restarts``, ``actor_restarts/<role>`` (role in
+    :data:`ROLES`) and the latest learner stats under ``learner/``.
     ``timesteps_total`` counts self-play moves, ``episodes_total`` self-play games.
     """
 
@@ -286,6 +321,9 @@ class AlphaZeroTrainer(BaseTrainer):
         self.learner_stats: dict[str, float] = {}
         self.last_arena_score = float("nan")
         self._rt = _Runtime(c.num_self_play_workers > 0, c.sample_timeout_s)
+        self.actor_restarts: collections.Counter[str] = collections.Counter()
+        """Role → actors of that role recreated after a failure (Ray only)."""
+        self._retired: dict[str, tuple[str, int]] = {}  # replaced actor's id → role, index
         self._build_components()
         self._outstanding: dict[Any, tuple[str, int, Any]] = {}
         self._idle_learners: set[int] = set(range(len(self.learners)))
@@ -298,24 +336,20 @@ class AlphaZeroTrainer(BaseTrainer):
     def _build_components(self) -> None:
         c = self.config
         spaces = (self.observation_space, self.action_space)
-        seed = c.seed
         evaluator_kwargs = {
             "env_config": c.env_config,
             "num_envs": c.num_envs_per_self_play_worker,
             "rollout_fragment_length": c.rollout_fragment_length,
             "batch_mode": "complete_episodes",
-            "seed": seed,
+            "seed": c.seed,
         }
-
-        def sub_seed(k: int) -> int | None:
-            return None if seed is None else seed + 7919 * k
-
-        replay_seed = sub_seed(1)
+        self._evaluator_kwargs = evaluator_kwargs  # recreated self-play actors get the same
+        sub_seed = self._sub_seed
         if not self._rt.use_ray:
             self.self_play = [
                 SelfPlayEvaluator(c.env, AlphaZeroPolicy, c, worker_index=0, **evaluator_kwargs)
             ]
-            self.replay = ReplayBuffer(c.replay_capacity, replay_seed)
+            self.replay = ReplayBuffer(c.replay_capacity, sub_seed(1))
             self.learners = [
                 AlphaZeroLearner(*spaces, c, sub_seed(10 + j)) for j in range(c.num_learners)
             ]
@@ -337,24 +371,40 @@ class AlphaZeroTrainer(BaseTrainer):
                 f"cluster has {available:g}: lower num_self_play_workers / num_learners / "
                 "num_arena_workers or their num_cpus_per_* fractions"
             )
-        sp_cls = SelfPlayEvaluator.as_remote(num_cpus=c.num_cpus_per_self_play_worker)
-        self.self_play = [
-            sp_cls.remote(
-                c.env, AlphaZeroPolicy, c, worker_index=i + 1, num_threads=1, **evaluator_kwargs
+        self.self_play = [self._make_actor("self_play", i) for i in range(c.num_self_play_workers)]
+        self.replay = self._make_actor("replay", 0)
+        self.learners = [self._make_actor("learner", j) for j in range(c.num_learners)]
+        self.arenas = [self._make_actor("arena", a) for a in range(c.num_arena_workers)]
+
+    def _sub_seed(self, k: int) -> int | None:
+        return None if self.config.seed is None else self.config.seed + 7919 * k
+
+    def _make_actor(self, role: str, index: int) -> Any:
+        """A new Ray actor for ``role`` (one of :data:`ROLES`) with index ``index``."""
+        import ray
+
+        c = self.config
+        spaces = (self.observation_space, self.action_space)
+        if role == "self_play":
+            return SelfPlayEvaluator.as_remote(num_cpus=c.num_cpus_per_self_play_worker).remote(
+                c.env,
+                AlphaZeroPolicy,
+                c,
+                worker_index=index + 1,
+                num_threads=1,
+                **self._evaluator_kwargs,
             )
-            for i in range(c.num_self_play_workers)
-        ]
-        self.replay = ray.remote(num_cpus=c.num_cpus_for_replay)(ReplayBuffer).remote(
-            c.replay_capacity, replay_seed
+        if role == "replay":
+            return ray.remote(num_cpus=c.num_cpus_for_replay)(ReplayBuffer).remote(
+                c.replay_capacity, self._sub_seed(1)
+            )
+        if role == "learner":
+            return ray.remote(num_cpus=c.num_cpus_per_learner)(AlphaZeroLearner).remote(
+                *spaces, c, self._sub_seed(10 + index), 1
+            )
+        return ray.remote(num_cpus=c.num_cpus_per_arena_worker)(Arena).remote(
+            *spaces, c, self._sub_seed(100 + index), 1
         )
-        learner_cls = ray.remote(num_cpus=c.num_cpus_per_learner)(AlphaZeroLearner)
-        self.learners = [
-            learner_cls.remote(*spaces, c, sub_seed(10 + j), 1) for j in range(c.num_learners)
-        ]
-        arena_cls = ray.remote(num_cpus=c.num_cpus_per_arena_worker)(Arena)
-        self.arenas = [
-            arena_cls.remote(*spaces, c, sub_seed(100 + a), 1) for a in range(c.num_arena_workers)
-        ]
 
     @classmethod
     def extra_actor_bundles(cls, config: Any) -> list[dict[str, float]]:
@@ -374,9 +424,9 @@ class AlphaZeroTrainer(BaseTrainer):
         """Send the best weights to every self-play evaluator and learner."""
         weights = self.best_policy.get_weights()
         self._best_ref = self._rt.put(weights)
-        by_policy = self._rt.put({DEFAULT_POLICY_ID: weights})
+        self._best_by_policy_ref = self._rt.put({DEFAULT_POLICY_ID: weights})
         for ev in self.self_play:
-            self._rt.call(ev, "set_weights", by_policy)
+            self._rt.call(ev, "set_weights", self._best_by_policy_ref)
         for learner in self.learners:
             self._rt.call(learner, "set_weights", self._best_ref)
 
@@ -399,7 +449,7 @@ class AlphaZeroTrainer(BaseTrainer):
 
     def _launch_compares(self) -> None:
         while self._free_arenas and self._candidates:
-            _, weights_ref = self._candidates.popitem(last=False)
+            learner, weights_ref = self._candidates.popitem(last=False)
             a = self._free_arenas.popleft()
             seed = int(self.counters["compare_seed"]) + (self.config.seed or 0)
             self.counters["compare_seed"] += 3
@@ -411,7 +461,7 @@ class AlphaZeroTrainer(BaseTrainer):
                 self.config.arena_games,
                 seed,
             )
-            self._outstanding[ref] = ("compare", a, (weights_ref, self._epoch))
+            self._outstanding[ref] = ("compare", a, (weights_ref, self._epoch, learner))
 
     def _start(self) -> None:
         if not self._started:
@@ -423,7 +473,13 @@ class AlphaZeroTrainer(BaseTrainer):
         """Process one finished task (the paper's ``_step``); returns its kind and value."""
         ref = self._rt.wait(list(self._outstanding))
         kind, index, extra = self._outstanding.pop(ref)
-        value = self._rt.get(ref)
+        try:
+            value = self._rt.get(ref)
+        except Exception as error:
+            if not self._rt.use_ray or not is_evaluator_failure(error):
+                raise  # a bug, not a failure
+            self._on_task_failure(kind, index, extra, error)
+            return "failed", error
         if kind == "self_play":
             self._rt.call(self.replay, "add", extra)
             for k, v in value.items():
@@ -440,7 +496,7 @@ class AlphaZeroTrainer(BaseTrainer):
             self._launch_compares()
         elif kind == "compare":
             self._free_arenas.append(index)
-            weights_ref, epoch = extra
+            weights_ref, epoch, _ = extra
             if epoch == self._epoch:  # else it was played against a replaced best: drop it
                 self.on_compare_result(value, weights_ref)
             self._launch_compares()
@@ -494,15 +550,19 @@ class AlphaZeroTrainer(BaseTrainer):
             return None
         version = self.best_version
         seed = (c.seed or 0) + 1_000_003 * (self.iteration + 1)
-        arena = self.arenas[self.iteration % len(self.arenas)]
-        ref = self._rt.call(
-            arena, "strength", self._best_ref, self.opponent, c.strength_games, seed
-        )
-        self._outstanding[ref] = ("strength", 0, None)
+        self._launch_strength(self.iteration % len(self.arenas), (seed, self._best_ref))
         while True:
             kind, value = self._step()
             if kind == "strength":
                 return value, version
+
+    def _launch_strength(self, a: int, args: tuple[int, Any]) -> None:
+        seed, weights_ref = args
+        c = self.config
+        ref = self._rt.call(
+            self.arenas[a], "strength", weights_ref, self.opponent, c.strength_games, seed
+        )
+        self._outstanding[ref] = ("strength", a, args)
 
     def _result(
         self, before: Mapping[str, float], strength: tuple[ArenaResult, int] | None
@@ -527,7 +587,9 @@ class AlphaZeroTrainer(BaseTrainer):
             "train_rounds": int(cnt["train_rounds"]),
             "replay_size": int(min(cnt["replay_added"], self.config.replay_capacity)),
             "arena/last_score": self.last_arena_score,
+            "num_actor_restarts": sum(self.actor_restarts.values()),
         }
+        result.update({f"actor_restarts/{r}": self.actor_restarts[r] for r in ROLES})
         result.update({f"learner/{k}": v for k, v in self.learner_stats.items()})
         if strength is None:
             result.update(episode_reward_mean=float("nan"))
@@ -549,6 +611,108 @@ class AlphaZeroTrainer(BaseTrainer):
         )
         return result
 
+    # -- recovery (Ray only) -------------------------------------------------------------
+    def _on_task_failure(self, kind: str, index: int, extra: Any, error: BaseException) -> None:
+        """A task failed because an actor died or a self-play env raised: recreate that
+        actor (unless it was replaced already), then put the task's work back."""
+        role, failed = self._failed_actor(kind, index, error)
+        if failed is not None:
+            self._recreate(role, failed, error)
+        self._requeue(kind, index, extra)
+
+    def _failed_actor(self, kind: str, index: int, error: BaseException) -> tuple[str, int | None]:
+        """The failed actor's role and index (index None: it was replaced already)."""
+        dead = getattr(error, "actor_id", None)
+        if dead is None:  # an EnvError, raised in the task's own (self-play) actor
+            return _TASK_ROLE[kind], index
+        if dead in self._retired:
+            return self._retired[dead][0], None
+        # CRUCIAL: not always the task's own actor: a training round fails with the
+        # replay actor's death when its sampled batch (an argument) could not be made
+        for role, i, handle in self._actors():
+            if _actor_id(handle) == dead:
+                return role, i
+        raise error  # an actor that is not ours
+
+    def _actors(self) -> list[tuple[str, int, Any]]:
+        """(role, index, handle) of every current actor."""
+        return [
+            *(("self_play", i, h) for i, h in enumerate(self.self_play)),
+            ("replay", 0, self.replay),
+            *(("learner", j, h) for j, h in enumerate(self.learners)),
+            *(("arena", a, h) for a, h in enumerate(self.arenas)),
+        ]
+
+    def _recreate(self, role: str, index: int, error: BaseException) -> None:
+        """Replace actor ``role`` / ``index`` by a new one, prepared before any task."""
+        import ray
+
+        made = sum(self.actor_restarts.values())
+        name = f"ALPHAZERO's {role} actor {index}"
+        if getattr(error, "actor_init_failed", False):
+            raise EvaluatorFailureError(
+                f"{name} could not be created (recreating it would fail the same way): {error}"
+            ) from error
+        if made >= self.config.max_actor_restarts:
+            raise EvaluatorFailureError(
+                f"{name} failed after max_actor_restarts={self.config.max_actor_restarts} "
+                f"recreations ({made} made: {dict(self.actor_restarts)}); the last error: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+        logger.warning("%s failed, recreating it: %s: %s", name, type(error).__name__, error)
+        old = self.replay if role == "replay" else self._role_list(role)[index]
+        with contextlib.suppress(Exception):  # gone already, or alive after an env error
+            ray.kill(old, no_restart=True)
+        self._retired[_actor_id(old)] = (role, index)
+        new = self._make_actor(role, index)
+        if role == "replay":
+            self.replay = new
+            self.counters["replay_added"] = 0.0  # it starts empty: learning_starts again
+        else:
+            self._role_list(role)[index] = new
+        self.actor_restarts[role] += 1
+        # CRUCIAL: queued before any loop task (an actor runs one caller's calls in
+        # order), so a new self-play actor never plays with its initial random weights
+        if role == "self_play":
+            self._rt.call(new, "set_weights", self._best_by_policy_ref)
+        elif role == "learner":
+            self._rt.call(new, "set_weights", self._best_ref)
+            self._candidates.pop(index, None)  # its weights may have lived on a lost node
+        for ref, (kind, i, extra) in list(self._outstanding.items()):
+            if _TASK_ROLE[kind] == role and i == index:  # in flight on the dead actor
+                del self._outstanding[ref]
+                self._requeue(kind, i, extra)
+
+    def _role_list(self, role: str) -> list[Any]:
+        return {"self_play": self.self_play, "learner": self.learners, "arena": self.arenas}[role]
+
+    def _requeue(self, kind: str, index: int, extra: Any) -> None:
+        """Put a lost task's work back into the loop (see the module docstring)."""
+        if kind == "self_play":
+            self._launch_self_play(index)
+        elif kind == "train":
+            self._idle_learners.add(index)
+            self._launch_learners()
+        elif kind == "compare":
+            self._free_arenas.append(index)
+            weights_ref, epoch, learner = extra
+            if epoch == self._epoch and learner not in self._candidates:
+                self._candidates[learner] = weights_ref
+                self._candidates.move_to_end(learner, last=False)  # next in line
+            self._launch_compares()
+        else:  # strength: the same game seeds and weights on the recreated arena
+            self._launch_strength(index, extra)
+
+    def _replay_call(self, method: str, *args: Any) -> Any:
+        """A synchronous replay-actor call; a dead replay actor is recreated (empty) once."""
+        try:
+            return self._rt.get(self._rt.call(self.replay, method, *args))
+        except Exception as error:
+            if not self._rt.use_ray or not is_evaluator_failure(error):
+                raise
+            self._recreate("replay", 0, error)
+            return self._rt.get(self._rt.call(self.replay, method, *args))
+
     # -- serving -----------------------------------------------------------------------
     def compute_single_action(self, obs: Any, explore: bool = False) -> int:
         """The best model's move for one observation (greedy MCTS unless ``explore``)."""
@@ -562,7 +726,7 @@ class AlphaZeroTrainer(BaseTrainer):
     # -- state -------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
         """Best weights, counters and the replay buffer's contents."""
-        replay = self._rt.get(self._rt.call(self.replay, "get_state"))
+        replay = self._replay_call("get_state")
         return {
             "best_weights": self.best_policy.get_weights(),
             "best_version": self.best_version,
@@ -577,12 +741,12 @@ class AlphaZeroTrainer(BaseTrainer):
         self.best_policy.set_weights(state["best_weights"])
         self.best_version = int(state["best_version"])
         self._epoch += 1
+        self._replay_call("set_state", state["replay"])  # first: a recreation resets counters
         self.counters = collections.defaultdict(
             float, {k: float(v) for k, v in state["counters"].items()}
         )
         self.iteration = int(state["iteration"])
         self.time_total_s = float(state["time_total_s"])
-        self._rt.get(self._rt.call(self.replay, "set_state", state["replay"]))
         self._candidates.clear()
         self._broadcast_best()
 
@@ -597,3 +761,8 @@ class AlphaZeroTrainer(BaseTrainer):
                 ray.kill(actor)
         self.self_play, self.learners, self.arenas = [], [], []
         self._outstanding.clear()
+
+
+def _actor_id(handle: Any) -> str:
+    """A Ray actor handle's id, as ``RayActorError.actor_id`` names it (hex)."""
+    return handle._actor_id.hex()
