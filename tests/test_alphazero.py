@@ -431,9 +431,8 @@ def test_dead_self_play_replay_and_learner_actors_are_recreated(ray_session):
 def test_lost_arena_is_recreated_and_restarts_are_bounded(ray_session):
     import ray
 
-    from hierl.evaluators.evaluator_set import EvaluatorFailureError
-
     from hierl.algorithms.alphazero.components import Arena
+    from hierl.evaluators.evaluator_set import EvaluatorFailureError
 
     trainer = AlphaZeroTrainer(_config(num_self_play_workers=1, max_actor_restarts=2))
     try:
