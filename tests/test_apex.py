@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import RESULT_KEYS
+from learning_configs import APEX_CARTPOLE
 
 from hierl.algorithms.dqn import ApexTrainer, DQNPolicy
 from hierl.config import ConfigError
@@ -379,34 +380,7 @@ def test_a_dead_evaluator_does_not_hang_step(ray_session):
 @pytest.mark.learning
 @pytest.mark.timeout(240)
 def test_apex_q_learning_learns_cartpole_with_two_evaluators(ray_session):
-    # Paper ladder (epsilons 0.4 and 0.4**8); double DQN with 1-step targets, a plain head
-    # and gamma 0.98, the target copied every 800 env steps (~100 updates at 16 rows
-    # replayed per env step).  Measured on the loaded 2-core machine: mean return 100
-    # after 8-27 s of training in 6 runs, 150 after 34-50 s (too close to the budget).
-    trainer = ApexTrainer(
-        {
-            "env": "CartPole-v1",
-            "num_evaluators": 2,
-            "num_cpus_per_evaluator": 0.5,
-            "num_envs_per_evaluator": 4,
-            "rollout_fragment_length": 16,
-            "lr": 2e-3,
-            "gamma": 0.98,
-            "n_step": 1,
-            "dueling": False,
-            "train_batch_size": 128,
-            "target_network_update_freq": 800,
-            "sample_timeout_s": 120,
-            "optimizer_config": {
-                "num_replay_shards": 2,
-                "buffer_size": 50_000,
-                "learning_starts": 1000,
-                "replay_ratio": 16.0,
-                "replay_requests_in_flight_per_shard": 16,
-                "min_step_time_s": 0.5,
-            },
-        }
-    )
+    trainer = ApexTrainer(APEX_CARTPOLE)  # its docstring has the measured times
     best, start = -math.inf, time.monotonic()
     try:
         while time.monotonic() - start < 45 and best < 100:

@@ -9,6 +9,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
+from learning_configs import APEX_CARTPOLE
 
 from hierl.algorithms.dqn import ApexTrainer
 from hierl.algorithms.pg import PGConfig, PGPolicy, PGTrainer
@@ -214,30 +215,6 @@ def test_async_optimizer_recreates_a_killed_evaluator_and_learns(ray_session):
     assert best >= 100, f"episode_reward_mean peaked at {best:.1f}"
 
 
-APEX = {
-    "env": "CartPole-v1",
-    "num_evaluators": 2,
-    "num_cpus_per_evaluator": 0.5,
-    "num_envs_per_evaluator": 4,
-    "rollout_fragment_length": 16,
-    "lr": 2e-3,
-    "gamma": 0.98,
-    "n_step": 1,
-    "dueling": False,
-    "train_batch_size": 128,
-    "target_network_update_freq": 800,
-    "sample_timeout_s": 120,
-    "optimizer_config": {
-        "num_replay_shards": 2,
-        "buffer_size": 50_000,
-        "learning_starts": 1000,
-        "replay_ratio": 16.0,
-        "replay_requests_in_flight_per_shard": 16,
-        "min_step_time_s": 0.5,
-    },
-}
-
-
 @pytest.mark.learning
 @pytest.mark.timeout(400)
 def test_apex_recreates_a_killed_evaluator_and_replay_shard_and_learns(ray_session):
@@ -248,7 +225,7 @@ def test_apex_recreates_a_killed_evaluator_and_replay_shard_and_learns(ray_sessi
         trainer._killed_shard = trainer.optimizer.replay.shards[1]
         _kill_and_wait_shard(ray, trainer._killed_shard)
 
-    with ApexTrainer(APEX) as trainer:
+    with ApexTrainer(APEX_CARTPOLE) as trainer:
         best, result = _train_until(trainer, 100, 200, kill=kill_evaluator_and_shard)
         _check_recreated(ray, trainer, result)
         replay = trainer.optimizer.replay
