@@ -27,6 +27,17 @@ def _node_of(ray, evaluator) -> str:
     return ray.get(evaluator.apply.remote(node_id), timeout=60)
 
 
+def _wait_until_dead(ray, node_id: str, timeout_s: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(n["NodeID"] == node_id and n["Alive"] for n in ray.nodes()):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"node {node_id} still alive {timeout_s}s after its removal")
+
+
 def run_scenario() -> dict:
     """Spread 3 evaluators over 3 nodes, train, remove a node mid-training, train on."""
     import ray
@@ -62,6 +73,9 @@ def run_scenario() -> dict:
             lost_id = lost.node_id
             victims = [i + 1 for i, n in enumerate(before) if n == lost_id]
             cluster.remove_node(lost, allow_graceful=False)
+            # CRUCIAL: until the cluster has marked the node dead, the scheduler may still
+            # place the replacement evaluator there (and it would die with the node too).
+            _wait_until_dead(ray, lost_id)
             for _ in range(4):
                 result = trainer.train()
             after = [_node_of(ray, e) for e in evaluators.remote_evaluators]
@@ -74,6 +88,7 @@ def run_scenario() -> dict:
                     ray.get(e.ping.remote(), timeout=60) for e in evaluators.remote_evaluators
                 ],
                 "num_evaluator_restarts": result["num_evaluator_restarts"],
+                "failures": [(i, text[:300]) for i, text in evaluators.failures],
                 "num_healthy_evaluators": result["num_healthy_evaluators"],
                 "training_iteration": result["training_iteration"],
                 "timesteps_this_iter": result["timesteps_this_iter"],
@@ -107,7 +122,7 @@ def test_losing_a_node_mid_training_recreates_its_evaluators_elsewhere():
     before, after = summary["nodes_before"], summary["nodes_after"]
     assert len(set(before)) == 3  # SPREAD: one evaluator per node
     assert summary["victims"] and len(summary["victims"]) == 1
-    assert summary["num_evaluator_restarts"] == 1
+    assert summary["num_evaluator_restarts"] == 1, summary["failures"]
     assert summary["num_healthy_evaluators"] == 3
     assert summary["indices_after"] == [1, 2, 3]  # recreated with the same worker index
     assert summary["lost_node"] not in after  # the new evaluator runs on a surviving node
