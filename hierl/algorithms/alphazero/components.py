@@ -30,7 +30,7 @@ from hierl.evaluators.board_games import (
     TicTacToe,
     play_games,
 )
-from hierl.evaluators.policy_evaluator import PolicyEvaluator
+from hierl.evaluators.policy_evaluator import PolicyEvaluator, seed_everything
 from hierl.policy_graph import Weights
 from hierl.sample_batch import SampleBatch
 
@@ -174,10 +174,8 @@ class Arena:
         sims = c.arena_simulations or c.num_simulations
         cand = self._player(self.first, sims, c.arena_temperature_moves, seed)
         best_player = self._player(self.second, sims, c.arena_temperature_moves, seed + 1)
-        half = num_games // 2
-        as_first = play_games(self.game, cand, best_player, num_games - half, seed=seed)
-        as_second = 1.0 - play_games(self.game, best_player, cand, half, seed=seed + 2)
-        return ArenaResult.from_scores(np.concatenate([as_first, as_second]))
+        pair = (best_player, best_player)
+        return _both_sides(self.game, cand, pair, num_games, seeds=(seed, seed + 2))
 
     def opponent(self, name: str, seed: int) -> Player:
         """A fixed opponent: ``minimax`` (Tic-Tac-Toe only), ``random`` or ``mcts``."""
@@ -205,18 +203,29 @@ class Arena:
         self.first.set_weights(weights)
         sims = self.config.strength_simulations or self.config.num_simulations
         model = self._player(self.first, sims, 0, seed)
-        half = num_games // 2
-        as_first = play_games(self.game, model, self.opponent(opponent, seed + 1), num_games - half)
-        as_second = 1.0 - play_games(self.game, self.opponent(opponent, seed + 2), model, half)
-        return ArenaResult.from_scores(np.concatenate([as_first, as_second]))
+        pair = (self.opponent(opponent, seed + 1), self.opponent(opponent, seed + 2))
+        return _both_sides(self.game, model, pair, num_games)
 
 
 def _seed(seed: int | None, num_threads: int | None) -> None:
-    import torch
-
+    """Torch threads for this process, then the global RNGs (``seed_everything``)."""
     if num_threads:
+        import torch
+
         torch.set_num_threads(num_threads)
-    if seed is None:
-        return
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+    seed_everything(seed)
+
+
+def _both_sides(
+    game: Any,
+    player: Player,
+    opponents: tuple[Player, Player],
+    num_games: int,
+    seeds: tuple[int | None, int | None] = (None, None),
+) -> ArenaResult:
+    """``player`` moves first in ``num_games - num_games // 2`` games against
+    ``opponents[0]`` and second in the rest against ``opponents[1]``."""
+    half = num_games // 2
+    as_first = play_games(game, player, opponents[0], num_games - half, seed=seeds[0])
+    as_second = 1.0 - play_games(game, opponents[1], player, half, seed=seeds[1])
+    return ArenaResult.from_scores(np.concatenate([as_first, as_second]))
