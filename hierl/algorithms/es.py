@@ -23,6 +23,7 @@ from hierl.models import MLP, get_preprocessor
 from hierl.optimizers.noise_table import DEFAULT_NOISE_SIZE
 from hierl.policy_graph import PolicyGraph, Weights
 from hierl.sample_batch import SampleBatch
+from hierl.torch_policy_graph import module_weights
 
 _NUMPY_ACTIVATIONS = {
     "tanh": np.tanh,
@@ -160,7 +161,7 @@ class ESPolicy(PolicyGraph):
 
     def get_weights(self) -> Weights:
         """Parameters by name."""
-        return {k: v.detach().numpy().copy() for k, v in self.model.named_parameters()}
+        return module_weights(self.model)
 
     def set_weights(self, weights: Weights) -> None:
         """Load parameters by name (shapes must match)."""

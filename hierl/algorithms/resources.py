@@ -91,7 +91,7 @@ def optimizer_actor_bundles(
         num, cpus = opt.num_shards, opt.num_cpus_per_shard
     elif name == "es":  # aggregator actors (only with remote evaluators)
         opt = trainer_cls.optimizer_config(config, name)
-        num = opt.num_aggregators if getattr(config, "num_evaluators", 0) else 0
+        num = opt.num_aggregators if config.num_evaluators else 0
         cpus = opt.num_cpus_per_aggregator
     else:
         return []

@@ -471,10 +471,8 @@ class Trainer(BaseTrainer):
         cls, config: dict[str, Any], overrides: dict[str, Any], checkpoint_dir: str | Path
     ) -> dict[str, Any]:
         """The stored config; policy classes and mapping functions must be passed again."""
-        config.pop("env_callable", None)
         multi_agent.pop_code_descriptions(config, overrides, checkpoint_dir)
-        config.update(overrides)
-        return config
+        return super().config_from_checkpoint(config, overrides, checkpoint_dir)
 
     def stop(self) -> None:
         """Release the optimizer and all evaluator actors."""

@@ -227,16 +227,6 @@ class ConnectFour(BoardGame):
         return np.array(lines)
 
 
-_GAMES: dict[str, type[BoardGame]] = {"TicTacToe": TicTacToe, "ConnectFour": ConnectFour}
-
-
-def make_game(name: str, **kwargs: Any) -> BoardGame:
-    """A game by class name (``"TicTacToe"``, ``"ConnectFour"``) with its kwargs."""
-    if name not in _GAMES:
-        raise ValueError(f"unknown board game '{name}'; valid: {', '.join(_GAMES)}")
-    return _GAMES[name](**kwargs)
-
-
 # -- Gymnasium envs --------------------------------------------------------------------
 class BoardGameEnv(gym.Env):
     """Self-play view of a :class:`BoardGame` (one policy moves for both players).

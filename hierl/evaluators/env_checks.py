@@ -52,19 +52,27 @@ def _bounds(space: gym.Space) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def check_observations(
-    sampler: Any, raw: Any, step: int | None, rows: np.ndarray | None = None
+    sampler: Any,
+    raw: Any,
+    step: int | None,
+    rows: np.ndarray | None = None,
+    flat: np.ndarray | None = None,
 ) -> None:
     """EnvDataError unless the batched raw observations ``raw`` (one row per sub-env of
     ``sampler.obs_space``) are finite and inside the space; ``step`` None = a reset.
 
     ``rows``: check only these sub-envs (array observations; others are checked whole).
+    ``flat``: ``raw`` already preprocessed (spaces other than Box and Discrete are
+    checked on it; computed here when not given).
     """
     space = sampler.obs_space
     if rows is not None and isinstance(raw, np.ndarray):
         raw = raw[rows]
+        flat = None if flat is None else flat[rows]
     bounds = _bounds(space)
     if bounds is None:
-        flat = np.asarray(sampler.preprocessor.transform(raw), dtype=np.float64)
+        flat = sampler.preprocessor.transform(raw) if flat is None else flat
+        flat = np.asarray(flat, dtype=np.float64)
         bad = ~np.isfinite(flat.reshape(len(flat), -1)).all(axis=1)
         if bad.any():
             _fail(sampler, step, "a non-finite observation", np.flatnonzero(bad), flat[bad][0])
@@ -98,17 +106,24 @@ def check_observations(
         )
 
 
-def check_step(sampler: Any, raw: Any, rewards: Any, info: dict[str, Any], step: int) -> None:
+def check_step(
+    sampler: Any,
+    raw: Any,
+    rewards: Any,
+    info: dict[str, Any],
+    step: int,
+    flat: np.ndarray | None = None,
+) -> None:
     """Check one vector-env step: observations, rewards and SAME_STEP final observations.
 
-    ``step`` is the evaluator's env step count (``sampler.steps_sampled`` plus the index
-    in the current fragment).
+    ``step`` is the evaluator's env step count (``sampler.env_steps``); ``flat`` is
+    ``raw`` preprocessed, if the caller has it.
     """
     rew = np.asarray(rewards)
     if not np.isfinite(rew).all():
         bad = ~np.isfinite(rew)
         _fail(sampler, step, "a non-finite reward", np.flatnonzero(bad), rew[bad])
-    check_observations(sampler, raw, step)
+    check_observations(sampler, raw, step, flat=flat)
     final = info.get("final_obs") if isinstance(info, dict) else None
     if final is not None and "_final_obs" in info and np.any(info["_final_obs"]):
         from hierl.evaluators.sampler import batch_obs

@@ -108,8 +108,6 @@ class EvaluatorSet:
         self.fail_fast = fail_fast
         self.num_evaluator_restarts = 0
         """Remote evaluators recreated so far."""
-        self.num_evaluator_failures = 0
-        """Remote evaluator failures handled so far (each a recreation or a drop)."""
         self.restarts_per_index: dict[int, int] = {}
         """worker_index → times that evaluator was recreated."""
         self.global_vars: dict[str, Any] = {}
@@ -158,7 +156,6 @@ class EvaluatorSet:
         if actor in self._dropped:
             return None
         index = self.worker_index(actor)
-        self.num_evaluator_failures += 1
         self.failures.append((index, f"{type(error).__name__}: {error}"))
         logger.warning("remote evaluator %d failed: %s: %s", index, type(error).__name__, error)
         if self.fail_fast:

@@ -141,8 +141,9 @@ class VectorSampler:
         self._carry: SampleBatch | None = None
         self.steps_sampled = 0
         raw, _ = self._call("reset", seed=seed)
-        env_checks.check_observations(self, raw, None)
-        self.obs = self.filter(self.preprocessor.transform(raw))
+        flat = self.preprocessor.transform(raw)
+        env_checks.check_observations(self, raw, None, flat=flat)
+        self.obs = self.filter(flat)
         self.eps_id = np.array([next(self._eps_counter) for _ in range(self.num_envs)])
         self.ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self.ep_len = np.zeros(self.num_envs, dtype=np.int64)
@@ -200,8 +201,9 @@ class VectorSampler:
                     k: np.empty(shape + v.shape[1:], dtype=v.dtype) for k, v in extra.items()
                 }
             raw, rew, term, trunc, info = self._call("step", to_env_action(self.act_space, actions))
-            env_checks.check_step(self, raw, rew, info, self.env_steps)
-            next_obs = self.filter(self.preprocessor.transform(raw))
+            flat = self.preprocessor.transform(raw)
+            env_checks.check_step(self, raw, rew, info, self.env_steps, flat=flat)
+            next_obs = self.filter(flat)
             valid = ~self.pending_reset
             done = (term | trunc) & valid
             new_obs_buf[step] = next_obs
@@ -225,9 +227,10 @@ class VectorSampler:
                     )
                 elif self.autoreset_mode == AutoresetMode.DISABLED:
                     reset_raw, _ = self._call("reset", options={"reset_mask": done})
-                    env_checks.check_observations(self, reset_raw, None, rows=idx)
+                    flat = self.preprocessor.transform(reset_raw)
+                    env_checks.check_observations(self, reset_raw, None, rows=idx, flat=flat)
                     next_obs = next_obs.copy()
-                    next_obs[idx] = self.filter(self.preprocessor.transform(reset_raw))[idx]
+                    next_obs[idx] = self.filter(flat)[idx]
                 self._finish_episodes(idx, info)
             if self.recurrent:
                 # A finished episode's successor starts from the initial state; so does the

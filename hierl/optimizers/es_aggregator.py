@@ -62,10 +62,6 @@ class ESAggregator:
         merged.failures = failures
         return merged
 
-    def ping(self) -> bool:
-        """Health check."""
-        return True
-
 
 class AggregationTree:
     """The driver's side: ``num_aggregators`` ESAggregator actors and one round over them.

@@ -143,9 +143,10 @@ class _EpisodeRunner:
         policy, obs_filter = ev.policy, ev.filters[DEFAULT_POLICY_ID]
         raw, info = self._call("reset", seed=int(seed))
         total, length, rows = 0.0, 0, []
+        space = policy.observation_space
+        is_box = isinstance(space, gym.spaces.Box)
         while True:
-            space = policy.observation_space
-            batched = raw[None] if isinstance(space, gym.spaces.Box) else batch_obs(space, [raw])
+            batched = raw[None] if is_box else batch_obs(space, [raw])
             x = ev.preprocessor.transform(batched)
             rows.append(x)
             # CRUCIAL: update=False: normalise with the current statistics, unchanged by

@@ -109,12 +109,10 @@ class AlphaZeroTrainer(BaseTrainer):
     def __init__(self, config: AlphaZeroConfig | Mapping[str, Any] | None = None, env: Any = None):
         super().__init__(config, env)
         c = self.config
-        resolve_env_creator(c.env)  # a clear error for unknown envs
+        creator = resolve_env_creator(c.env)  # a clear error for unknown envs
         seed_everything(c.seed)
         self.game = game_for_config(c)
-        self.observation_space, self.action_space = env_spaces(
-            resolve_env_creator(c.env), c.env_config
-        )
+        self.observation_space, self.action_space = env_spaces(creator, c.env_config)
         self.best_policy = AlphaZeroPolicy(self.observation_space, self.action_space, c)
         self.best_version = 0
         self._epoch = 0  # bumped on every new best: comparisons against older ones are stale
