@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from learning import SEED, train_until
 
 from hierl.algorithms.a2c import A2CConfig, A2CPolicy, A2CTrainer, A3CTrainer
 from hierl.algorithms.pg import PGPolicy
@@ -87,20 +88,11 @@ def test_each_trainer_names_its_valid_optimizers():
         A2CConfig(env="CartPole-v1", entropy_coeff=-1.0)
 
 
-def _train_until(trainer, threshold: float, max_timesteps: int) -> float:
-    best = -np.inf
-    with trainer:
-        while True:
-            result = trainer.train()
-            best = max(best, result["episode_reward_mean"])
-            if best >= threshold or result["timesteps_total"] >= max_timesteps:
-                return best
-
-
 @pytest.mark.learning
 def test_a2c_learns_cartpole():
-    best = _train_until(A2CTrainer({"env": "CartPole-v1", "seed": 0}), 150, 100_000)
-    assert best >= 150
+    with A2CTrainer({"env": "CartPole-v1", "seed": SEED}) as trainer:
+        run = train_until(trainer, 150, 100_000)
+    assert run.reached, run
 
 
 @pytest.mark.ray
@@ -116,10 +108,11 @@ def test_a3c_learns_cartpole_with_two_evaluators(ray_session, optimizer, sample_
         "sample_async": sample_async,
         "num_evaluators": 2,
         "num_cpus_per_evaluator": 0.5,
-        "seed": 0,
+        "seed": SEED,
     }
-    best = _train_until(A3CTrainer(config), 150, 150_000)
-    assert best >= 150
+    with A3CTrainer(config) as trainer:
+        run = train_until(trainer, 150, 150_000)
+    assert run.reached, run
 
 
 def test_to_tensors_shares_writable_arrays_and_copies_read_only_ones():

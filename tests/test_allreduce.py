@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import ray
 from conftest import RESULT_KEYS
+from learning import SEED, train_until
 
 import hierl.optimizers.allreduce  # noqa: F401  (registers "allreduce")
 from hierl import ConfigError
@@ -251,19 +252,21 @@ def test_pg_trainer_learns_cartpole_with_two_evaluators(ray_session, tmp_path):
         "optimizer_config": {"check_replicas_every": 1},
         "num_evaluators": 2,
         "num_cpus_per_evaluator": 0.5,
-        "seed": 0,
+        "seed": SEED,
     }
+    saved = {}
+
+    def check(result):
+        assert result["replicas_identical"] == 1
+        if result["training_iteration"] == 1:
+            saved["checkpoint"] = t.save(tmp_path / "ckpt")
+            saved["moments"] = copy.deepcopy(t.get_policy().get_state()["optimizer"]["state"])
+
     with PGTrainer(config) as t:
         assert t.optimizer.name == "allreduce"
-        for _ in range(50):  # 100k env steps; reaches 150 after ~50k with seed 0
-            result = t.train()
-            assert result["replicas_identical"] == 1
-            if result["training_iteration"] == 1:
-                checkpoint = t.save(tmp_path / "ckpt")
-                saved = copy.deepcopy(t.get_policy().get_state()["optimizer"]["state"])
-            if result["episode_reward_mean"] >= 150:
-                break
-        assert result["episode_reward_mean"] >= 150, result
+        run = train_until(t, 150, 50, unit="training_iteration", on_result=check)
+        assert run.reached, run
+        result, checkpoint = run.result, saved["checkpoint"]
         assert result["world_size"] == 2
         assert result["num_allreduce_calls"] == 2 * result["training_iteration"]
         assert result["timesteps_total"] == result["num_steps_trained"]
@@ -279,7 +282,7 @@ def test_pg_trainer_learns_cartpole_with_two_evaluators(ray_session, tmp_path):
         # restoring a checkpoint gives every replica its optimizer moments, too
         t.restore(checkpoint)
         for moments in _remote_moments(t):
-            for idx, s in saved.items():
+            for idx, s in saved["moments"].items():
                 np.testing.assert_array_equal(moments[idx]["exp_avg_sq"], s["exp_avg_sq"])
         result = t.train()
         assert result["replicas_identical"] == 1 and result["training_iteration"] == 2

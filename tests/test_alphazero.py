@@ -6,11 +6,13 @@ import contextlib
 import io
 import itertools
 import json
+import math
 import time
 
 import numpy as np
 import pytest
 import torch
+from learning import SEED, train_until
 
 from hierl.algorithms.alphazero import (
     MCTS,
@@ -621,7 +623,7 @@ def test_learns_to_never_lose_to_minimax(ray_session, positions):
         arena_games=20,
         strength_games=20,
         train_rounds_per_iter=5,
-        seed=0,
+        seed=SEED,
     )
     trainer = AlphaZeroTrainer(config)
     game = trainer.game
@@ -635,17 +637,15 @@ def test_learns_to_never_lose_to_minimax(ray_session, positions):
     try:
         # the same search with the untrained network loses about half of its games
         assert losses_vs_minimax(trainer.best_policy.evaluate) > 20
-        losses = None
-        for _ in range(40):  # typically 8-17 iterations (~3 s each) are needed
-            result = trainer.train()
+
+        def minus_losses(result):  # the 100 games only once the 20 strength games are won
             if result["strength/losses"] > 0:
-                continue
-            losses = losses_vs_minimax(trainer.best_policy.evaluate)
-            if losses == 0:
-                break
-        assert losses == 0, f"still losing to minimax after {result['training_iteration']} its"
-        assert result["best_model_version"] >= 1
-        print(f"no losses in 100 games after {result['training_iteration']} iterations")
+                return -math.inf
+            return -losses_vs_minimax(trainer.best_policy.evaluate)
+
+        run = train_until(trainer, 0, 40, unit="training_iteration", metric=minus_losses)
+        assert run.reached, run
+        assert run.result["best_model_version"] >= 1
         # the trained network also finds forced wins and blocks (a win in two moves
         # needs about as many simulations as with the uniform network; the network,
         # trained on self-play positions only, may mislead it in a few odd ones)

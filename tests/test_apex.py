@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import RESULT_KEYS
+from learning import SEED, train_until
 from learning_configs import APEX_CARTPOLE
 
 from hierl.algorithms.dqn import ApexTrainer, DQNPolicy
@@ -380,16 +381,13 @@ def test_a_dead_evaluator_does_not_hang_step(ray_session):
 @pytest.mark.learning
 @pytest.mark.timeout(240)
 def test_apex_q_learning_learns_cartpole_with_two_evaluators(ray_session):
-    trainer = ApexTrainer(APEX_CARTPOLE)  # its docstring has the measured times
-    best, start = -math.inf, time.monotonic()
-    try:
-        while time.monotonic() - start < 45 and best < 100:
-            result = trainer.train()
-            best = max(best, result["episode_reward_mean"])
+    # The budget counts learner updates, not seconds: how many updates fit in a second
+    # depends on the machine and its load, the learning per update much less.
+    with ApexTrainer({**APEX_CARTPOLE, "seed": SEED}) as trainer:
+        run = train_until(trainer, 100, 20_000, unit="num_learner_updates")
         eps = _epsilons(trainer)
-    finally:
-        trainer.stop()
-    assert best >= 100, f"episode_reward_mean peaked at {best:.1f}"
+    assert run.reached, run
+    result = run.result
     assert eps == pytest.approx([0.4, 0.4**8])
     assert result["num_samples_dropped"] == 0 and result["num_weight_syncs"] > 0
     assert result["learner_updates_per_s"] > 0 and result["sample_steps_per_s"] > 0

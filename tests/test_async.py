@@ -8,6 +8,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
+from learning import SEED, train_until
 
 from hierl.algorithms.pg import PGPolicy, PGTrainer
 from hierl.evaluators import PolicyEvaluator
@@ -217,18 +218,13 @@ def test_a3c_style_pg_learns_cartpole_with_two_evaluators(ray_session, sample_as
         "rollout_fragment_length": 25,
         "train_batch_size": 2000,
         "lr": lr,
-        "seed": 0,
+        "seed": SEED,
     }
-    best = 0.0
     with PGTrainer(config) as trainer:
-        for _ in range(60):
-            result = trainer.train()
-            best = max(best, result["episode_reward_mean"])
-            if best >= 150:
-                break
-        assert result["num_weight_syncs"] == result["num_gradients_applied"]
-        assert result["num_healthy_evaluators"] == 2
-    assert best >= 150
+        run = train_until(trainer, 150, 60, unit="training_iteration")
+    assert run.result["num_weight_syncs"] == run.result["num_gradients_applied"]
+    assert run.result["num_healthy_evaluators"] == 2
+    assert run.reached, run
 
 
 def test_sample_queue_delivers_batches_sampled_before_a_failure_then_raises():

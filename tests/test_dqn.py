@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import RESULT_KEYS, CountingEnv
+from learning import SEED, train_until
 from torch.nn import functional as F
 
 from hierl.algorithms.dqn import (
@@ -384,32 +385,18 @@ def test_async_dqn_trains_with_two_remote_evaluators(ray_session):
 
 
 # -- learning ------------------------------------------------------------------------------
-def _train_until(trainer, threshold: float, max_timesteps: int) -> dict:
-    best = {"episode_reward_mean": -np.inf}
-    with trainer:
-        while True:
-            result = trainer.train()
-            if result["episode_reward_mean"] >= best["episode_reward_mean"]:
-                best = result
-            if result["episode_reward_mean"] >= threshold or (
-                result["timesteps_total"] >= max_timesteps
-            ):
-                return best
-
-
 @pytest.mark.learning
 @pytest.mark.timeout(300)
 def test_dqn_learns_cartpole():
     # Defaults: double + dueling + 3-step + prioritized replay.  Seeds 0-2 reach 150 after
     # 18-20k env steps (~15 s of CPU).
-    trainer = DQNTrainer({"env": "CartPole-v1", "seed": 0})
-    config = trainer.config
-    assert config.double_q and config.dueling and config.n_step == 3
-    assert config.prioritized_replay
-    result = _train_until(trainer, 150, max_timesteps=40_000)
-    print(f"DQN: {result['episode_reward_mean']:.1f} after {result['timesteps_total']} steps")
-    assert result["episode_reward_mean"] >= 150, result
-    assert result["buffer_max_priority"] > 1.0
+    with DQNTrainer({"env": "CartPole-v1", "seed": SEED}) as trainer:
+        config = trainer.config
+        assert config.double_q and config.dueling and config.n_step == 3
+        assert config.prioritized_replay
+        run = train_until(trainer, 150, 40_000)
+    assert run.reached, run
+    assert run.result["buffer_max_priority"] > 1.0
 
 
 @pytest.mark.ray
@@ -419,10 +406,11 @@ def test_apex_dqn_learns_cartpole_with_two_evaluators(ray_session):
     # Defaults with the paper's ladder (epsilons 0.4 and 0.4**8); asynchronous, so runs
     # differ: 150 after 142k and 164k env steps in 2 runs (~40 s on a heavily loaded
     # machine).  With lr 2e-3 one run of 4 stayed below 150 within 400k steps.
-    trainer = ApexTrainer({"env": "CartPole-v1", "seed": 0, **REMOTE, "num_replay_shards": 2})
-    result = _train_until(trainer, 150, max_timesteps=600_000)
-    print(f"APEX: {result['episode_reward_mean']:.1f} after {result['timesteps_total']} steps")
-    assert result["episode_reward_mean"] >= 150, result
+    config = {"env": "CartPole-v1", "seed": SEED, **REMOTE, "num_replay_shards": 2}
+    with ApexTrainer(config) as trainer:
+        run = train_until(trainer, 150, 600_000)
+    assert run.reached, run
+    result = run.result
     assert result["epsilon_max"] == pytest.approx(0.4)
     assert result["epsilon_min"] == pytest.approx(0.4**8)
     assert result["num_samples_dropped"] == 0 and result["num_weight_syncs"] > 0

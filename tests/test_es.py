@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import RESULT_KEYS
+from learning import SEED, train_until
 
 from hierl.algorithms.es import ESConfig, ESPolicy, ESTrainer
 from hierl.algorithms.resources import trainer_bundles
@@ -273,13 +274,8 @@ def test_es_learns_cartpole_with_remote_evaluators(ray_session):
         "model": {"hiddens": [16]},
         "noise_size": 2**20,
         "eval_prob": 0.05,
-        "seed": 0,
+        "seed": SEED,
     }
-    best = -np.inf
     with ESTrainer(cfg) as trainer:
-        for _ in range(30):
-            result = trainer.train()
-            best = max(best, result["episode_reward_mean"])
-            if best >= 475:
-                break
-    assert best >= 475, f"ES reached only {best:.1f} in {result['training_iteration']} iterations"
+        run = train_until(trainer, 475, 30, unit="training_iteration")
+    assert run.reached, run

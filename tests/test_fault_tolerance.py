@@ -9,6 +9,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
+from learning import SEED, LearningRun, train_until
 from learning_configs import APEX_CARTPOLE
 
 from hierl.algorithms.dqn import ApexTrainer
@@ -104,17 +105,22 @@ def _assert_same_tree(a, b) -> None:
         np.testing.assert_array_equal(a, b)
 
 
-def _train_until(trainer, threshold: float, max_iterations: int, kill=None) -> tuple[float, dict]:
-    """Train up to ``max_iterations``; ``kill(trainer)`` after the second iteration."""
-    best, result = -np.inf, {}
-    for i in range(max_iterations):
-        if i == 2 and kill is not None:
+def _train_until(trainer, threshold: float, max_iterations: int, kill) -> LearningRun:
+    """Train up to ``max_iterations``, calling ``kill(trainer)`` after the second; the
+    threshold counts from the third iteration on (after the failure)."""
+
+    def after_second(result):
+        if result["training_iteration"] == 2:
             kill(trainer)
-        result = trainer.train()
-        best = max(best, result["episode_reward_mean"])
-        if i >= 2 and best >= threshold:
-            break
-    return best, result
+
+    return train_until(
+        trainer,
+        threshold,
+        max_iterations,
+        unit="training_iteration",
+        ready=lambda result: result["training_iteration"] >= 3,
+        on_result=after_second,
+    )
 
 
 # -- the evaluator set -----------------------------------------------------------------
@@ -181,17 +187,17 @@ def test_local_optimizer_recreates_a_killed_evaluator_and_learns(ray_session):
         "num_cpus_per_evaluator": 0.5,
         "num_envs_per_evaluator": 4,
         "observation_filter": "MeanStdFilter",
-        "seed": 0,
+        "seed": SEED,
     }
     with PPOTrainer(config) as trainer:
-        best, result = _train_until(trainer, 150, 40, kill=_kill_first)
-        _check_recreated(ray, trainer, result)
+        run = _train_until(trainer, 150, 40, kill=_kill_first)
+        _check_recreated(ray, trainer, run.result)
         new = trainer.evaluators.remote_evaluators[0]
         # after the step's broadcast and filter sync it holds exactly the driver's state
         _assert_same_weights(_remote_weights(ray, new), trainer.get_weights()[DEFAULT_POLICY_ID])
         remote_filters = ray.get(new.get_filters.remote(False), timeout=TIMEOUT_S)
         _assert_same_tree(remote_filters, trainer.local_evaluator.get_filters(flush_after=False))
-    assert best >= 150, f"episode_reward_mean peaked at {best:.1f}"
+    assert run.reached, run
 
 
 @pytest.mark.learning
@@ -207,12 +213,12 @@ def test_async_optimizer_recreates_a_killed_evaluator_and_learns(ray_session):
         "rollout_fragment_length": 25,
         "train_batch_size": 2000,
         "lr": 0.004,
-        "seed": 0,
+        "seed": SEED,
     }
     with PGTrainer(config) as trainer:
-        best, result = _train_until(trainer, 100, 60, kill=_kill_first)
-        _check_recreated(ray, trainer, result)
-    assert best >= 100, f"episode_reward_mean peaked at {best:.1f}"
+        run = _train_until(trainer, 100, 60, kill=_kill_first)
+        _check_recreated(ray, trainer, run.result)
+    assert run.reached, run
 
 
 @pytest.mark.learning
@@ -225,11 +231,11 @@ def test_apex_recreates_a_killed_evaluator_and_replay_shard_and_learns(ray_sessi
         trainer._killed_shard = trainer.optimizer.replay.shards[1]
         _kill_and_wait_shard(ray, trainer._killed_shard)
 
-    with ApexTrainer(APEX_CARTPOLE) as trainer:
-        best, result = _train_until(trainer, 100, 200, kill=kill_evaluator_and_shard)
-        _check_recreated(ray, trainer, result)
+    with ApexTrainer({**APEX_CARTPOLE, "seed": SEED}) as trainer:
+        run = _train_until(trainer, 100, 200, kill=kill_evaluator_and_shard)
+        _check_recreated(ray, trainer, run.result)
         replay = trainer.optimizer.replay
-        assert result["num_replay_shard_restarts"] == 1 and replay.generation == [0, 1]
+        assert run.result["num_replay_shard_restarts"] == 1 and replay.generation == [0, 1]
         assert replay.shards[1] != trainer._killed_shard
         # the epsilon ladder survives: the new evaluator 1 is pinned to rung 1 again
         eps = ray.get(
@@ -237,7 +243,7 @@ def test_apex_recreates_a_killed_evaluator_and_replay_shard_and_learns(ray_sessi
             timeout=TIMEOUT_S,
         )
         assert eps == pytest.approx(0.4)
-    assert best >= 100, f"episode_reward_mean peaked at {best:.1f}"
+    assert run.reached, run
 
 
 def _kill_and_wait_shard(ray, shard) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from learning import SEED, LearningRun, record
 
 from hierl.algorithms.a2c import A3CTrainer
 from hierl.algorithms.population import (
@@ -86,9 +87,10 @@ def test_resources_are_every_members_bundles():
 
 
 @pytest.mark.ray
+@pytest.mark.learning
 @pytest.mark.timeout(240)
 def test_ppo_es_improves_and_losers_get_winner_weights_plus_noise(ray_session, tmp_path):
-    trainer = PPOESTrainer(population_config())
+    trainer = PPOESTrainer(population_config(seed=SEED))
     with trainer:
         # the members are the stock classes, unmodified, running as actors
         assert PPOESTrainer.member_class is PPOTrainer
@@ -109,7 +111,11 @@ def test_ppo_es_improves_and_losers_get_winner_weights_plus_noise(ray_session, t
                 for name, w in policy.items():
                     assert not np.array_equal(expected[pid][name], w), name
         assert result["timesteps_total"] == 4 * 2 * 2 * 1000
-        assert best[-1] >= best[0] + 15, best
+        # the best member gains 15 over round 1 within 4 rounds
+        gains = [b - best[0] for b in best]
+        reached = next((i + 1 for i, g in enumerate(gains) if g >= 15), None)
+        record(LearningRun(15, 4, "training_iteration", reached, max(gains), result))
+        assert reached is not None, best
 
         path = trainer.save(tmp_path / "ckpt")
         saved = [weights_of(trainer, i) for i in range(2)]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from learning import SEED, LearningRun, train_until
 from memory_env import QUERY, RepeatCueEnv, make_repeat_cue
 from torch import nn
 
@@ -365,12 +366,14 @@ def mean_return(
     return total / episodes
 
 
-def train(use_lstm: bool, delay: int, timesteps: int) -> tuple[dict, int, PPOPolicy]:
-    """PPO until the mean return reaches 0.95 or ``timesteps``: (best result, steps, policy)."""
+def train(
+    use_lstm: bool, delay: int, threshold: float, timesteps: int
+) -> tuple[LearningRun, PPOPolicy]:
+    """PPO until the mean return reaches ``threshold`` or ``timesteps``."""
     config = {
         "env": make_repeat_cue,
         "env_config": {"delay": delay},
-        "seed": 0,
+        "seed": SEED,
         "num_envs_per_evaluator": 8,
         "train_batch_size": 512,
         "sgd_minibatch_size": 128,
@@ -378,14 +381,9 @@ def train(use_lstm: bool, delay: int, timesteps: int) -> tuple[dict, int, PPOPol
         "lr": 3e-3,
         "model": {"hiddens": (32,), "use_lstm": use_lstm, "lstm_cell_size": 32},
     }
-    best: dict = {"episode_reward_mean": -np.inf}
     with PPOTrainer(config) as trainer:
-        while True:
-            result = trainer.train()
-            if result["episode_reward_mean"] >= best["episode_reward_mean"]:
-                best = result
-            if result["episode_reward_mean"] >= 0.95 or result["timesteps_total"] >= timesteps:
-                return best, result["timesteps_total"], trainer.get_policy()
+        run = train_until(trainer, threshold, timesteps, record_run=use_lstm)
+        return run, trainer.get_policy()
 
 
 @pytest.mark.learning
@@ -394,11 +392,10 @@ def test_recurrent_ppo_solves_memory_task_feed_forward_cannot() -> None:
     # Returns are +1 (cue repeated) or -1; a feed-forward policy sees the same query
     # observation for both cues, so its expected return is exactly 0 (chance).
     delay, budget = 5, 20_000
-    recurrent, _, _ = train(use_lstm=True, delay=delay, timesteps=budget)
-    assert recurrent["episode_reward_mean"] >= 0.9, recurrent  # mean of the last 100 episodes
-    feed_forward, steps, ff_policy = train(use_lstm=False, delay=delay, timesteps=budget)
-    assert steps >= budget  # it never got there
-    assert feed_forward["episode_reward_mean"] < 0.5, feed_forward  # best of ~40 noisy means
+    recurrent, _ = train(use_lstm=True, delay=delay, threshold=0.9, timesteps=budget)
+    assert recurrent.reached, recurrent  # the mean of the last 100 episodes
+    feed_forward, ff_policy = train(use_lstm=False, delay=delay, threshold=0.5, timesteps=budget)
+    assert not feed_forward.reached, feed_forward  # the best of ~40 noisy means stays below
     # its actual expected return is 0: measured over 2000 episodes (std 0.022)
     assert abs(mean_return(ff_policy, 2000, delay, seed=10_000, explore=True)) < 0.15
     assert abs(mean_return(ff_policy, 2000, delay, seed=10_000, explore=False)) < 0.15

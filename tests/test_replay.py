@@ -8,6 +8,7 @@ import torch
 from conftest import RESULT_KEYS, CountingEnv
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from learning import SEED, train_until
 
 import hierl.optimizers.replay  # noqa: F401  (registers "replay")
 from hierl.algorithms.dqn import DQNConfig, DQNPolicy, DQNTrainer
@@ -434,15 +435,10 @@ def test_replay_learns_cartpole_with_two_evaluators(ray_session):
         "n_step": 1,
         "dueling": False,
         "target_network_update_freq": 800,
-        "seed": 0,
+        "seed": SEED,
         "optimizer_config": {"prioritized_replay": True, "replay_ratio": 8.0},
     }
-    best = -np.inf
     with DQNTrainer(config) as t:
-        for _ in range(1500):
-            result = t.train()
-            best = max(best, result["episode_reward_mean"])
-            if best >= 150:
-                break
-    assert best >= 150, result
-    assert result["num_updates"] > 0 and result["buffer_max_priority"] > 1.0
+        run = train_until(t, 150, 1500, unit="training_iteration")
+    assert run.reached, run
+    assert run.result["num_updates"] > 0 and run.result["buffer_max_priority"] > 1.0
