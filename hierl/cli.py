@@ -144,9 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--config",
+        action="append",
         metavar="FILE|JSON",
         help="algorithm config: a .json/.yaml/.yml file or an inline JSON object, "
-        'e.g. \'{"lr": 0.001, "train_batch_size": 1000}\'',
+        'e.g. \'{"lr": 0.001, "train_batch_size": 1000}\'; repeatable: merged in order, '
+        "a later one overriding the keys it sets (nested dicts such as 'model' merged "
+        "key by key, lists replaced)",
     )
     train.add_argument(
         "--stop",
@@ -308,8 +311,10 @@ def load_config_arg(text: str) -> dict[str, Any]:
         else:
             import yaml
 
+            from hierl.yaml_loader import load_yaml
+
             try:
-                data = yaml.load(raw, Loader=_yaml_loader())  # a SafeLoader subclass
+                data = load_yaml(raw)  # also reads 1e-3 as a float
             except yaml.YAMLError as e:
                 raise CLIError(f"config file '{path}' is not valid YAML: {e}") from None
             if data is None:
@@ -321,19 +326,16 @@ def load_config_arg(text: str) -> dict[str, Any]:
     return data
 
 
-def _yaml_loader() -> type:
-    """SafeLoader that also reads ``1e-3`` as a float (YAML 1.1 wants ``1.0e-3``)."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:float",
-        re.compile(r"^[-+]?(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)[eE][-+]?\d+$"),
-        list("-+0123456789."),
-    )
-    return Loader
+def merge_configs(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``override``: nested dicts merged key by key, anything else
+    (lists included) replaced; neither argument is modified."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_configs(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def default_stop(env: Any) -> tuple[dict[str, float], str]:
@@ -529,7 +531,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         table.add_column(column)
     failed = 0
     for name, spec in experiments.items():
-        results = run_experiment(name, spec, args.storage_path, verbose=args.verbose)
+        try:
+            results = run_experiment(name, spec, args.storage_path, verbose=args.verbose)
+        except ConfigError as e:  # e.g. a trial that can never be placed on this cluster
+            raise CLIError(str(e)) from None
         failed += sum(1 for r in results if r.error)
         for row in summary_rows(name, spec, results):
             value = row[spec.metric]
@@ -566,7 +571,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     cls = _trainer_class(args.algo)
 
-    config = load_config_arg(args.config) if args.config is not None else {}
+    config: dict[str, Any] = {}
+    for text in args.config or []:  # later --config values override earlier ones
+        config = merge_configs(config, load_config_arg(text))
     if args.env is not None:
         config["env"] = args.env
     if args.num_evaluators is not None:
@@ -799,14 +806,33 @@ def main(argv: list[str] | None = None) -> int:
         try:
             args = parser.parse_args(argv)
         except SystemExit as e:  # --help and --version
+            sys.stdout.flush()  # here, so that a closed pipe is caught below
             return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
-        return int(args.func(args))
+        status = int(args.func(args))
+        sys.stdout.flush()
+        return status
     except CLIError as e:
         print(f"{PROG}: error: {_one_line(str(e))}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr, flush=True)
         return 130
+    except BrokenPipeError:
+        # The reader of stdout went away (e.g. `hierl config PPO | head`): no traceback.
+        # See "Note on SIGPIPE" in the docs of the signal module: point stdout at
+        # devnull so the interpreter's final flush cannot fail again.
+        _stdout_to_devnull()
+        return 1
+
+
+def _stdout_to_devnull() -> None:
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by a non-file (tests)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

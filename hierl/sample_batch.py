@@ -28,11 +28,53 @@ __all__ = [
     "MultiAgentBatch",
     "SampleBatch",
     "concat_samples",
+    "minibatch_bounds",
+    "tail_is_merged",
 ]
 
 #: Policy id used when a single-agent :class:`SampleBatch` is wrapped into a
 #: :class:`MultiAgentBatch`.
 DEFAULT_POLICY_ID = "default_policy"
+
+
+def tail_is_merged(tail_rows: int, size: int) -> bool:
+    """The minibatch tail rule: whether a last minibatch of ``tail_rows`` rows (after at
+    least one full one) joins the previous minibatch instead of being its own.
+
+    A tail smaller than half a minibatch (``2 * tail_rows < size``) is merged; one of at
+    least half is its own minibatch.  So every row is used once per epoch and no update
+    runs on fewer than ``size / 2`` rows (unless the whole batch is smaller): a lone
+    remainder (1 row of 1025 at size 256) would otherwise get a full Adam step with
+    noisy per-minibatch statistics (advantage normalisation of one row).  Every place
+    that cuts minibatches uses this: ``SampleBatch.minibatches`` (``local``,
+    ``allreduce``) and ``minibatch_bounds`` (also ``MultiDeviceLearner``, ``multi_gpu``).
+    """
+    return tail_rows > 0 and 2 * tail_rows < size
+
+
+def minibatch_bounds(count: int, size: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` row ranges of the minibatches of ``count`` rows at ``size`` rows.
+
+    Consecutive ranges of ``size`` rows; the remainder ``count % size`` follows
+    ``tail_is_merged``: a remainder under ``size / 2`` extends the last range (which then
+    has fewer than ``1.5 * size`` rows), a larger one is a range of its own.  Fewer than
+    ``size`` rows in all give one range.  ``count == 0`` gives none.
+
+    >>> minibatch_bounds(1025, 256)
+    [(0, 256), (256, 512), (512, 768), (768, 1025)]
+    >>> minibatch_bounds(1150, 256)[-1]  # a 126-row remainder joins the last range
+    (768, 1150)
+    >>> minibatch_bounds(1152, 256)[-1]  # a 128-row one is a range of its own
+    (1024, 1152)
+    """
+    count, size = operator.index(count), operator.index(size)
+    if size <= 0:
+        raise ValueError(f"minibatch size must be positive, got size={size}")
+    bounds = [(start, min(start + size, count)) for start in range(0, count, size)]
+    # CRUCIAL: no tiny last minibatch (a full optimizer step on a few rows).
+    if len(bounds) > 1 and tail_is_merged(count % size, size):
+        bounds[-2:] = [(bounds[-2][0], count)]
+    return bounds
 
 
 class CompressedColumn:
@@ -492,15 +534,18 @@ class SampleBatch(dict):
     ) -> Iterator[SampleBatch]:
         """Iterate over minibatches that together cover every row exactly once.
 
-        All minibatches have ``size`` rows except possibly the last one, which holds the
-        remaining ``count % size`` rows when ``count`` is not a multiple of ``size``. An empty
-        batch yields nothing. Arguments are validated eagerly (on the call, not the first
-        ``next``).
+        All minibatches have ``size`` rows except possibly the last one, cut by
+        :func:`minibatch_bounds`: a remainder ``count % size`` smaller than ``size / 2`` is
+        merged into the last full minibatch, a larger one is a minibatch of its own (see
+        :func:`tail_is_merged`).  A batch of fewer than ``size`` rows is one minibatch.
+        An empty batch yields nothing. Arguments are validated eagerly (on the call, not
+        the first ``next``).
 
         A batch with ``seq_lens`` is split into whole sequences instead (shuffled as whole
         sequences): each minibatch takes the next sequences until it has at least ``size``
         rows (so it may exceed ``size`` by less than one sequence), the last one takes what
-        is left, and each carries its own ``seq_lens``.
+        is left, merged into the previous one by the same tail rule, and each carries its
+        own ``seq_lens``.
 
         Args:
             size: Rows per minibatch, must be positive.
@@ -529,21 +574,26 @@ class SampleBatch(dict):
 
     @staticmethod
     def _minibatch_iter(source: SampleBatch, size: int) -> Iterator[SampleBatch]:
-        count = source.count
-        for start in range(0, count, size):
-            yield source._take(slice(start, min(start + size, count)))
+        for start, stop in minibatch_bounds(source.count, size):
+            yield source._take(slice(start, stop))
 
     @staticmethod
     def _sequence_minibatch_iter(
         source: SampleBatch, bounds: np.ndarray, order: np.ndarray, size: int
     ) -> Iterator[SampleBatch]:
         lens = np.diff(bounds)[order].tolist()
+        groups: list[list[int]] = []  # [first, stop, rows] in ``order``
         first, rows = 0, 0
         for i, n in enumerate(lens):
             rows += n
             if rows >= size or i == len(lens) - 1:
-                yield source._take_sequences(order[first : i + 1], bounds)
+                groups.append([first, i + 1, rows])
                 first, rows = i + 1, 0
+        if len(groups) > 1 and tail_is_merged(groups[-1][2], size):
+            tail = groups.pop()
+            groups[-1][1:] = [tail[1], groups[-1][2] + tail[2]]
+        for first, stop, _ in groups:
+            yield source._take_sequences(order[first:stop], bounds)
 
     def split_by_episode(self) -> list[SampleBatch]:
         """Split into contiguous runs of equal ``eps_id`` (and ``env_id`` if that column exists).

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from hierl.algorithms.pg import PGTrainer
+from hierl.algorithms.trainer import Trainer
 from hierl.config import ConfigError
-from hierl.optimizers.auto import AutoOptimizer, initial_order
+from hierl.optimizers.auto import AutoConfig, AutoOptimizer, initial_order
+from hierl.policy_graph import PolicyGraph
 
 ALL = ("local", "multi_gpu", "allreduce", "async", "sharded_ps")
 
@@ -126,3 +128,70 @@ def test_auto_over_two_remote_evaluators_calibrates_every_strategy_and_learns(ra
     assert result["auto_chosen"] == max(measured, key=measured.get)
     assert result["learn_throughput"] > 0
     assert best >= 150
+
+
+class LearnOnlyPolicy(PolicyGraph):
+    """Numpy policy with ``learn_on_batch`` only: no gradients, not a TorchPolicyGraph."""
+
+    def __init__(self, observation_space, action_space, config):
+        super().__init__(observation_space, action_space, config)
+        self.updates = np.zeros(1)
+
+    def compute_actions(self, obs_batch, state_batches=None, explore=True):
+        return np.zeros(len(obs_batch), np.int64), [], {}
+
+    def learn_on_batch(self, batch):
+        self.updates += 1
+        return {"updates": float(self.updates[0])}
+
+    def get_weights(self):
+        return {"updates": self.updates.copy()}
+
+    def set_weights(self, weights):
+        self.updates = np.array(weights["updates"])
+
+
+class LearnOnlyTrainer(Trainer):
+    name = "LEARN_ONLY"
+    policy_class = LearnOnlyPolicy
+    supported_optimizers = (*ALL, "auto")
+
+
+def test_auto_skips_candidates_that_cannot_train_the_policy_and_says_why(counting_env):
+    config = {
+        "env": counting_env,
+        "optimizer": "auto",
+        "optimizer_config": {"calibration_steps": 1},
+        "train_batch_size": 16,
+    }
+    with LearnOnlyTrainer(config) as trainer:
+        assert trainer.optimizer.order == ["local"]
+        result = trainer.train()
+        result = trainer.train()
+    assert result["auto_chosen"] == "local"
+    assert "TorchPolicyGraph" in result["auto_skipped/multi_gpu"]
+    for name in ("allreduce", "async", "sharded_ps"):
+        assert "does not implement compute_gradients" in result[f"auto_skipped/{name}"]
+    assert "auto_skipped/local" not in result
+    # a torch policy runs every candidate: nothing skipped
+    with PGTrainer({**config, "optimizer_config": {"candidates": list(ALL)}}) as trainer:
+        assert sorted(trainer.optimizer.order) == sorted(ALL)
+        assert not any(k.startswith("auto_skipped/") for k in trainer.train())
+    # no candidate can train it: refused when the trainer is built, naming each reason
+    with pytest.raises(ConfigError, match="'auto' cannot train policy class LearnOnlyPolicy"):
+        LearnOnlyTrainer({**config, "optimizer_config": {"candidates": ["async", "multi_gpu"]}})
+    assert (
+        AutoOptimizer.missing_policy_capability(
+            LearnOnlyPolicy, AutoConfig(candidates=("async", "local"))
+        )
+        is None
+    )
+
+
+def test_trainer_refuses_an_optimizer_that_cannot_train_its_policy(counting_env):
+    with pytest.raises(ConfigError) as info:
+        LearnOnlyTrainer({"env": counting_env, "optimizer": "sharded_ps"})
+    message = str(info.value)
+    assert "'sharded_ps'" in message and "LearnOnlyPolicy" in message
+    assert "compute_gradients, gradient_names" in message
+    assert "that can: local, auto" in message

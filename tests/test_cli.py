@@ -7,6 +7,7 @@ import io
 import json
 import math
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from conftest import RESULT_KEYS
 
 from hierl.cli import (
+    default_output_dir,
     default_stop,
     load_config_arg,
     main,
@@ -145,6 +147,60 @@ def test_train_quiet_yaml_config_and_default_output_dir(tmp_path, monkeypatch):
     assert params["seed"] == 7  # --seed overrides the file
     assert (runs[0] / "checkpoints" / "000001" / "checkpoint.json").exists()
     assert len((runs[0] / "result.jsonl").read_text().splitlines()) == 1
+
+
+def test_train_merges_repeated_configs_in_order(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text("train_batch_size: 100\nlr: 1e-3\nmodel: {hiddens: [8], activation: relu}\n")
+    out = tmp_path / "out"
+    override = '{"lr": 0.02, "model": {"hiddens": [4, 4]}}'
+    argv = ["train", "--algo", "PG", "--env", "CartPole-v1", "--config", str(base)]
+    argv += ["--config", override, "--output-dir", str(out), "--stop", "training_iteration=1"]
+    rc, _, stderr = _run([*argv, "--quiet"])
+    assert rc == 0, stderr
+    params = json.loads((out / "params.json").read_text())
+    assert params["train_batch_size"] == 100  # only in the first
+    assert params["lr"] == 0.02  # the later one wins
+    # nested dicts merged key by key: hiddens from the second, activation from the first
+    assert params["model"]["hiddens"] == [4, 4] and params["model"]["activation"] == "relu"
+
+
+def test_default_output_dir_is_never_packaged(tmp_path):
+    # pyproject's package patterns, applied by setuptools as when building a wheel
+    import setuptools
+
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    find = pyproject["tool"]["setuptools"]["packages"]["find"]
+    for package in ("hierl", "hierl/optimizers", "hierl_results/pkg"):
+        (tmp_path / package).mkdir(parents=True)
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "hierl_results" / "PG_CartPole-v1_20250101-120000").mkdir()  # a run: no .py
+    (tmp_path / "hierl_results" / "PG_CartPole-v1_20250101-120000" / "params.json").write_text("")
+    (tmp_path / "hierl_results" / "__init__.py").write_text("")
+    assert default_output_dir("PG", "CartPole-v1").parts[0] == "hierl_results"
+    finder = (
+        setuptools.find_namespace_packages  # pyproject's default: namespaces = true
+        if find.get("namespaces", True)
+        else setuptools.find_packages
+    )
+    found = finder(where=str(tmp_path), include=find["include"], exclude=find.get("exclude", ()))
+    assert sorted(found) == ["hierl", "hierl.optimizers"]
+
+
+def test_merge_configs_merges_nested_dicts_and_replaces_the_rest():
+    from hierl.cli import merge_configs
+
+    base = {"lr": 1, "model": {"hiddens": [8], "activation": "relu"}, "stop": [1]}
+    override = {"model": {"hiddens": [4]}, "stop": [2], "gamma": 0.9}
+    assert merge_configs(base, override) == {
+        "lr": 1,
+        "model": {"hiddens": [4], "activation": "relu"},
+        "stop": [2],
+        "gamma": 0.9,
+    }
+    assert base["model"] == {"hiddens": [8], "activation": "relu"}  # inputs untouched
+    assert merge_configs({"model": {"a": 1}}, {"model": None}) == {"model": None}
 
 
 def test_train_ctrl_c_saves_checkpoint_and_exits_cleanly(tmp_path, monkeypatch):
@@ -304,6 +360,45 @@ def test_train_help_subprocess():
     assert "--stop KEY=VALUE" in proc.stdout
     assert ", ".join(ALGORITHMS) in proc.stdout
     assert "example:" in proc.stdout and "hierl train --algo PPO" in proc.stdout
+    assert "repeatable: merged in order" in " ".join(proc.stdout.split())
+
+
+def test_closed_stdout_pipe_exits_quietly():
+    # `hierl config PPO | head -1`: the reader goes away; no BrokenPipeError traceback.
+    cmd = [sys.executable, "-m", "hierl.cli", "config", "PPO"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the first write: every write fails with EPIPE
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=90) == 1, stderr  # Python's status for EPIPE
+    assert stderr == ""
+    pipeline = subprocess.run(
+        f"{shlex.join(cmd)} | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        executable="/bin/bash",
+    )
+    assert pipeline.stdout.startswith("PPO config keys") and pipeline.stdout.count("\n") == 1
+    assert "Traceback" not in pipeline.stderr and "BrokenPipe" not in pipeline.stderr
+
+
+def test_tune_malformed_search_space_is_one_error_line_and_status_2(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "exp1:\n  run: PG\n  env: CartPole-v1\n  config:\n"
+        "    lr: {loguniform: {low: 1e-4, high: 5e-3}}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "hierl.cli", "tune", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hierl: error: "), proc.stderr
+    assert "'config.lr'" in lines[0] and "loguniform" in lines[0] and "valid forms" in lines[0]
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["rollout", "--help"], ["list", "--help"]])

@@ -54,19 +54,19 @@ def test_es_gradient_hand_computed_case():
     # θ = 0, θ* = (1, 2), sigma = 0.5, ε₁ = e₁, ε₂ = e₂:
     # r⁺₁ = -(0.25 + 4) = -4.25, r⁻₁ = -(2.25 + 4) = -6.25 → difference 2
     # r⁺₂ = -(1 + 2.25) = -3.25, r⁻₂ = -(1 + 6.25) = -7.25 → difference 4
-    # g = (2 e₁ + 4 e₂) / (n sigma) with n = 4 episodes → (1, 2)
+    # g = (2 e₁ + 4 e₂) / n with n = 4 returns → (0.5, 1) (reference scaling: no 1/sigma)
     theta, target, sigma = np.zeros(2), np.array([1.0, 2.0]), 0.5
     eps = np.eye(2)
     pos = _quadratic(theta + sigma * eps, target)
     neg = _quadratic(theta - sigma * eps, target)
     np.testing.assert_allclose(pos, [-4.25, -3.25])
     np.testing.assert_allclose(neg, [-6.25, -7.25])
-    np.testing.assert_allclose(es_gradient(pos, neg, eps, sigma), [1.0, 2.0])
-    # with directions of norm sqrt(2) (E[εεᵀ] = I here) it is the exact gradient -2(θ - θ*)
+    np.testing.assert_allclose(es_gradient(pos, neg, eps), [0.5, 1.0])
+    # with directions of norm sqrt(2) (E[εεᵀ] = I here) g / sigma is the exact gradient -2(θ - θ*)
     eps = np.sqrt(2.0) * np.eye(2)
     pos = _quadratic(theta + sigma * eps, target)
     neg = _quadratic(theta - sigma * eps, target)
-    np.testing.assert_allclose(es_gradient(pos, neg, eps, sigma), [2.0, 4.0])
+    np.testing.assert_allclose(es_gradient(pos, neg, eps) / sigma, [2.0, 4.0])
 
 
 def test_es_gradient_on_quadratic_matches_true_gradient():
@@ -77,8 +77,8 @@ def test_es_gradient_on_quadratic_matches_true_gradient():
     eps = rng.standard_normal((pairs, dim)).astype(np.float32)
     pos = _quadratic(theta + sigma * eps, target)
     neg = _quadratic(theta - sigma * eps, target)
-    g = es_gradient(pos, neg, eps, sigma)
-    # For a quadratic r⁺ - r⁻ = 2 sigma ∇f·ε exactly, so with fixed noise the estimate is
+    g = es_gradient(pos, neg, eps) / sigma
+    # For a quadratic r⁺ - r⁻ = 2 sigma ∇f·ε exactly, so with fixed noise g / sigma is
     # (εᵀε / P) ∇f in closed form ...
     e64 = eps.astype(np.float64)
     np.testing.assert_allclose(g, e64.T @ e64 / pairs @ true_grad, rtol=1e-6, atol=1e-8)
@@ -279,3 +279,57 @@ def test_es_learns_cartpole_with_remote_evaluators(ray_session):
     with ESTrainer(cfg) as trainer:
         run = train_until(trainer, 475, 30, unit="training_iteration")
     assert run.reached, run
+
+
+# -- reference scaling of the update (openai/evolution-strategies-starter es.py) --------
+def test_es_gradient_is_divided_by_the_number_of_returns_only():
+    # reference: g = Σ (F⁺_i - F⁻_i) ε_i; g /= returns_n2.size  (no 1/sigma)
+    rng = np.random.default_rng(3)
+    pos, neg = rng.normal(size=6), rng.normal(size=6)
+    eps = rng.standard_normal((6, 4)).astype(np.float32)
+    expected = (
+        sum((p - n) * e.astype(np.float64) for p, n, e in zip(pos, neg, eps, strict=True)) / 12
+    )
+    np.testing.assert_allclose(es_gradient(pos, neg, eps), expected, rtol=1e-12)
+
+
+class _RecordingAdam(FlatAdam):
+    """FlatAdam that keeps the (descent) vectors it was asked to step along."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.inputs: list[np.ndarray] = []
+
+    def step(self, theta, grad):
+        self.inputs.append(np.array(grad, dtype=np.float64))
+        return super().step(theta, grad)
+
+
+def test_es_adam_input_is_minus_g_plus_l2_theta_with_reference_scaling():
+    from hierl.optimizers.es_rollouts import RolloutResult
+
+    sigma, l2 = 0.02, 0.005
+    with ESTrainer({**TINY, "noise_stdev": sigma, "l2_coeff": l2}) as trainer:
+        opt = trainer.optimizer
+        opt.adam = _RecordingAdam(opt.dim, 0.01)
+        policy = trainer.get_policy()
+        theta = policy.get_flat_weights().astype(np.float64)
+        indices = np.array([0, 17, 400])
+        returns = np.array([[3.0, 1.0], [0.0, 2.0], [5.0, 5.0]])
+        batch = RolloutResult(
+            noise_indices=indices,
+            returns=returns,
+            lengths=np.ones((3, 2), dtype=int),
+            eval_returns=np.zeros(0),
+            eval_lengths=np.zeros(0, dtype=int),
+        )
+        opt._update(policy, policy.get_flat_weights(), batch)
+        shaped = centered_ranks(returns)
+        noise = opt.noise.rows(indices, opt.dim).astype(np.float64)
+        g = ((shaped[:, 0] - shaped[:, 1]) @ noise) / returns.size
+        (adam_input,) = opt.adam.inputs
+        np.testing.assert_allclose(adam_input, -g + l2 * theta, rtol=1e-6, atol=1e-9)
+        # the L2 term keeps its documented weight relative to g: a 1/sigma in g would
+        # make it 50x weaker at sigma = 0.02
+        l2_part = adam_input + g
+        np.testing.assert_allclose(l2_part, l2 * theta, rtol=1e-6, atol=1e-9)

@@ -227,3 +227,67 @@ def test_ppo_bootstraps_truncation_and_cuts_but_not_termination(counting_env, te
     assert targets[1] == pytest.approx(1 + end_bootstrap, abs=1e-5)
     assert targets[0] == pytest.approx(1 + 0.5 * targets[1], abs=1e-5)
     assert targets[2] == pytest.approx(1 + 0.5 * v_next[2], abs=1e-5)
+
+
+# -- observation filter statistics: every observation acted on, once, in every mode -----
+class _RecordingEnv(gym.Env):
+    """CountingEnv-like fake that logs every observation it emits with a final flag."""
+
+    def __init__(self, length: int, log: list):
+        self.length, self.log, self.t = length, log, 0
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def _obs(self, final: bool) -> np.ndarray:
+        obs = np.array([self.t, 10.0 * self.length + self.t**2], np.float32)
+        self.log.append((obs.copy(), final))
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(False), {}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= self.length
+        return self._obs(done), 1.0, done, False, {}
+
+
+@pytest.mark.parametrize(
+    "mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
+)
+def test_mean_std_filter_counts_each_observation_acted_on_once(mode):
+    log: list = []
+
+    def creator(cfg):
+        fns = [lambda n=n: _RecordingEnv(n, log) for n in (3, 5)]
+        return SyncVectorEnv(fns, autoreset_mode=mode)
+
+    ev = make_evaluator(creator, rollout_fragment_length=40, observation_filter="MeanStdFilter")
+    batch = ev.sample()
+    rs = ev.filters["default_policy"].rs
+    real = np.stack([obs for obs, final in log if not final]).astype(np.float64)
+    finals = sum(final for _, final in log)
+    assert finals >= 15  # short episodes: many resets in 40 steps
+    # exactly the emitted non-final observations: none twice, no final one
+    assert rs.n == len(real)
+    np.testing.assert_allclose(rs.mean, real.mean(0), rtol=1e-10)
+    np.testing.assert_allclose(rs.std, real.std(0), rtol=1e-8)
+    # equivalently: every row's OBS, plus each sub-env's next observation to act on
+    pending = len(real) - batch.count
+    assert pending == 2 - (mode == AutoresetMode.NEXT_STEP) * int(ev.sampler.pending_reset.sum())
+
+
+def test_mean_std_filter_update_mask_records_only_those_rows():
+    f = MeanStdFilter((2,))
+    data = np.arange(12, dtype=np.float64).reshape(6, 2)
+    mask = np.array([True, False, True, True, False, False])
+    f(data, update=mask)
+    assert f.rs.n == f.buffer.n == 3
+    np.testing.assert_allclose(f.rs.mean, data[mask].mean(0))
+    f(data, update=np.zeros(6, dtype=bool))
+    f(data, update=np.bool_(False))
+    assert f.rs.n == 3
+    with pytest.raises(ValueError, match=r"update mask of shape \(2,\) for 6 rows"):
+        f(data, update=np.array([True, False]))

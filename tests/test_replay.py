@@ -442,3 +442,61 @@ def test_replay_learns_cartpole_with_two_evaluators(ray_session):
         run = train_until(t, 150, 1500, unit="training_iteration")
     assert run.reached, run
     assert run.result["num_updates"] > 0 and run.result["buffer_max_priority"] > 1.0
+
+
+# -- initial priorities: max priority (Schaul et al. Alg. 1) or worker-side (Ape-X) -------
+def _count_compute_priorities(policy) -> list[np.ndarray]:
+    """Wrap ``policy.compute_priorities`` to record what it returns (one entry per call)."""
+    calls: list[np.ndarray] = []
+    compute = policy.compute_priorities
+
+    def recording(batch):
+        out = compute(batch)
+        calls.append(np.array(out))
+        return out
+
+    policy.compute_priorities = recording
+    return calls
+
+
+def test_replay_inserts_new_rows_at_the_max_priority_by_default():
+    evaluator, opt = local_setup(learning_starts=100, prioritized_replay_alpha=1.0)
+    calls = _count_compute_priorities(evaluator.policy)
+    opt.step()
+    assert opt.buffer.get_state()["priorities"].tolist() == [1.0] * 4  # the initial max
+    opt.buffer.update_priorities(np.array([0, 1]), np.array([5.0, 0.25]))
+    opt.step()
+    priorities = opt.buffer.get_state()["priorities"]
+    assert priorities[4:].tolist() == [5.0] * 4  # the max seen so far, not a TD error
+    assert calls == []  # no extra target-network pass per sampled batch
+    # also once learning has started: priorities come only from the learner's TD errors
+    _, learning = local_setup(learning_starts=4)
+    learning_calls = _count_compute_priorities(learning.local_evaluator.policy)
+    for _ in range(3):
+        learning.step()
+    assert learning.num_updates == 3 and learning_calls == []
+
+
+def test_worker_side_prioritization_uses_the_policy_td_priorities():
+    from hierl.optimizers.apex import ApexConfig
+    from hierl.optimizers.replay import ReplayConfig
+
+    assert ApexConfig().initial_priorities_on_workers  # Ape-X keeps evaluator priorities
+    assert not ReplayConfig().initial_priorities_on_workers
+    evaluator, opt = local_setup(
+        learning_starts=100, prioritized_replay_alpha=1.0, worker_side_prioritization=True
+    )
+    calls = _count_compute_priorities(evaluator.policy)
+    for _ in range(2):
+        opt.step()
+    assert len(calls) == 2
+    expected = np.concatenate(calls)
+    assert not np.allclose(expected, 1.0)  # genuinely |TD| + eps, not the max priority
+    np.testing.assert_allclose(opt.buffer.get_state()["priorities"], expected)
+    # uniform replay ignores the option: no priorities to compute
+    evaluator, uniform = local_setup(
+        learning_starts=100, prioritized_replay=False, worker_side_prioritization=True
+    )
+    uniform_calls = _count_compute_priorities(evaluator.policy)
+    uniform.step()
+    assert uniform_calls == []

@@ -17,6 +17,7 @@ from hierl.sample_batch import (
     MultiAgentBatch,
     SampleBatch,
     concat_samples,
+    minibatch_bounds,
 )
 
 SB = SampleBatch
@@ -220,8 +221,10 @@ def test_sequence_minibatches_cover_every_row_once_and_keep_sequences_whole(
         np.testing.assert_array_equal(ids, np.arange(batch.count))
     for i, mb in enumerate(mbs):
         assert_whole_sequences(batch, mb)
-        if i < len(mbs) - 1:  # at least size rows, over by less than one sequence
+        if i < len(mbs) - 2:  # at least size rows, over by less than one sequence
             assert size <= mb.count < size + mb[SB.SEQ_LENS][-1]
+    if len(mbs) > 1:  # a tail under size / 2 is merged into the one before it
+        assert 2 * mbs[-1].count >= size and mbs[-2].count >= size
     assert sum(mb.num_sequences for mb in mbs) == batch.num_sequences
 
 
@@ -353,6 +356,8 @@ def test_minibatches_cover_every_row_once(
     mbs = list(batch.minibatches(size, shuffle=shuffle, rng=seed))
     n = batch.count
     expected = [size] * (n // size) + ([n % size] if n % size else [])
+    if len(expected) > 1 and 2 * expected[-1] < size:  # a small tail joins the last one
+        expected[-2:] = [expected[-2] + expected[-1]]
     assert [mb.count for mb in mbs] == expected
     ids = np.concatenate([mb[ROW_ID] for mb in mbs]) if mbs else np.zeros(0, dtype=np.int64)
     np.testing.assert_array_equal(np.sort(ids), np.arange(n))
@@ -577,3 +582,52 @@ def test_multi_agent_compress_delegates_and_pickles() -> None:
         MultiAgentBatch({}, -1)
     with pytest.raises(TypeError):
         MultiAgentBatch({"a": {"obs": obs}}, 4)  # type: ignore[dict-item]
+
+
+# ---------------------------------------------------------------------- minibatch tail rule
+
+
+@pytest.mark.parametrize(
+    ("n", "size", "counts"),
+    [
+        (1025, 256, [256, 256, 256, 257]),  # a 1-row tail is merged
+        (1150, 256, [256, 256, 256, 382]),  # 126 < 128: merged too
+        (1152, 256, [256, 256, 256, 256, 128]),  # 128 = size / 2: its own minibatch
+        (1200, 256, [256, 256, 256, 256, 176]),
+        (1024, 256, [256] * 4),  # an exact multiple is unchanged
+        (200, 256, [200]),  # smaller than one minibatch: one
+        (0, 256, []),
+    ],
+)
+def test_small_tail_is_merged_into_the_last_minibatch(n: int, size: int, counts: list) -> None:
+    assert [stop - start for start, stop in minibatch_bounds(n, size)] == counts
+    batch = SampleBatch({ROW_ID: np.arange(n)})
+    mbs = list(batch.minibatches(size, rng=0))
+    assert [mb.count for mb in mbs] == counts
+    ids = np.concatenate([mb[ROW_ID] for mb in mbs]) if mbs else np.zeros(0, dtype=np.int64)
+    np.testing.assert_array_equal(np.sort(ids), np.arange(n))
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(0, 3000), size=st.integers(1, 600))
+def test_minibatch_bounds_use_every_row_once_and_none_is_small(n: int, size: int) -> None:
+    bounds = minibatch_bounds(n, size)
+    rows = np.concatenate([np.arange(a, b) for a, b in bounds]) if bounds else np.zeros(0)
+    np.testing.assert_array_equal(rows, np.arange(n))  # each row exactly once, in order
+    sizes = [b - a for a, b in bounds]
+    if n >= size:
+        assert all(2 * k >= size for k in sizes) and all(k < size + size / 2 for k in sizes)
+        assert sizes[:-1] == [size] * (len(sizes) - 1)
+    else:
+        assert sizes == ([n] if n else [])
+
+
+def test_sequence_minibatches_merge_a_small_tail_sequence() -> None:
+    # sequences of 4, 4, 4, 1 rows at size 4: the 1-row tail joins the third minibatch
+    batch = SampleBatch({ROW_ID: np.arange(13), SB.SEQ_LENS: np.array([4, 4, 4, 1])})
+    mbs = list(batch.minibatches(4, shuffle=False))
+    assert [mb.count for mb in mbs] == [4, 4, 5]
+    assert mbs[-1][SB.SEQ_LENS].tolist() == [4, 1]
+    # a tail of half a minibatch or more stays its own
+    batch = SampleBatch({ROW_ID: np.arange(14), SB.SEQ_LENS: np.array([4, 4, 4, 2])})
+    assert [mb.count for mb in batch.minibatches(4, shuffle=False)] == [4, 4, 4, 2]

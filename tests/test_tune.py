@@ -94,7 +94,11 @@ def test_trainer_bundles():
     pg = get_trainer_class("PG")
     assert trainer_bundles(pg, {**ps, "num_evaluators": 1}) == [{"CPU": 1.0}] * 2  # 0 CPUs
     ps["optimizer_config"]["num_cpus_per_shard"] = 0.5
-    assert trainer_bundles(pg, ps) == [{"CPU": 1.0}, *[{"CPU": 0.5}] * 3]
+    assert (
+        trainer_bundles(pg, {**ps, "num_evaluators": 1}) == [{"CPU": 1.0}] * 2 + [{"CPU": 0.5}] * 3
+    )
+    # without remote evaluators the shards live in the driver process: no actors
+    assert trainer_bundles(pg, ps) == [{"CPU": 1.0}]
     with pytest.raises(ConfigError, match="did you mean 'num_evaluators'"):
         trainer_bundles(ppo, {"num_evaluator": 2})
 
@@ -201,3 +205,40 @@ def test_param_space_typo_fails_fast(ray_session, tmp_path):
     # also without the up-front check: the error names the key, before any trial runs
     with pytest.raises(Exception, match="did you mean 'num_sgd_iter'"):
         _run(tmp_path, "hierl/PPO", space, {"training_iteration": 1})
+
+
+class PGReportingSeed(PGTrainer):
+    """PG that reports the seed its config was built with."""
+
+    def train(self):
+        return {**super().train(), "trainer_seed": self.config.seed}
+
+
+def test_trial_seed_is_base_plus_the_trial_counter():
+    from hierl.tune.trainable import trial_seed
+
+    assert trial_seed(0, "a1b2c_00000") == 0
+    assert trial_seed(100, "a1b2c_00002") == 102
+    assert trial_seed(7, "default") == trial_seed(7, None) == 7  # outside Tune
+    # ids without a counter (search algorithms): stable, and distinct per id
+    assert trial_seed(0, "3f9a8c1d") == trial_seed(0, "3f9a8c1d") != trial_seed(0, "3f9a8c1e")
+
+
+@pytest.mark.timeout(120)
+def test_repeated_samples_of_a_grid_point_get_their_own_seeds(ray_session, tmp_path):
+    from ray import tune
+
+    from hierl.tune import trainable
+
+    space = {**TINY, "train_batch_size": 100, "lr": tune.grid_search([0.01])}
+    stop = {"training_iteration": 1}
+    results = _run(tmp_path, trainable(PGReportingSeed), space, stop, num_samples=2)
+    assert not results.errors
+    seeds = sorted(r.metrics["trainer_seed"] for r in results)
+    assert seeds == [0, 1]  # base 0 + trial index
+    assert sorted(r.config["seed"] for r in results) == seeds  # recorded in the config
+    # an explicit seed is every trial's seed; another base seed shifts the derived ones
+    results = _run(tmp_path, trainable(PGReportingSeed), {**space, "seed": 5}, stop, num_samples=2)
+    assert [r.metrics["trainer_seed"] for r in results] == [5, 5]
+    results = _run(tmp_path, trainable(PGReportingSeed, base_seed=10), space, stop, num_samples=2)
+    assert sorted(r.metrics["trainer_seed"] for r in results) == [10, 11]

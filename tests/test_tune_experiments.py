@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,12 @@ from hierl.config import ConfigError
 
 ray_tune = pytest.importorskip("ray.tune")
 
-from hierl.tune.experiments import load_experiments, make_scheduler, search_space  # noqa: E402
+from hierl.tune.experiments import (  # noqa: E402
+    ExperimentSpec,
+    load_experiments,
+    make_scheduler,
+    search_space,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tune"
 pytestmark = pytest.mark.timeout(180)
@@ -50,6 +56,60 @@ def test_bad_experiments_fail_before_any_trial_naming_the_problem(tmp_path, body
     assert "experiment 'exp1'" in str(info.value)
 
 
+def test_exponent_floats_are_numbers_in_experiment_files(tmp_path):
+    path = _write(
+        tmp_path,
+        "exp1:\n  run: PG\n  env: CartPole-v1\n  seed: 3\n"
+        "  config:\n    lr: 1e-3\n    gamma: .99\n"
+        "    grad_clip: {loguniform: [1e-4, 5E+2]}\n",
+    )
+    (spec,) = load_experiments(path).values()
+    assert spec.config["lr"] == 1e-3 and spec.config["gamma"] == 0.99
+    assert spec.seed == 3
+    space = spec.param_space()["grad_clip"]
+    assert isinstance(space, ray_tune.search.sample.Float)
+    assert (space.lower, space.upper) == (1e-4, 500.0)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("{loguniform: 1e-4}", "loguniform takes a list, got float"),
+        ("{loguniform: [1e-4]}", r"exactly \[low, high\], got 1 value"),
+        ("{loguniform: [1e-4, 1e-3, 1e-2]}", r"exactly \[low, high\], got 3 value"),
+        ("{loguniform: {low: 1e-4, high: 5e-3}}", "loguniform takes a list, got dict"),
+        ("{loguniform: [0, 1e-3]}", "0 < low"),
+        ("{uniform: [0.3, 0.1]}", "low must be < high"),
+        ("{uniform: [a, b]}", "bounds must be numbers"),
+        ("{randint: [1.5, 4]}", "bounds must be integers"),
+        ("{grid_search: []}", "at least one value"),
+        ("{choice: 3}", "choice takes a list, got int"),
+    ],
+)
+def test_malformed_search_spaces_are_config_errors_naming_key_spec_and_forms(
+    tmp_path, spec, message
+):
+    path = _write(tmp_path, f"exp1:\n  run: PG\n  env: CartPole-v1\n  config:\n    lr: {spec}\n")
+    with pytest.raises(ConfigError, match=message) as info:
+        load_experiments(path)
+    text = str(info.value)
+    assert "experiment 'exp1'" in text and "'config.lr'" in text
+    assert "valid forms: {grid_search: [v1, v2, ...]}" in text and "{randint: [low, high]}" in text
+
+
+def test_malformed_nested_and_pbt_search_spaces_name_their_key():
+    with pytest.raises(ConfigError, match=r"'config\.model\.hiddens'.*got 0 value"):
+        search_space({"model": {"hiddens": {"uniform": []}}})
+    spec = ExperimentSpec.from_dict(
+        {
+            "run": "PG",
+            "scheduler": {"type": "pbt", "hyperparam_mutations": {"lr": {"uniform": [1, 0]}}},
+        }
+    )
+    with pytest.raises(ConfigError, match=r"'scheduler\.hyperparam_mutations\.lr'.*low must be"):
+        make_scheduler(spec)
+
+
 def test_search_spaces_become_tune_objects():
     space = search_space(
         {
@@ -83,3 +143,6 @@ def test_hierl_tune_runs_an_example_file_end_to_end(ray_session, tmp_path, capsy
     # 4 grid points, each with its own result directory under the storage path
     trials = [p for p in (tmp_path / "ppo-cartpole-grid").iterdir() if p.is_dir()]
     assert len(trials) == 4
+    # each trial ran with its own seed (the experiment's base seed 0 + trial index)
+    seeds = [json.loads((p / "result.json").read_text().splitlines()[0]) for p in trials]
+    assert sorted(r["config"]["seed"] for r in seeds) == [0, 1, 2, 3]

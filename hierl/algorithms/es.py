@@ -36,7 +36,11 @@ _NUMPY_ACTIVATIONS = {
 
 @dataclasses.dataclass
 class ESConfig(TrainerConfig):
-    """ES settings; the ES defaults are the RLlib paper's (appendix D) for MuJoCo tasks."""
+    """ES settings; the ES defaults are the RLlib paper's (appendix D) for MuJoCo tasks.
+
+    ``l2_coeff`` has the paper's meaning because the update is scaled as in the reference
+    code (``g = 1/n Σ (F⁺ - F⁻) ε_i``, not divided by sigma; see ``hierl.optimizers.es_math``).
+    """
 
     observation_filter: Literal["NoFilter", "MeanStdFilter"] = "MeanStdFilter"
     """Observation normalisation (Salimans et al. normalise; statistics merged across
@@ -46,7 +50,8 @@ class ESConfig(TrainerConfig):
     stepsize: float = 0.01
     """Adam step size."""
     l2_coeff: float = 0.005
-    """L2 coefficient: ``l2_coeff · θ`` is added to the (descent) gradient."""
+    """L2 coefficient: Adam descends ``-g + l2_coeff · θ`` with ``g = 1/n Σ (F⁺ - F⁻) ε_i``
+    (not divided by sigma), as in the reference ``es_distributed/es.py``."""
     episodes_per_batch: int = 5000
     """Perturbed episodes per update (antithetic pairs: rounded up to even)."""
     timesteps_per_batch: int = 0

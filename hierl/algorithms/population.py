@@ -24,10 +24,10 @@ import numpy as np
 
 from hierl.algorithms.a2c import A3CTrainer
 from hierl.algorithms.ppo import PPOTrainer
-from hierl.algorithms.resources import start_trainer_actor, stop_trainer_actor, trainer_bundles
+from hierl.algorithms.resources import start_trainer_actor, stop_trainer_actor, trainer_groups
 from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
 from hierl.evaluators.evaluator_set import is_evaluator_failure
-from hierl.evaluators.ray_runtime import ensure_ray
+from hierl.evaluators.ray_runtime import ActorGroup, ensure_ray
 from hierl.policy_graph import Weights
 
 logger = logging.getLogger(__name__)
@@ -98,13 +98,13 @@ class PopulationTrainer(BaseTrainer):
     member_class: ClassVar[type[BaseTrainer]]
 
     def __init__(self, config: PopulationConfig | dict | None = None, env: Any = None):
-        super().__init__(config, env)
+        super().__init__(config, env)  # fails fast if the members can never all be placed
         cfg = self.config
         self.member_configs = [
             self.member_class.config_class.from_dict(self._member_dict(cfg, i))
             for i in range(cfg.population_size)
         ]
-        ensure_ray(cfg.ray_address)
+        ensure_ray(cfg.ray_address)  # started by check_resources already, unless it skipped
         self.members = [start_trainer_actor(self.member_class, c) for c in self.member_configs]
         self.timesteps_total = 0
         self.rng = np.random.default_rng(cfg.seed)
@@ -121,13 +121,39 @@ class PopulationTrainer(BaseTrainer):
         return {**cfg.member_config, "env": cfg.env, "env_config": cfg.env_config, "seed": seed}
 
     @classmethod
-    def extra_actor_bundles(cls, config: PopulationConfig) -> list[dict[str, float]]:
-        """Every member's bundles (its driver, evaluators and other actors)."""
-        bundles = []
-        for i in range(config.population_size):
-            member = cls.member_class.config_class.from_dict(cls._member_dict(config, i))
-            bundles += [b or {"CPU": 0.01} for b in trainer_bundles(cls.member_class, member)]
-        return bundles
+    def extra_actor_groups(cls, config: PopulationConfig) -> list[ActorGroup]:
+        """Every member's actors: its driver (a Ray actor), evaluators and other actors,
+        ``population_size`` times (the members differ in their seeds only)."""
+        n = config.population_size
+        member = cls.member_class.config_class.from_dict(cls._member_dict(config, 0))
+        driver, *actors = trainer_groups(cls.member_class, member)
+        label = f"{cls.member_class.name or cls.member_class.__name__} member"
+
+        def in_member_config(setting: str) -> str:
+            return setting and f"member_config.{setting}"
+
+        # CRUCIAL: as in start_trainer_actor, a member driver reserving nothing still
+        # takes a token CPU share (Ray rejects empty bundles).
+        groups = [
+            ActorGroup(
+                f"{label} driver",
+                n,
+                driver.bundle or {"CPU": 0.01},
+                "population_size",
+                {r: in_member_config(s) for r, s in driver.share_settings.items()},
+            )
+        ]
+        for g in actors:
+            groups.append(
+                ActorGroup(
+                    f"{label} {g.what}",
+                    g.count * n,
+                    g.bundle,
+                    in_member_config(g.count_setting),
+                    {r: in_member_config(s) for r, s in g.share_settings.items()},
+                )
+            )
+        return groups
 
     def _get(self, refs: Any) -> Any:
         import ray

@@ -33,7 +33,6 @@ from hierl.evaluators.policy_evaluator import seed_everything
 from hierl.evaluators.policy_map import PolicySpec
 from hierl.models import ModelConfig
 from hierl.optimizers import PolicyOptimizer, get_optimizer_class
-from hierl.optimizers.auto import GRADIENT_STRATEGIES, AutoOptimizer
 from hierl.policy_graph import PolicyGraph, Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID
 
@@ -193,20 +192,10 @@ class Trainer(BaseTrainer):
     default_optimizer: ClassVar[str] = "local"
 
     def __init__(self, config: TrainerConfig | Mapping[str, Any] | None = None, env: Any = None):
+        # validates the config (``validate_config``), then fails fast if the cluster can
+        # never hold the evaluators and optimizer actors (``check_resources``)
         super().__init__(config, env)
-        config = self.config
-        optimizer_name = config.optimizer or self.default_optimizer
-        if optimizer_name not in self.supported_optimizers:
-            get_optimizer_class(optimizer_name)  # unknown names: "did you mean"
-            raise ConfigError(
-                f"config field 'optimizer' = '{optimizer_name}' is not supported by "
-                f"{self.name or type(self).__name__}; valid: {', '.join(self.supported_optimizers)}"
-            )
-        self.config = dataclasses.replace(config, optimizer=optimizer_name)
-        if self.config.policies:
-            self._check_optimizer_supports(optimizer_name, MULTI_AGENT)
-        if self.config.model.use_lstm:
-            self._check_optimizer_supports(optimizer_name, RECURRENT)
+        optimizer_name = self.config.optimizer
         _use_driver_cpus(self.config.num_cpus_for_driver)
         seed_everything(self.config.seed)
         self.evaluators = self._make_evaluators()
@@ -224,6 +213,23 @@ class Trainer(BaseTrainer):
         self._policy_rewards = multi_agent.PolicyRewards(self.config.metrics_smoothing_episodes)
 
     # -- construction hooks ------------------------------------------------------------
+    def validate_config(self, config: TrainerConfig) -> TrainerConfig:
+        """The optimizer must be one this algorithm supports, with the capabilities the
+        config needs; returns the config with the optimizer's name filled in."""
+        optimizer_name = config.optimizer or self.default_optimizer
+        if optimizer_name not in self.supported_optimizers:
+            get_optimizer_class(optimizer_name)  # unknown names: "did you mean"
+            raise ConfigError(
+                f"config field 'optimizer' = '{optimizer_name}' is not supported by "
+                f"{self.name or type(self).__name__}; valid: {', '.join(self.supported_optimizers)}"
+            )
+        if config.policies:
+            self._check_optimizer_supports(optimizer_name, MULTI_AGENT)
+        if config.model.use_lstm:
+            self._check_optimizer_supports(optimizer_name, RECURRENT)
+        self._check_optimizer_trains_policies(optimizer_name, config)
+        return dataclasses.replace(config, optimizer=optimizer_name)
+
     def _check_optimizer_supports(self, name: str, feature: tuple[str, str]) -> None:
         """ConfigError unless optimizer ``name`` has the capability ``(flag, description)``."""
         flag, what = feature
@@ -288,29 +294,54 @@ class Trainer(BaseTrainer):
         opt_class = get_optimizer_class(name)
         fields = {f.name for f in dataclasses.fields(opt_class.config_class)}
         settings = {k: v for k, v in config.to_dict().items() if k in fields}
+        # e.g. auto's candidates: the strategies this algorithm supports
+        settings.update(opt_class.algorithm_settings(cls.supported_optimizers))
         if with_overrides:
             settings.update(config.optimizer_config)
-        if name == "auto":
-            # auto compares the gradient strategies this algorithm supports, each built
-            # with the algorithm's settings (optimizer_config is auto's own).
-            supported = [n for n in cls.supported_optimizers if n in GRADIENT_STRATEGIES]
-            settings.setdefault("candidates", supported)
         try:
             return opt_class.config_class.from_dict(settings)
         except ConfigError as e:
             raise ConfigError(f"optimizer_config of '{name}': {e}") from e
 
     def _make_optimizer(self, name: str, with_overrides: bool = True) -> PolicyOptimizer:
-        """Build optimizer ``name`` from the same-named trainer fields + ``optimizer_config``."""
-        cls = get_optimizer_class(name)
+        """Build optimizer ``name`` from the same-named trainer fields + ``optimizer_config``;
+        optimizers it builds in turn (``auto``'s candidates) get the trainer fields only
+        (``optimizer_config`` is its own)."""
         config = self.optimizer_config(self.config, name, with_overrides)
-        if name == "auto":
-            return AutoOptimizer(
-                self.evaluators,
-                config=config,
-                factory=lambda n: self._make_optimizer(n, with_overrides=False),
+        return get_optimizer_class(name).create(
+            self.evaluators, config, lambda n: self._make_optimizer(n, with_overrides=False)
+        )
+
+    def _check_optimizer_trains_policies(self, name: str, config: TrainerConfig) -> None:
+        """ConfigError unless optimizer ``name`` can train every policy class of ``config``
+        (``PolicyOptimizer.missing_policy_capability``), listing the ones that can."""
+        classes = [self.policy_class]  # also every agent of a MultiAgentEnv without policies
+        if config.policies:
+            classes = [
+                multi_agent.policy_classes(config, pid)[0] or self.policy_class
+                for pid in config.policies
+            ]
+
+        def missing(opt: str, policy_class: type, with_overrides: bool) -> str | None:
+            opt_config = self.optimizer_config(config, opt, with_overrides)
+            return get_optimizer_class(opt).missing_policy_capability(policy_class, opt_config)
+
+        for policy_class in dict.fromkeys(classes):
+            why = missing(name, policy_class, True)
+            if why is None:
+                continue
+            ok = []
+            for other in self.supported_optimizers:
+                try:
+                    if missing(other, policy_class, False) is None:
+                        ok.append(other)
+                except ConfigError:  # its defaults do not fit this config: not listed
+                    pass
+            raise ConfigError(
+                f"config field 'optimizer' = '{name}' cannot train policy class "
+                f"{policy_class.__name__}: {why}; optimizers of "
+                f"{self.name or type(self).__name__} that can: {', '.join(ok) or 'none'}"
             )
-        return cls(self.evaluators, config=config)
 
     def after_optimizer_step(self, learner_stats: dict[str, float]) -> None:
         """Hook for per-iteration policy utilities (e.g. PPO's adaptive KL coefficient)."""

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from hierl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from hierl.config import Config, ConfigError
-from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S
+from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S, ActorGroup
 
 CHECKPOINT_KIND = "hierl-trainer"
 
@@ -88,9 +88,26 @@ class BaseTrainer:
             raise ConfigError(
                 "config field 'env' is required (a Gymnasium id such as 'CartPole-v1')"
             )
-        self.config = config
+        self.config = self.validate_config(config)
         self.iteration = 0
         self.time_total_s = 0.0
+        # CRUCIAL: before any actor starts: a reservation the cluster can never grant
+        # would leave the trainer waiting forever, printing nothing.
+        self.check_resources()
+
+    def validate_config(self, config: Any) -> Any:
+        """Checks of a complete config that need the algorithm class (e.g. its supported
+        optimizers), run before anything is reserved; returns the config to use."""
+        return config
+
+    def check_resources(self) -> None:
+        """Raise ConfigError (at once, naming each part, the cluster and a setting that
+        fits) if the Ray cluster can never hold the actors this trainer starts; starts
+        Ray only if the trainer starts Ray actors.  See ``hierl.algorithms.resources``."""
+        # imported here: resources imports the trainer classes
+        from hierl.algorithms.resources import check_cluster_fits
+
+        check_cluster_fits(type(self), self.config)
 
     # -- the algorithm -----------------------------------------------------------------
     def train(self) -> dict[str, Any]:
@@ -119,10 +136,10 @@ class BaseTrainer:
         raise NotImplementedError
 
     @classmethod
-    def extra_actor_bundles(cls, config: Any) -> list[dict[str, float]]:
-        """Resource bundles of the Ray actors this trainer starts besides its evaluators
-        (e.g. Ape-X replay shards, a population's trainers), one per actor; see
-        ``hierl.algorithms.resources``."""
+    def extra_actor_groups(cls, config: Any) -> list[ActorGroup]:
+        """The Ray actors this trainer starts besides its evaluators and its optimizer's
+        actors (e.g. a population's member trainers), with ``config``; their settings are
+        named relative to ``config``.  See ``hierl.algorithms.resources``."""
         return []
 
     # -- checkpoints -------------------------------------------------------------------

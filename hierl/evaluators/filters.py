@@ -4,6 +4,10 @@ Each evaluator's filter keeps the total running statistics plus a *buffer* of wh
 since the last sync.  The driver collects the buffers, merges them into its own filter
 (parallel variance merge, Chan et al. 1979) and pushes the merged statistics back, so
 every evaluator normalises with the same statistics.
+
+Which observations are recorded is the samplers' rule, the same in every autoreset mode
+and in the multi-agent sampler: each observation a policy acts on, once; an episode's
+final observation is normalised (``update=False``) but not recorded.
 """
 
 from __future__ import annotations
@@ -70,7 +74,8 @@ class NoFilter:
     def __init__(self, shape: tuple[int, ...] = ()):
         self.shape = shape
 
-    def __call__(self, x: np.ndarray, update: bool = True) -> np.ndarray:
+    def __call__(self, x: np.ndarray, update: bool | np.ndarray = True) -> np.ndarray:
+        """Return ``x`` unchanged (``update`` as for ``MeanStdFilter``)."""
         return x
 
     def get_state(self) -> dict[str, Any]:
@@ -105,11 +110,22 @@ class MeanStdFilter(NoFilter):
         self.rs = RunningStat(shape)
         self.buffer = RunningStat(shape)
 
-    def __call__(self, x: np.ndarray, update: bool = True) -> np.ndarray:
-        """Normalise a batch ``x`` of shape ``(B, *shape)``; with ``update``, record it first."""
-        if update:
-            self.rs.push_batch(x)
-            self.buffer.push_batch(x)
+    def __call__(self, x: np.ndarray, update: bool | np.ndarray = True) -> np.ndarray:
+        """Normalise a batch ``x`` of shape ``(B, *shape)``, recording it first.
+
+        ``update`` is True (record every row), False (record none) or a ``(B,)`` boolean
+        mask of the rows to record; all rows are normalised with the updated statistics.
+        """
+        if np.ndim(update) == 0:
+            recorded = x if update else x[:0]
+        else:
+            mask = np.asarray(update, dtype=bool)
+            if mask.shape != (len(x),):
+                raise ValueError(f"update mask of shape {mask.shape} for {len(x)} rows")
+            recorded = x[mask]
+        if len(recorded):
+            self.rs.push_batch(recorded)
+            self.buffer.push_batch(recorded)
         out = (x - self.rs.mean) / (self.rs.std + 1e-8)
         return np.clip(out, -self.clip, self.clip).astype(np.float32)
 

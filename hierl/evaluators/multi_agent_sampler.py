@@ -186,6 +186,7 @@ class MultiAgentSampler:
             space = self.policy_map[pid].observation_space
             flat = self.preprocessors[pid].transform(batch_obs(space, [m[2] for m in members]))
             # final observations only feed bootstrapping: they do not update the filter
+            # (the rule of every sampler, see hierl.evaluators.filters)
             flat = self.filters[pid](flat, update=not final)
             for i, (slot, aid, _) in enumerate(members):
                 out[(slot.index, aid)] = flat[i]

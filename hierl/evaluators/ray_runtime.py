@@ -1,8 +1,11 @@
-"""Starting or joining Ray, with the settings hierl needs on a small local machine."""
+"""Starting or joining Ray, with the settings hierl needs on a small local machine, and
+``ActorGroup``: how a component declares the Ray actors it reserves resources for."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Mapping
 from typing import Any
 
 # Ray 2.60 enables token auth by default (a warning and a token file in $HOME); local
@@ -27,3 +30,29 @@ def ensure_ray(address: str | None = None, **init_kwargs: Any) -> None:
         ray.init(address=address, **kwargs)
     else:
         ray.init(**kwargs)
+
+
+@dataclasses.dataclass
+class ActorGroup:
+    """``count`` Ray actors of one kind, each reserving ``bundle`` (e.g. 2 evaluators of
+    ``{"CPU": 1.0}``), and the settings that size them.
+
+    Components declare the actors they will start this way (an optimizer's
+    ``actor_groups``, an algorithm's ``extra_actor_groups``) so that
+    ``hierl.algorithms.resources`` can reserve them and, when they can never fit, name
+    them and compute which setting would make them fit.
+    """
+
+    what: str
+    """The kind of actor, singular (``"evaluator"``, ``"Ape-X replay shard"``)."""
+    count: int
+    """How many such actors are started."""
+    bundle: Mapping[str, float]
+    """What each reserves (``{"CPU": 0.5}``); zero entries are dropped, ``{}``: nothing."""
+    count_setting: str = ""
+    """The config setting that sets ``count`` (``"num_evaluators"``; ``""``: none)."""
+    share_settings: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Resource name → the setting of each actor's share (``{"CPU": "num_cpus_per_evaluator"}``)."""
+
+    def __post_init__(self) -> None:
+        self.bundle = {k: float(v) for k, v in self.bundle.items() if v > 0}

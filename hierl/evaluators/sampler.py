@@ -13,6 +13,14 @@ Gymnasium's three autoreset modes are handled:
   only resets that sub-env; its row is dropped;
 * ``DISABLED``: the sampler resets finished sub-envs itself with ``reset_mask``.
 
+Observation filter (e.g. ``MeanStdFilter``): in every mode its statistics count each
+observation the policy acts on (or, at the end of a fragment, will act on) exactly once:
+the first observation of every episode and every non-final one.  An episode's *final*
+observation is normalised (for ``NEW_OBS``, i.e. bootstrapping) but not recorded, as in
+the multi-agent sampler and in ES (whose reference records the observations it acts on,
+openai/evolution-strategies-starter ``policies.py`` ``rollout``).  A ``DISABLED`` reset
+records only the rows it reset (Gymnasium returns the current observation of the others).
+
 Recurrent policies (a non-empty ``get_initial_state()``) get their state carried per
 sub-env: it is passed to ``compute_actions`` every step, recorded as it was at the start
 of each step (``state_in_0``, ``state_in_1``, ...), and reset to the initial state for a
@@ -203,9 +211,15 @@ class VectorSampler:
             raw, rew, term, trunc, info = self._call("step", to_env_action(self.act_space, actions))
             flat = self.preprocessor.transform(raw)
             env_checks.check_step(self, raw, rew, info, self.env_steps, flat=flat)
-            next_obs = self.filter(flat)
             valid = ~self.pending_reset
             done = (term | trunc) & valid
+            # CRUCIAL: count each observation once (module docstring): in NEXT_STEP and
+            # DISABLED modes the done rows hold final observations, which are not recorded
+            # (in SAME_STEP they hold the next episode's first, and the final is in info).
+            if done.any() and self.autoreset_mode != AutoresetMode.SAME_STEP:
+                next_obs = self.filter(flat, update=~done)
+            else:
+                next_obs = self.filter(flat)
             new_obs_buf[step] = next_obs
             act_buf[step] = actions
             for k, v in extra.items():
@@ -230,7 +244,9 @@ class VectorSampler:
                     flat = self.preprocessor.transform(reset_raw)
                     env_checks.check_observations(self, reset_raw, None, rows=idx, flat=flat)
                     next_obs = next_obs.copy()
-                    next_obs[idx] = self.filter(flat)[idx]
+                    # CRUCIAL: record only the reset rows; the others are the current
+                    # observations of running episodes, already counted at their step.
+                    next_obs[idx] = self.filter(flat[idx])
                 self._finish_episodes(idx, info)
             if self.recurrent:
                 # A finished episode's successor starts from the initial state; so does the

@@ -61,7 +61,8 @@ class AllReduceConfig(OptimizerConfig):
     num_sgd_iter: int = 1
     """Epochs over each rank's batch."""
     sgd_minibatch_size: int = 0
-    """Global minibatch rows, split evenly across the evaluators; 0 = whole batches."""
+    """Global minibatch rows, split evenly across the evaluators; 0 = whole batches.  A
+    remainder under half a minibatch joins the last one (``minibatch_bounds``)."""
     seed: int | None = 0
     """Seeds the ranks' minibatch shuffling (None: random)."""
     check_replicas_every: int = 0
@@ -98,6 +99,7 @@ class AllReduceOptimizer(PolicyOptimizer):
 
     name = "allreduce"
     config_class = AllReduceConfig
+    required_policy_methods = ("compute_gradients", "apply_gradients", "gradient_names")
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

@@ -19,6 +19,7 @@ import time
 from collections import deque
 from typing import Any
 
+from hierl.evaluators.ray_runtime import ActorGroup
 from hierl.optimizers.base import PolicyOptimizer
 from hierl.optimizers.learner_thread import LearnerThread
 from hierl.optimizers.registry import register_optimizer
@@ -53,6 +54,10 @@ class ApexConfig(ShardedReplayConfig):
     wait_timeout_s: float = 0.01
     """Longest the driver blocks in ``ray.wait`` per round (it wakes up for the first
     finished sample or replay task); bounds the delay of priority updates."""
+    worker_side_prioritization: bool = True
+    """Evaluators compute the initial priorities of the rows they sample (Ape-X,
+    Horgan et al. 2018, Algorithm 1 ``ComputePriorities``); False: rows enter at each
+    shard's max priority."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -81,6 +86,21 @@ class ApexOptimizer(PolicyOptimizer):
     name = "apex"
     config_class = ApexConfig
 
+    @classmethod
+    def actor_groups(cls, config: ApexConfig, num_evaluators: int) -> list[ActorGroup]:
+        """The replay-shard actors (in-process shards without remote evaluators)."""
+        if not num_evaluators:
+            return []
+        return [
+            ActorGroup(
+                "Ape-X replay shard",
+                config.num_replay_shards,
+                {"CPU": config.num_cpus_per_replay_shard},
+                "num_replay_shards",
+                {"CPU": "num_cpus_per_replay_shard"},
+            )
+        ]
+
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         cfg = self.config
@@ -93,7 +113,7 @@ class ApexOptimizer(PolicyOptimizer):
             self._tasks,
             per_actor,
             cfg.max_weight_sync_delay,
-            cfg.prioritized_replay,
+            cfg.initial_priorities_on_workers,
         )
         self.replay = ShardedReplay(
             cfg, bool(self.remote_evaluators), self._tasks, self.evaluators.get
@@ -191,7 +211,7 @@ class ApexOptimizer(PolicyOptimizer):
         with self.learner.lock, self.timer("sample"):
             self.local_evaluator.set_global_vars({"timestep": self.num_steps_sampled})
             batch, priorities = sample_with_priorities(
-                self.local_evaluator, self.config.prioritized_replay
+                self.local_evaluator, self.config.initial_priorities_on_workers
             )
         self.num_steps_sampled += batch.count
         self.replay.add(batch, priorities)

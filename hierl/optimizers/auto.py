@@ -9,21 +9,26 @@ switch strategies based on runtime statistics".
 
 Here: the heuristics order the candidates; each then runs ``calibration_steps`` real
 training steps (the first one is a warm-up, e.g. a process group forming); the one with
-the highest learner throughput (rows trained per second) is kept.  All candidates
-share the evaluators and the local policy, and the weights are re-broadcast when the
-strategy changes, so training continues across switches.  Each strategy keeps its own
-optimizer moments where they live (driver or evaluators).
+the highest learner throughput (rows trained per second) is kept.  All candidates share
+the evaluators and the local policy, and the weights are re-broadcast when the strategy
+changes, so training continues across switches.  Each strategy keeps its own optimizer
+moments where they live (driver or evaluators).  Candidates that cannot train the policy
+(``PolicyOptimizer.missing_policy_capability``: e.g. ``multi_gpu`` for a policy that is
+not a TorchPolicyGraph) are never run; ``stats()`` gives each one's reason as
+``auto_skipped/<name>``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from hierl.config import ConfigError
+from hierl.evaluators import EvaluatorSet
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
 from hierl.optimizers.registry import get_optimizer_class, register_optimizer
 
@@ -78,6 +83,20 @@ def initial_order(
     return sorted(candidates, key=preference.index)
 
 
+def skipped_candidates(candidates: Sequence[str], policy_classes: Sequence[type]) -> dict[str, str]:
+    """The candidates that cannot train every class of ``policy_classes`` → the reason
+    (``PolicyOptimizer.missing_policy_capability``), in candidate order."""
+    out = {}
+    for name in candidates:
+        cls = get_optimizer_class(name)
+        for policy_class in policy_classes:
+            why = cls.missing_policy_capability(policy_class)
+            if why:
+                out[name] = f"{policy_class.__name__}: {why}"
+                break
+    return out
+
+
 class AutoOptimizer(PolicyOptimizer):
     """Calibrates each candidate strategy for a few steps, then keeps the fastest.
 
@@ -89,6 +108,36 @@ class AutoOptimizer(PolicyOptimizer):
     name = "auto"
     config_class = AutoConfig
 
+    @classmethod
+    def missing_policy_capability(
+        cls, policy_class: type, config: OptimizerConfig | None = None
+    ) -> str | None:
+        """None when at least one candidate can train ``policy_class``, else every
+        candidate's reason."""
+        candidates = (config or cls.config_class()).candidates
+        reasons = {
+            n: get_optimizer_class(n).missing_policy_capability(policy_class) for n in candidates
+        }
+        if not all(reasons.values()):
+            return None
+        listed = "; ".join(f"{name}: {why}" for name, why in reasons.items())
+        return f"none of its candidates can train it ({listed})"
+
+    @classmethod
+    def algorithm_settings(cls, supported_optimizers: Sequence[str]) -> dict[str, Any]:
+        """The candidates: the gradient strategies the algorithm supports."""
+        return {"candidates": [n for n in supported_optimizers if n in GRADIENT_STRATEGIES]}
+
+    @classmethod
+    def create(
+        cls,
+        evaluators: EvaluatorSet,
+        config: OptimizerConfig,
+        factory: Callable[[str], PolicyOptimizer],
+    ) -> PolicyOptimizer:
+        """Candidates are built by ``factory`` (with the algorithm's settings)."""
+        return cls(evaluators, config=config, factory=factory)
+
     def __init__(
         self,
         *args: Any,
@@ -98,10 +147,20 @@ class AutoOptimizer(PolicyOptimizer):
         super().__init__(*args, **kwargs)
         self.factory = factory or self._default_factory
         policy = self.local_evaluator.policy
+        self.skipped = skipped_candidates(
+            self.config.candidates, [type(p) for p in self.local_evaluator.policy_map.values()]
+        )
+        """Candidates that cannot train the policy → why (never calibrated)."""
+        runnable = [n for n in self.config.candidates if n not in self.skipped]
+        if not runnable:
+            raise ConfigError(
+                f"optimizer 'auto': no candidate can train {type(policy).__name__}: "
+                + "; ".join(f"'{n}': {why}" for n, why in self.skipped.items())
+            )
         weights = policy.get_weights()
         obs_shape = getattr(self.local_evaluator.preprocessor, "shape", (1,))
         self.order = initial_order(
-            self.config.candidates,
+            runnable,
             num_remote_evaluators=len(self.remote_evaluators),
             has_gpu=str(getattr(policy, "device", "cpu")).startswith("cuda"),
             num_sgd_iter=self.config.num_sgd_iter,
@@ -176,6 +235,8 @@ class AutoOptimizer(PolicyOptimizer):
         )
         for name in self.order:
             out[f"auto_samples_per_s/{name}"] = round(self.samples_per_s(name), 1)
+        for name, why in self.skipped.items():
+            out[f"auto_skipped/{name}"] = why
         return out
 
     def save(self) -> dict[str, Any]:
@@ -190,8 +251,9 @@ class AutoOptimizer(PolicyOptimizer):
     def restore(self, state: dict[str, Any]) -> None:
         """Inverse of ``save`` (a finished calibration is not repeated)."""
         super().restore(state)
-        self.choice = state.get("choice")
-        self.current = state.get("current") or self.current
+        self.choice = state.get("choice") if state.get("choice") in self.measured else None
+        if state.get("current") in self.measured:  # not a candidate skipped here
+            self.current = state["current"]
         for name, values in (state.get("measured") or {}).items():
             if name in self.measured:
                 self.measured[name] = [float(v) for v in values]

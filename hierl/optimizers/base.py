@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
 from hierl.config import Config
 from hierl.evaluators import EvaluatorSet, PolicyEvaluator
+from hierl.evaluators.ray_runtime import ActorGroup
+from hierl.policy_graph import PolicyGraph
 
 T = TypeVar("T")
 
@@ -71,6 +73,64 @@ class PolicyOptimizer:
     supports_recurrent: ClassVar[bool] = False
     """Whether its batches keep recurrent sequences whole (``seq_lens``): the Trainer
     refuses ``model.use_lstm`` with an optimizer that shards or trims batches by rows."""
+    required_policy_methods: ClassVar[tuple[str, ...]] = ()
+    """Policy methods ``step()`` needs beyond the abstract ones: each must be implemented
+    by the policy class (overriding PolicyGraph's ``NotImplementedError`` default, e.g.
+    ``compute_gradients``), or exist when PolicyGraph has no such method (e.g. ES's
+    ``get_flat_weights``)."""
+    required_policy_class: ClassVar[type | None] = None
+    """Policies must subclass this (e.g. ``TorchPolicyGraph`` for device towers); None:
+    any PolicyGraph."""
+
+    @classmethod
+    def missing_policy_capability(
+        cls, policy_class: type, config: OptimizerConfig | None = None
+    ) -> str | None:
+        """What ``policy_class`` lacks for this optimizer (with ``config``) to train it, as
+        a phrase for an error message; None when it can.
+
+        Read from ``required_policy_class`` and ``required_policy_methods``; the Trainer
+        refuses a policy this returns a reason for, and ``auto`` skips such candidates.
+        """
+        required = cls.required_policy_class
+        if required is not None and not issubclass(policy_class, required):
+            return f"it is not a {required.__name__} subclass"
+        missing = [
+            m
+            for m in cls.required_policy_methods
+            if getattr(policy_class, m, None) is None
+            or getattr(policy_class, m) is getattr(PolicyGraph, m, None)
+        ]
+        if missing:
+            return f"it does not implement {', '.join(missing)}"
+        return None
+
+    @classmethod
+    def algorithm_settings(cls, supported_optimizers: Sequence[str]) -> dict[str, Any]:
+        """Settings this optimizer takes from the algorithm that uses it, given the
+        optimizer names the algorithm supports (``auto``: its candidates); the Trainer
+        applies them under its ``optimizer_config``.  Default: none."""
+        return {}
+
+    @classmethod
+    def create(
+        cls,
+        evaluators: EvaluatorSet,
+        config: OptimizerConfig,
+        factory: Callable[[str], PolicyOptimizer],
+    ) -> PolicyOptimizer:
+        """Build it over ``evaluators``; ``factory(name)`` builds another registered
+        optimizer with the algorithm's settings (``auto`` builds its candidates so).
+        Default: ``cls(evaluators, config=config)``."""
+        return cls(evaluators, config=config)
+
+    @classmethod
+    def actor_groups(cls, config: OptimizerConfig, num_evaluators: int) -> list[ActorGroup]:
+        """The Ray actors this optimizer starts besides the evaluators (e.g. replay shards),
+        with ``config`` and ``num_evaluators`` remote evaluators; their settings are named
+        as fields of ``config``.  Trainers reserve them (``hierl.algorithms.resources``).
+        Default: none."""
+        return []
 
     def __init__(
         self,

@@ -8,8 +8,13 @@ Salimans et al. 2017, https://arxiv.org/abs/1703.03864, as ported in RLlib (ICML
         draw offsets i and env seeds; split the pairs evenly over the evaluators
         each evaluator: episodes with θ + sigma ε_i and θ - sigma ε_i  (es_rollouts)
         (num_aggregators > 0: aggregator actors fan out and merge: driver fan-in = A)
-    F = centered_ranks(returns);  g = 1/(n sigma) Σ (F⁺ - F⁻) ε_i
+    F = centered_ranks(returns);  g = 1/n Σ (F⁺ - F⁻) ε_i   (n = number of returns)
     θ ← Adam(θ, -g + l2_coeff·θ);  set on the local policy (shipped with the next round)
+
+The scaling of ``g`` and the L2 term are those of the reference code
+(openai/evolution-strategies-starter ``es_distributed/es.py``: ``g /= returns_n2.size``;
+``optimizer.update(-g + config.l2coeff * theta)``), so the paper's ``l2_coeff`` means
+what it meant there.
 
 With no remote evaluators everything runs on the local evaluator, same math.
 """
@@ -22,6 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from hierl.evaluators.ray_runtime import ActorGroup
 from hierl.evaluators.sampler import EpisodeRecord
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
 from hierl.optimizers.es_aggregator import AggregationTree
@@ -39,14 +45,19 @@ from hierl.optimizers.registry import register_optimizer
 
 @dataclasses.dataclass
 class ESOptimizerConfig(OptimizerConfig):
-    """Settings of the ``es`` optimizer (defaults: RLlib paper appendix D / Salimans)."""
+    """Settings of the ``es`` optimizer (defaults: RLlib paper appendix D / Salimans).
+
+    The defaults are the paper's, and so is their meaning: ``g`` is scaled as in the
+    reference code (``es_math`` module docstring), which ``l2_coeff`` is relative to.
+    """
 
     noise_stdev: float = 0.02
     """``sigma``: standard deviation of the parameter perturbations."""
     stepsize: float = 0.01
     """Adam step size."""
     l2_coeff: float = 0.005
-    """L2 coefficient: ``l2_coeff · θ`` is added to the (descent) gradient."""
+    """L2 coefficient: Adam descends ``-g + l2_coeff · θ`` with ``g = 1/n Σ (F⁺ - F⁻) ε_i``
+    (not divided by sigma), as in the reference ``es_distributed/es.py``."""
     episodes_per_batch: int = 5000
     """Perturbed episodes per update (rounded up to whole antithetic pairs)."""
     timesteps_per_batch: int = 0
@@ -98,6 +109,22 @@ class ESOptimizer(PolicyOptimizer):
 
     name = "es"
     config_class = ESOptimizerConfig
+    required_policy_methods = ("get_flat_weights", "set_flat_weights")  # FlatWeightsPolicy
+
+    @classmethod
+    def actor_groups(cls, config: ESOptimizerConfig, num_evaluators: int) -> list[ActorGroup]:
+        """The aggregator actors (only with remote evaluators)."""
+        if not num_evaluators:
+            return []
+        return [
+            ActorGroup(
+                "ES aggregator",
+                config.num_aggregators,
+                {"CPU": config.num_cpus_per_aggregator},
+                "num_aggregators",
+                {"CPU": "num_cpus_per_aggregator"},
+            )
+        ]
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -204,8 +231,9 @@ class ESOptimizer(PolicyOptimizer):
             return {}
         shaped = centered_ranks(batch.returns) if cfg.fitness_shaping != "none" else batch.returns
         noise = self.noise.rows(batch.noise_indices, self.dim)
-        g = es_gradient(shaped[:, 0], shaped[:, 1], noise, cfg.noise_stdev)
-        # CRUCIAL: Adam descends, ES ascends: pass -g, plus the L2 term's gradient.
+        g = es_gradient(shaped[:, 0], shaped[:, 1], noise)
+        # CRUCIAL: Adam descends, ES ascends: pass -g, plus the L2 term's gradient, exactly
+        # ``optimizer.update(-g + config.l2coeff * theta)`` of the reference es.py.
         new_theta = self.adam.step(theta, -g + cfg.l2_coeff * theta)
         policy.set_flat_weights(new_theta)
         self.num_updates += 1

@@ -2,12 +2,18 @@
 
 Salimans et al. 2017, "Evolution Strategies as a Scalable Alternative to Reinforcement
 Learning", https://arxiv.org/abs/1703.03864 (Algorithm 2, §2.2 fitness shaping, mirrored
-sampling): with ``n`` perturbed episodes in ``n/2`` antithetic pairs ``θ ± sigma ε_i``,
+sampling): with ``n = 2P`` perturbed episodes in ``P`` antithetic pairs ``θ ± sigma ε_i``,
 
-    g = 1/(n sigma) · Σ_i (F⁺_i - F⁻_i) ε_i            (es_gradient)
+    g = 1/n · Σ_i (F⁺_i - F⁻_i) ε_i                    (es_gradient)
 
-estimates ∇_θ E_ε[F(θ + sigma ε)], where ``F`` are the episode returns after fitness shaping
-(``centered_ranks``).  Adam (``FlatAdam``) then *minimises* ``-g + l2_coeff · θ``.
+where ``F`` are the episode returns after fitness shaping (``centered_ranks``).  Adam
+(``FlatAdam``) then *minimises* ``-g + l2_coeff · θ``.  This is the scaling of the
+reference code, openai/evolution-strategies-starter ``es_distributed/es.py``
+(``g, count = batched_weighted_sum(...); g /= returns_n2.size`` then
+``optimizer.update(-g + config.l2coeff * theta)``), kept by RLlib's ES: ``g`` is *not*
+divided by ``sigma``.  ``sigma · g`` would estimate ∇_θ E_ε[F(θ + sigma ε)]; Adam is
+invariant to the scale of its input, so the scale only matters through its balance with
+the L2 term, and the paper's ``l2_coeff`` (0.005) is relative to this ``g``.
 """
 
 from __future__ import annotations
@@ -46,19 +52,18 @@ def es_gradient(
     returns_pos: np.ndarray,
     returns_neg: np.ndarray,
     noise: np.ndarray,
-    noise_stdev: float,
 ) -> np.ndarray:
-    """The antithetic ES gradient estimate ``1/(n sigma) Σ_i (r⁺_i - r⁻_i) ε_i``.
+    """The antithetic ES update direction ``1/n Σ_i (r⁺_i - r⁻_i) ε_i``, ``n = 2P``.
 
     Args:
         returns_pos: ``(P,)`` (shaped) returns of the episodes run with ``θ + sigma ε_i``.
         returns_neg: ``(P,)`` (shaped) returns of the episodes run with ``θ - sigma ε_i``.
         noise: ``(P, dim)`` the perturbation directions ``ε_i``.
-        noise_stdev: ``sigma``.
 
     Returns:
-        ``(dim,)`` float64 estimate, ``n = 2 P`` episodes.  For raw returns of a smooth
-        objective its expectation is the gradient of the Gaussian-smoothed objective
+        ``(dim,)`` float64, divided by the number of returns ``n = 2P`` only, as in the
+        reference code (see the module docstring).  For raw returns of a smooth
+        objective ``g / sigma`` estimates the gradient of the Gaussian-smoothed objective
         (for a quadratic, exactly the gradient: the even Taylor terms cancel in
         ``r⁺ - r⁻``).
     """
@@ -73,7 +78,10 @@ def es_gradient(
     if pos.size == 0:
         return np.zeros(noise.shape[1], dtype=np.float64)
     weights = pos - neg
-    return (weights @ noise.astype(np.float64, copy=False)) / (2 * pos.size * noise_stdev)
+    # CRUCIAL: divide by the number of returns (2P) only, not by sigma: the reference
+    # (es_distributed/es.py, ``g /= returns_n2.size``) does so, and the L2 coefficient
+    # is calibrated against this scale (with 1/sigma, sigma=0.02 weakened L2 50x).
+    return (weights @ noise.astype(np.float64, copy=False)) / (2 * pos.size)
 
 
 class FlatAdam:

@@ -46,7 +46,7 @@ from hierl.optimizers.towers import (
     tower_backward,
     tower_view,
 )
-from hierl.sample_batch import SampleBatch
+from hierl.sample_batch import SampleBatch, minibatch_bounds
 from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
 
 
@@ -132,7 +132,8 @@ class MultiDeviceLearner:
 
         Each epoch draws one permutation of the shard length from ``rng``; every
         minibatch takes the next ``minibatch_size // K`` permuted rows of each tower's
-        shard (the epoch's last minibatch may be smaller).  ``minibatch_size <= 0`` or
+        shard, cut by ``minibatch_bounds`` (a remainder under half a minibatch joins the
+        epoch's last minibatch, a larger one is its own).  ``minibatch_size <= 0`` or
         ``>=`` the rows loaded means one full-batch update per epoch (no permutation is
         drawn), exactly like ``minibatch_sgd``.  Stats have ``minibatch_sgd``'s keys: the
         loss stats and ``total_loss`` (averaged over towers) and ``grad_gnorm`` when the
@@ -164,10 +165,10 @@ class MultiDeviceLearner:
                 perm_on = {d: perm.to(d, non_blocking=True) for d in set(self.devices)}
                 minibatches = [
                     [
-                        LazyRows(shard, perm_on[d][start : start + per_tower])
+                        LazyRows(shard, perm_on[d][start:stop])
                         for shard, d in zip(self._shards, self.devices, strict=True)
                     ]
-                    for start in range(0, n, per_tower)
+                    for start, stop in minibatch_bounds(n, per_tower)
                 ]
             for tower_batches in minibatches:
                 for key, value in self._update(views, tower_batches).items():

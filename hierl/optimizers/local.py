@@ -26,7 +26,8 @@ class LocalConfig(OptimizerConfig):
     num_sgd_iter: int = 1
     """Epochs over each gathered batch."""
     sgd_minibatch_size: int = 0
-    """Minibatch size; 0 = the whole batch in one update."""
+    """Minibatch size; 0 = the whole batch in one update.  A remainder under half a
+    minibatch joins the epoch's last minibatch (``hierl.sample_batch.minibatch_bounds``)."""
     seed: int | None = 0
     """Seeds minibatch shuffling (None: random)."""
 

@@ -16,6 +16,7 @@ import time
 from hierl.optimizers.learner import MultiDeviceLearner
 from hierl.optimizers.local import LocalConfig, LocalOptimizer
 from hierl.optimizers.registry import register_optimizer
+from hierl.torch_policy_graph import TorchPolicyGraph
 
 
 @dataclasses.dataclass
@@ -52,6 +53,7 @@ class MultiGPUOptimizer(LocalOptimizer):
     config_class = MultiGPUConfig
     supports_multi_agent = False  # one learner over one policy
     supports_recurrent = False  # towers split batches by rows
+    required_policy_class = TorchPolicyGraph  # the towers are copies of its torch model
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -4,8 +4,10 @@ Prioritized replay as in Schaul et al. 2016, "Prioritized Experience Replay"
 (https://arxiv.org/abs/1511.05952), proportional variant (§3.3): row ``i`` is sampled
 with probability ``P(i) = p_i^alpha / sum_k p_k^alpha`` and its loss weighted by
 ``w_i = (N * P(i))^-beta / max_j w_j`` (§3.4), the maximum taken over the whole buffer,
-i.e. at the smallest priority.  New rows enter at the largest priority seen so far, so
-every row is replayed at least once with high probability.
+i.e. at the smallest priority.  New rows enter at the largest priority seen so far
+(Algorithm 1, line 6), so every row is replayed at least once with high probability;
+only a caller that passes initial priorities to ``add`` (Ape-X's evaluators, or the
+``replay`` optimizer's ``worker_side_prioritization``) overrides that.
 
 The rows themselves are stored by the uniform :class:`ReplayBuffer` this buffer extends
 (:mod:`hierl.optimizers.replay_buffer`); the priorities live in a sum and a min segment

@@ -8,6 +8,13 @@ stores the rows, and once ``learning_starts`` rows are stored replays
 ``replay_ratio``-many rows per sampled env step in batches of ``train_batch_size``,
 each followed by a priority update from the policy's TD errors
 (``PolicyGraph.learn_on_replay_batch`` returns them as ``LearnResult.td_error``).
+
+New rows enter the buffer at the largest priority seen so far (Algorithm 1, line 6:
+``p_t = max_{i<t} p_i``), so each is replayed at least once before its TD error sets
+its priority.  ``worker_side_prioritization`` instead has the evaluators compute
+``|TD error| + eps`` for fresh rows (``PolicyGraph.compute_priorities``, one extra
+target-network pass per sampled batch): Ape-X's behaviour (Horgan et al. 2018), the
+default of the ``apex`` optimizer.
 """
 
 from __future__ import annotations
@@ -56,6 +63,11 @@ class ReplayConfig(OptimizerConfig):
     checkpoint_replay_buffer: bool = False
     """Save the buffer's rows, priorities and sampling RNG in checkpoints (``replay``
     only: Ape-X shards are not saved)."""
+    worker_side_prioritization: bool = False
+    """Fresh rows enter prioritized replay at the priority the sampling evaluator computes
+    (``policy.compute_priorities``: ``|TD error| + eps``, as in Ape-X) instead of at the
+    buffer's max priority (Schaul et al. 2016, Algorithm 1).  Costs one extra
+    target-network pass per sampled batch; ignored for uniform replay."""
 
     def __post_init__(self) -> None:
         self.check(
@@ -83,17 +95,22 @@ class ReplayConfig(OptimizerConfig):
         )
         self.check("replay_ratio", self.replay_ratio > 0, "must be > 0")
 
+    @property
+    def initial_priorities_on_workers(self) -> bool:
+        """Whether evaluators compute initial priorities for the rows they sample."""
+        return self.prioritized_replay and self.worker_side_prioritization
+
 
 def sample_with_priorities(
-    evaluator: PolicyEvaluator, prioritized: bool
+    evaluator: PolicyEvaluator, compute_priorities: bool
 ) -> tuple[SampleBatch, np.ndarray | None]:
-    """Evaluator-side: one ``sample()`` plus the policy's initial priorities for it.
+    """Evaluator-side: one ``sample()`` plus, if asked, the policy's initial priorities.
 
     Runs inside remote evaluators through ``evaluator.apply``; priorities are None when
-    replay is uniform or the policy has none (rows then enter at the max priority).
+    not asked for or when the policy has none (rows then enter at the max priority).
     """
     batch = evaluator.sample()
-    return batch, evaluator.policy.compute_priorities(batch) if prioritized else None
+    return batch, evaluator.policy.compute_priorities(batch) if compute_priorities else None
 
 
 @register_optimizer
@@ -138,18 +155,20 @@ class ReplayOptimizer(PolicyOptimizer):
 
     def step(self) -> dict[str, float]:
         """One round: sample every evaluator once, store, replay, broadcast weights."""
-        prioritized = self.config.prioritized_replay
+        # CRUCIAL: by default no initial priorities, so new rows enter at the max priority
+        # (Schaul et al. 2016, Algorithm 1) and are replayed at least once.
+        on_workers = self.config.initial_priorities_on_workers
         with self.timer("sample"):
             if self.remote_evaluators:
                 # A failed evaluator is recreated (or dropped): this round uses the others.
                 results = [
                     r
                     for _, r in self.evaluators.call_remotes(
-                        lambda e: e.apply.remote(sample_with_priorities, prioritized)
+                        lambda e: e.apply.remote(sample_with_priorities, on_workers)
                     )
                 ]
             else:
-                results = [sample_with_priorities(self.local_evaluator, prioritized)]
+                results = [sample_with_priorities(self.local_evaluator, on_workers)]
             for batch, priorities in results:
                 self.buffer.add(batch, priorities)
         new_rows = sum(batch.count for batch, _ in results)

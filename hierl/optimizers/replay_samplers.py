@@ -62,15 +62,16 @@ def pin_epsilon_ladder(evaluators: EvaluatorSet, base: float, alpha: float) -> l
 
 
 def sample_for_replay(
-    evaluator: PolicyEvaluator, prioritized: bool
+    evaluator: PolicyEvaluator, compute_priorities: bool
 ) -> tuple[SampleBatch, np.ndarray | None, tuple[int, float]]:
-    """A batch, its initial priorities and ``(env steps, seconds taken)``.
+    """A batch, its initial priorities (None unless ``compute_priorities``: the shard then
+    inserts at its max priority) and ``(env steps, seconds taken)``.
 
     Called with ``num_returns=3`` so the driver fetches only the small last value and
     hands the first two refs to a replay shard.
     """
     start = time.perf_counter()
-    batch, priorities = sample_with_priorities(evaluator, prioritized)
+    batch, priorities = sample_with_priorities(evaluator, compute_priorities)
     return batch, priorities, (batch.count, time.perf_counter() - start)
 
 
@@ -92,13 +93,14 @@ class ReplaySamplers:
         tasks: TaskPool,
         max_in_flight: int,
         max_weight_sync_delay: int,
-        prioritized: bool,
+        compute_priorities: bool,
     ):
         self.evaluators = evaluators
         self.tasks = tasks
         self.max_in_flight = max_in_flight
         self.max_weight_sync_delay = max_weight_sync_delay
-        self.prioritized = prioritized
+        self.compute_priorities = compute_priorities
+        """Evaluators compute initial priorities (``worker_side_prioritization``)."""
         num = len(evaluators.remote_evaluators)
         self.outstanding: dict[Any, int] = {}
         """Per evaluator handle: sample tasks launched whose batches were not yet handed on."""
@@ -168,7 +170,7 @@ class ReplaySamplers:
             while self.outstanding.get(evaluator, 0) < self.max_in_flight:
                 method = evaluator.apply.options(num_returns=3)
                 batch_ref, priorities_ref, info_ref = method.remote(
-                    sample_for_replay, self.prioritized
+                    sample_for_replay, self.compute_priorities
                 )
                 tag = ("sample", index, batch_ref, priorities_ref)
                 self.tasks.add(evaluator, info_ref, tag=tag)

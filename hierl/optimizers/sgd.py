@@ -20,6 +20,8 @@ def minibatch_sgd(
     """``num_sgd_iter`` epochs of shuffled minibatches; returns stats averaged over updates.
 
     ``minibatch_size <= 0`` or ``>= batch.count`` means one full-batch update per epoch.
+    Otherwise a remainder smaller than half a minibatch joins the last minibatch and a
+    larger one is its own (``SampleBatch.minibatches``, ``minibatch_bounds``).
     A batch with ``seq_lens`` (recurrent policies) is split between whole sequences, so
     its minibatches may exceed ``minibatch_size`` by less than one sequence.
     The stats include ``num_updates``, the number of updates made.

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from hierl.config import ConfigError
+from hierl.evaluators.ray_runtime import ActorGroup
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
 from hierl.optimizers.gradient_pipeline import GradientPipeline
 from hierl.optimizers.param_server import GradientInfo, compute_gradient_shards
@@ -92,6 +93,22 @@ class ShardedPSOptimizer(PolicyOptimizer):
 
     name = "sharded_ps"
     config_class = ShardedPSConfig
+    required_policy_methods = ("compute_gradients", "gradient_names")  # the shards run Adam
+
+    @classmethod
+    def actor_groups(cls, config: ShardedPSConfig, num_evaluators: int) -> list[ActorGroup]:
+        """The parameter-shard actors (in-process shards without remote evaluators)."""
+        if not num_evaluators:
+            return []
+        return [
+            ActorGroup(
+                "parameter shard",
+                config.num_shards,
+                {"CPU": config.num_cpus_per_shard},
+                "num_shards",
+                {"CPU": "num_cpus_per_shard"},
+            )
+        ]
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

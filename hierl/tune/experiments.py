@@ -8,6 +8,8 @@ The format follows RLlib's tuned examples; every key is checked before any trial
       env: CartPole-v1
       stop: {episode_reward_mean: 150, timesteps_total: 100000}
       num_samples: 2                 # samples of the search space (x each grid point)
+      seed: 0                        # base seed: trial i gets seed + i (unless config
+                                     # sets seed: then every trial uses that one)
       checkpoint_freq: 5             # iterations between checkpoints (0: at the end only)
       metric: episode_reward_mean    # what schedulers and the summary rank by (max)
       scheduler:                     # optional: fifo | asha | hyperband | pbt, with the
@@ -19,21 +21,91 @@ The format follows RLlib's tuned examples; every key is checked before any trial
 
 Search spaces: ``{grid_search: [...]}``, ``{choice: [...]}``, ``{uniform: [lo, hi]}``,
 ``{loguniform: [lo, hi]}``, ``{randint: [lo, hi]}``; PBT's ``hyperparam_mutations`` take
-the same forms or a plain list.
+the same forms or a plain list.  Any other value of a one-key dict with one of these names
+is a ConfigError naming the key.  Numbers such as ``1e-3`` are floats
+(``hierl.yaml_loader``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import logging
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
+
+from ray import tune
 
 from hierl.config import Config, ConfigError, suggest
 from hierl.tune.trainable import DEFAULT_METRIC, DEFAULT_MODE, trainable, validate_param_space
 
 SEARCH_SPACES = ("grid_search", "choice", "uniform", "loguniform", "randint")
 SCHEDULERS = ("fifo", "asha", "hyperband", "pbt")
+RESOURCE_WAIT_LOG_S = 60.0
+"""A trial PENDING this long gets one log line saying which resources it waits for."""
+
+logger = logging.getLogger(__name__)
+
+
+def _ray_resources() -> tuple[dict[str, float], dict[str, float]]:
+    """``(free now, in all)`` resources of the connected Ray cluster."""
+    import ray
+
+    return dict(ray.available_resources()), dict(ray.cluster_resources())
+
+
+class ResourceWaitLogger(tune.Callback):
+    """Logs one line for each trial that stays PENDING for ``after_s`` seconds: what it
+    reserves and what the cluster has free (other trials hold the rest).
+
+    A trial that could never fit fails ``Tuner.fit()`` at once
+    (``TrainerTrainable.default_resource_request``); this covers the ones that fit but
+    wait for busy resources.  ``hierl tune`` installs it; with ``tune.Tuner`` pass it in
+    ``tune.RunConfig(callbacks=[ResourceWaitLogger()])``.
+    """
+
+    def __init__(
+        self,
+        after_s: float = RESOURCE_WAIT_LOG_S,
+        clock: Callable[[], float] = time.monotonic,
+        resources: Callable[[], tuple[dict[str, float], dict[str, float]]] = _ray_resources,
+    ):
+        self.after_s = after_s
+        self._clock = clock
+        self._resources = resources
+        self._pending_since: dict[str, float] = {}  # trial id → when it was first seen pending
+        self._logged: set[str] = set()
+
+    def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        """Called by Tune at every step of its loop (many times a second)."""
+        now = self._clock()
+        pending = {t.trial_id: t for t in trials if t.status == "PENDING"}
+        for trial_id in list(self._pending_since):
+            if trial_id not in pending:  # started (or ended): a new wait counts afresh
+                del self._pending_since[trial_id]
+                self._logged.discard(trial_id)
+        for trial_id, trial in pending.items():
+            waited = now - self._pending_since.setdefault(trial_id, now)
+            if waited >= self.after_s and trial_id not in self._logged:
+                self._logged.add(trial_id)
+                logger.warning(self.message(trial, waited))
+
+    def message(self, trial: Any, waited_s: float) -> str:
+        """The log line for ``trial``, PENDING for ``waited_s`` seconds."""
+        pgf = trial.placement_group_factory
+        need = {k: v for k, v in pgf.required_resources.items() if v > 0}
+        free, total = self._resources()
+        keys = sorted(need)
+
+        def amounts(resources: Mapping[str, float]) -> str:
+            return " and ".join(f"{resources.get(k, 0.0):g} {k}" for k in keys) or "nothing"
+
+        return (
+            f"trial {trial} has waited {waited_s:.0f}s to start: it reserves "
+            f"{amounts(need)} ({len(pgf.bundles)} bundles: {pgf.bundles}); the Ray cluster "
+            f"has {amounts(free)} free of {amounts(total)} (running trials hold the rest)"
+        )
 
 
 @dataclasses.dataclass
@@ -48,6 +120,10 @@ class ExperimentSpec(Config):
     """Stop a trial when any ``result[key] >= value`` (e.g. ``timesteps_total``)."""
     num_samples: int = 1
     """Samples drawn from the search space (each grid point is repeated this often)."""
+    seed: int = 0
+    """Base seed: trial ``i`` of the experiment (in Tune's trial order) gets seed
+    ``seed + i``, so repeated samples of a grid point differ; a ``seed`` in ``config``
+    (fixed or a search space) is used as is instead."""
     checkpoint_freq: int = 0
     """Iterations between checkpoints (0: only at the end)."""
     checkpoint_at_end: bool = True
@@ -71,36 +147,72 @@ class ExperimentSpec(Config):
 
     def param_space(self) -> dict[str, Any]:
         """The algorithm config with Tune search spaces (``env`` folded in)."""
-        space = search_space(self.config)
+        space = search_space(self.config, "config")
         if self.env is not None:
             space["env"] = self.env
         return space
 
 
-def search_space(value: Any) -> Any:
-    """Turn ``{grid_search: [...]}``-style dicts (anywhere in ``value``) into Tune objects."""
+SEARCH_SPACE_FORMS = (
+    "{grid_search: [v1, v2, ...]}, {choice: [v1, v2, ...]}, {uniform: [low, high]}, "
+    "{loguniform: [low, high]} (0 < low), {randint: [low, high]} (integers; high excluded)"
+)
+"""The valid search-space specs, for error messages."""
+
+
+def search_space(value: Any, path: str = "config") -> Any:
+    """Turn ``{grid_search: [...]}``-style dicts (anywhere in ``value``) into Tune objects.
+
+    A one-key dict whose key is a search-space name must be a valid spec of that kind
+    (``SEARCH_SPACE_FORMS``); else ConfigError naming the key (``path``, e.g.
+    ``config.lr``), the spec and the valid forms.
+    """
+    if isinstance(value, Mapping):
+        if len(value) == 1 and next(iter(value)) in SEARCH_SPACES:
+            ((kind, args),) = value.items()
+            return _search_space(str(kind), args, path)
+        return {k: search_space(v, f"{path}.{k}") for k, v in value.items()}
+    return value
+
+
+def _search_space(kind: str, args: Any, path: str) -> Any:
     from ray import tune
 
-    if isinstance(value, Mapping):
-        if len(value) == 1:
-            ((kind, args),) = value.items()
-            if kind == "grid_search":
-                return tune.grid_search(list(args))
-            if kind == "choice":
-                return tune.choice(list(args))
-            if kind in ("uniform", "loguniform", "randint"):
-                lo, hi = args
-                return getattr(tune, kind)(lo, hi)
-        return {k: search_space(v) for k, v in value.items()}
-    return value
+    def bad(why: str) -> ConfigError:
+        return ConfigError(
+            f"'{path}': bad search space {{{kind}: {args!r}}}: {why}; "
+            f"valid forms: {SEARCH_SPACE_FORMS}"
+        )
+
+    if not isinstance(args, (list, tuple)):
+        raise bad(f"{kind} takes a list, got {type(args).__name__}")
+    if kind in ("grid_search", "choice"):
+        if not args:
+            raise bad(f"{kind} needs at least one value")
+        return getattr(tune, kind)(list(args))
+    if len(args) != 2:
+        raise bad(f"{kind} takes exactly [low, high], got {len(args)} value(s)")
+    lo, hi = args
+    if kind == "randint":
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in args):
+            raise bad("randint bounds must be integers")
+    elif not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in args):
+        raise bad(f"{kind} bounds must be numbers")
+    if not lo < hi:
+        raise bad("low must be < high")
+    if kind == "loguniform" and lo <= 0:
+        raise bad("loguniform needs 0 < low")
+    return getattr(tune, kind)(lo, hi)
 
 
 def load_experiments(path: str | Path) -> dict[str, ExperimentSpec]:
     """Read and validate an experiment file (YAML); ConfigError names what is wrong."""
     import yaml
 
+    from hierl.yaml_loader import load_yaml
+
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = load_yaml(Path(path).read_text())
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"cannot read experiment file '{path}': {e}") from e
     if not isinstance(data, Mapping) or not data:
@@ -136,7 +248,14 @@ def make_scheduler(spec: ExperimentSpec) -> Any:
         )
     if kind == "pbt":
         mutations = options.get("hyperparam_mutations", {})
-        options["hyperparam_mutations"] = {k: search_space(v) for k, v in mutations.items()}
+        if not isinstance(mutations, Mapping):
+            raise ConfigError(
+                "scheduler 'pbt': hyperparam_mutations must map config keys to a list of "
+                f"values or a search space ({SEARCH_SPACE_FORMS}), got {mutations!r}"
+            )
+        options["hyperparam_mutations"] = {
+            k: search_space(v, f"scheduler.hyperparam_mutations.{k}") for k, v in mutations.items()
+        }
         options.setdefault("time_attr", "training_iteration")
     try:
         return classes[kind](**options)
@@ -151,7 +270,7 @@ def run_experiment(
     from ray import tune
 
     tuner = tune.Tuner(
-        trainable(spec.run),
+        trainable(spec.run, base_seed=spec.seed),
         param_space=spec.param_space(),
         tune_config=tune.TuneConfig(
             metric=spec.metric,
@@ -169,6 +288,7 @@ def run_experiment(
                 checkpoint_at_end=spec.checkpoint_at_end,
             ),
             verbose=verbose,
+            callbacks=[ResourceWaitLogger()],
         ),
     )
     return tuner.fit()

@@ -19,19 +19,29 @@ stop()``, so the adapter only maps one onto the other::
   pickle), written into the directory Tune gives.
 * ``reset_config`` (PBT exploits, ``reuse_actors``) changes the learning rate in place
   and rebuilds the trainer for any other change that needs no other resources.
+* Seeds: a trial whose config sets ``seed`` (fixed or searched) uses it as is; any other
+  trial gets ``base_seed + i``, where ``i`` is its index in the experiment (the counter
+  Tune's default variant generator ends trial ids with: ``..._00002`` → 2) and
+  ``base_seed`` is 0 (``trainable(algo, base_seed=...)``; ``hierl tune``: the
+  experiment's ``seed``), so the ``num_samples`` repeats of one grid point differ.  The
+  seed is written into the trial's config (``result["config"]["seed"]``).  Trial ids
+  without a counter (search algorithms such as Optuna) give ``base_seed`` plus the
+  CRC-32 of the id modulo ``10**6``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import re
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
 from ray import tune
 
 from hierl.algorithms.registry import get_trainer_class, trainer_names
-from hierl.algorithms.resources import trainer_bundles
+from hierl.algorithms.resources import check_cluster_fits, trainer_bundles
 from hierl.algorithms.trainer import Trainer, TrainerConfig
 from hierl.algorithms.trainer_base import BaseTrainer
 from hierl.config import ConfigError, suggest
@@ -42,6 +52,9 @@ DEFAULT_MODE = "max"
 """Returns are maximised."""
 NAME_PREFIX = "hierl/"
 """Trainables are registered with Tune as ``hierl/<ALGORITHM>``."""
+
+TRIAL_INDEX = re.compile(r"_(\d{5,})$")
+"""The experiment-wide trial counter at the end of a Tune trial id (``a1b2c_00002``)."""
 
 HOT_FIELDS = frozenset({"lr"})
 """Fields ``reset_config`` applies to a running trainer (all its evaluators' torch
@@ -66,18 +79,46 @@ def _set_lr(evaluator: Any, lr: float) -> None:
             group["lr"] = lr
 
 
+def trial_seed(base_seed: int, trial_id: str | None) -> int:
+    """The seed of trial ``trial_id`` of an experiment with ``base_seed``: ``base_seed``
+    plus the trial's index (the 5-digit counter ending Tune's trial ids), or plus the
+    CRC-32 of an id without one modulo ``10**6``; ``base_seed`` outside Tune (no id)."""
+    if not trial_id or trial_id == "default":  # Trainable() built outside a Tune trial
+        return base_seed
+    match = TRIAL_INDEX.search(trial_id)
+    if match:
+        return base_seed + int(match.group(1))
+    return base_seed + zlib.crc32(trial_id.encode()) % 10**6
+
+
 class TrainerTrainable(tune.Trainable):
     """Tune Trainable running one ``trainer_class`` trainer; see :func:`trainable`."""
 
     trainer_class: type[Trainer] = Trainer
+    base_seed: int = 0
+    """Trials whose config has no ``seed`` get ``trial_seed(base_seed, trial_id)``."""
 
     @classmethod
     def default_resource_request(cls, config: dict[str, Any]) -> tune.PlacementGroupFactory:
-        """One bundle for the driver, one per remote evaluator (and replay shard)."""
-        bundles = trainer_bundles(cls.trainer_class, _trainer_config(cls.trainer_class, config))
+        """One bundle for the driver, one per remote evaluator (and replay shard).
+
+        Raises:
+            ConfigError: the Ray cluster can never hold these bundles (see
+                ``check_cluster_fits``).  Tune asks while it creates the trial, so
+                ``Tuner.fit()`` raises it at once instead of leaving the trial PENDING.
+        """
+        import ray
+
+        trainer_cls = cls.trainer_class
+        trainer_config = _trainer_config(trainer_cls, config)
+        if ray.is_initialized():  # Tune's driver: it is, once fit() creates trials
+            context = "a Ray Tune trial of "
+            check_cluster_fits(trainer_cls, trainer_config, as_actor=True, context=context)
+        bundles = trainer_bundles(trainer_cls, trainer_config)
         return tune.PlacementGroupFactory(bundles, strategy="PACK")
 
     def setup(self, config: dict[str, Any]) -> None:
+        self._seed_config(config)
         self.trainer = self.trainer_class(_trainer_config(self.trainer_class, config))
         # What a reused actor starts the next trial from (PBT restores a checkpoint on top).
         self._initial_state = self.trainer.get_state()
@@ -100,6 +141,7 @@ class TrainerTrainable(tune.Trainable):
         """Take ``new_config`` without restarting the actor; False if it needs other
         resources (then Tune starts a new actor)."""
         cls = self.trainer_class
+        self._seed_config(new_config)  # this trial's seed: the same as before for PBT
         new = _trainer_config(cls, new_config)
         old = self.trainer.config
         if trainer_bundles(cls, new) != trainer_bundles(cls, old):
@@ -116,6 +158,15 @@ class TrainerTrainable(tune.Trainable):
             self._apply_lr()
             return True
         return self._rebuild(new)
+
+    def _seed_config(self, config: dict[str, Any]) -> None:
+        """Give ``config`` this trial's seed unless it sets ``seed`` itself; record it in
+        ``self.config`` too (Tune reports that one as ``result["config"]``; ``setup`` gets
+        a copy)."""
+        if "seed" not in config:
+            config["seed"] = trial_seed(self.base_seed, self.trial_id)
+            if isinstance(self.config, dict):
+                self.config.setdefault("seed", config["seed"])
 
     def _rebuild(self, config: Any) -> bool:
         self.trainer.stop()
@@ -159,16 +210,20 @@ def _trainer_config(trainer_cls: type[Trainer], config: Mapping[str, Any]) -> Tr
 
 
 @functools.cache
-def _trainable_for(trainer_cls: type[Trainer]) -> type[TrainerTrainable]:
+def _trainable_for(trainer_cls: type[Trainer], base_seed: int = 0) -> type[TrainerTrainable]:
     name = f"{trainer_cls.name or trainer_cls.__name__}Trainable"
     doc = f"Ray Tune Trainable of {trainer_cls.__qualname__}."
-    return type(name, (TrainerTrainable,), {"trainer_class": trainer_cls, "__doc__": doc})
+    attrs = {"trainer_class": trainer_cls, "base_seed": base_seed, "__doc__": doc}
+    return type(name, (TrainerTrainable,), attrs)
 
 
-def trainable(algo: str | type[Trainer]) -> type[tune.Trainable]:
+def trainable(algo: str | type[Trainer], base_seed: int = 0) -> type[tune.Trainable]:
     """The Tune Trainable of an algorithm (name, ``hierl/NAME`` or Trainer class); one
-    class per trainer class."""
-    return _trainable_for(_trainer_class(algo))
+    class per trainer class and ``base_seed`` (trial ``i`` without a ``seed`` in its
+    config gets seed ``base_seed + i``)."""
+    if isinstance(base_seed, bool) or not isinstance(base_seed, int):
+        raise ConfigError(f"base_seed must be an integer, got {base_seed!r}")
+    return _trainable_for(_trainer_class(algo), base_seed)
 
 
 def register_trainables() -> list[str]:

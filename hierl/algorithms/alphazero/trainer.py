@@ -66,7 +66,6 @@ from hierl.algorithms.alphazero.config import AlphaZeroConfig
 from hierl.algorithms.alphazero.policy import AlphaZeroPolicy, game_for_config
 from hierl.algorithms.alphazero.runtime import Runtime
 from hierl.algorithms.trainer_base import BaseTrainer
-from hierl.config import ConfigError
 from hierl.evaluators.board_games import TicTacToe
 from hierl.evaluators.env import env_spaces, resolve_env_creator
 from hierl.evaluators.evaluator_set import (
@@ -74,6 +73,7 @@ from hierl.evaluators.evaluator_set import (
     is_evaluator_failure,
 )
 from hierl.evaluators.policy_evaluator import seed_everything
+from hierl.evaluators.ray_runtime import ActorGroup
 from hierl.optimizers.replay_buffer import ReplayBuffer
 from hierl.policy_graph import Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID
@@ -158,21 +158,10 @@ class AlphaZeroTrainer(BaseTrainer):
             self.arenas = [Arena(*spaces, c, sub_seed(100 + a)) for a in range(c.num_arena_workers)]
             seed_everything(c.seed)  # the components above drew from the global RNGs
             return
-        import ray
-
         from hierl.evaluators.ray_runtime import ensure_ray
 
+        # BaseTrainer.check_resources made sure that the cluster can hold every actor
         ensure_ray(c.ray_address)
-        bundles = self.extra_actor_bundles(c)
-        needed = sum(b.get("CPU", 0.0) for b in bundles)
-        available = float(ray.cluster_resources().get("CPU", 0.0))
-        if needed > available + 1e-9:
-            # CRUCIAL: an actor that cannot be placed would leave the loop waiting on it
-            raise ConfigError(
-                f"ALPHAZERO's {len(bundles)} actors reserve {needed:g} CPUs but the Ray "
-                f"cluster has {available:g}: lower num_self_play_workers / num_learners / "
-                "num_arena_workers or their num_cpus_per_* fractions"
-            )
         self.self_play = [self._make_actor("self_play", i) for i in range(c.num_self_play_workers)]
         self.replay = self._make_actor("replay", 0)
         self.learners = [self._make_actor("learner", j) for j in range(c.num_learners)]
@@ -209,17 +198,40 @@ class AlphaZeroTrainer(BaseTrainer):
         )
 
     @classmethod
-    def extra_actor_bundles(cls, config: Any) -> list[dict[str, float]]:
-        """One bundle per actor: self-play evaluators, the replay buffer, learners, arenas
-        (none with ``num_self_play_workers=0``: everything runs in the driver)."""
+    def extra_actor_groups(cls, config: Any) -> list[ActorGroup]:
+        """The self-play evaluators, the replay buffer, the learners and the arenas (none
+        with ``num_self_play_workers=0``: everything runs in the driver)."""
         if config.num_self_play_workers == 0:
             return []
-        return (
-            [{"CPU": config.num_cpus_per_self_play_worker}] * config.num_self_play_workers
-            + [{"CPU": config.num_cpus_for_replay}]
-            + [{"CPU": config.num_cpus_per_learner}] * config.num_learners
-            + [{"CPU": config.num_cpus_per_arena_worker}] * config.num_arena_workers
-        )
+        return [
+            ActorGroup(
+                "self-play worker",
+                config.num_self_play_workers,
+                {"CPU": config.num_cpus_per_self_play_worker},
+                "num_self_play_workers",
+                {"CPU": "num_cpus_per_self_play_worker"},
+            ),
+            ActorGroup(
+                "replay buffer",
+                1,
+                {"CPU": config.num_cpus_for_replay},
+                share_settings={"CPU": "num_cpus_for_replay"},
+            ),
+            ActorGroup(
+                "learner",
+                config.num_learners,
+                {"CPU": config.num_cpus_per_learner},
+                "num_learners",
+                {"CPU": "num_cpus_per_learner"},
+            ),
+            ActorGroup(
+                "arena worker",
+                config.num_arena_workers,
+                {"CPU": config.num_cpus_per_arena_worker},
+                "num_arena_workers",
+                {"CPU": "num_cpus_per_arena_worker"},
+            ),
+        ]
 
     # -- routing -----------------------------------------------------------------------
     def _broadcast_best(self) -> None:
