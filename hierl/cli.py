@@ -779,7 +779,7 @@ def _make_rollout_env(config: Any) -> Any:
 
 def _run_episodes(trainer: Any, env: Any, args: argparse.Namespace) -> list[float]:
     if args.seed is not None:
-        from hierl.evaluators.policy_evaluator import seed_everything
+        from hierl.utils import seed_everything
 
         seed_everything(args.seed)
         env.action_space.seed(args.seed)

@@ -217,7 +217,7 @@ def pure_torch_sgd(batch: Any, num_sgd_iter: int, minibatch: int) -> float:
     """Samples/s of a hand-written torch PPO update on the same shapes (the limit)."""
     import torch
 
-    from hierl.models import ActorCritic, ModelConfig
+    from hierl.models.networks import ActorCritic, ModelConfig
     from hierl.sample_batch import SampleBatch
 
     env = HumanoidShapedEnv()
@@ -260,7 +260,7 @@ def pure_torch_sgd(batch: Any, num_sgd_iter: int, minibatch: int) -> float:
 def multi_gpu_sgd(batch: Any, num_sgd_iter: int, minibatch: int, towers: int) -> float:
     """Samples/s of ``MultiDeviceLearner`` (load once + epochs) with ``towers`` towers."""
     from hierl.algorithms.ppo import PPOPolicy
-    from hierl.optimizers.learner import MultiDeviceLearner
+    from hierl.optimizers.multi_gpu.learner import MultiDeviceLearner
 
     env = HumanoidShapedEnv()
     policy = PPOPolicy(env.observation_space, env.action_space, _ppo_config(lr=5e-5))
@@ -281,7 +281,7 @@ def allreduce_sgd(batch: Any, num_sgd_iter: int, minibatch: int, world: int) -> 
     from hierl.algorithms.ppo import PPOPolicy
     from hierl.evaluators import PolicyEvaluator
     from hierl.evaluators.ray_runtime import ensure_ray
-    from hierl.optimizers.allreduce_rank import disband_group, form_group, learn_on_shard
+    from hierl.optimizers.allreduce.rank import disband_group, form_group, learn_on_shard
 
     ensure_ray()
     cls = PolicyEvaluator.as_remote(num_cpus=min(1.0, 2.0 / world))

@@ -19,8 +19,7 @@ Everything framework-specific (devices, tensors, optimizer moments) stays in thi
 from __future__ import annotations
 
 import abc
-import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -28,10 +27,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from hierl.models import ModelConfig, make_actor_critic
+from hierl.models.networks import ModelConfig, make_actor_critic
 from hierl.policy_graph import PolicyGraph, Weights
 from hierl.postprocessing import segment_ends
 from hierl.sample_batch import SampleBatch
+from hierl.utils import piecewise_linear
 
 TensorBatch = dict[str, torch.Tensor]
 
@@ -140,17 +140,6 @@ def writable_array(array: Any) -> np.ndarray:
     """``array`` itself if it is C-contiguous and writable, else a copy that is."""
     array = np.ascontiguousarray(array)  # (a copy only if it was not C-contiguous)
     return array if array.flags.writeable else array.copy()
-
-
-def piecewise_linear(schedule: Sequence[Sequence[float]], t: float) -> float:
-    """Interpolate ``[[t0, v0], [t1, v1], ...]`` at ``t`` (clamped at both ends)."""
-    points = sorted((float(a), float(b)) for a, b in schedule)
-    if t <= points[0][0]:
-        return points[0][1]
-    for (t0, v0), (t1, v1) in itertools.pairwise(points):
-        if t < t1:
-            return v0 + (t - t0) / (t1 - t0) * (v1 - v0)
-    return points[-1][1]
 
 
 class TorchPolicyGraph(PolicyGraph):

@@ -21,10 +21,14 @@ import hierl.optimizers.allreduce  # noqa: F401  (registers "allreduce")
 from hierl import ConfigError
 from hierl.algorithms.pg import PGConfig, PGPolicy, PGTrainer
 from hierl.evaluators import EvaluatorSet
-from hierl.optimizers import collective
-from hierl.optimizers.allreduce import AllReduceConfig, ReplicaDivergenceError
-from hierl.optimizers.allreduce_rank import disband_group, form_group, learn_on_shard
-from hierl.optimizers.replica_state import policy_states, set_policy_states, weights_digest
+from hierl.optimizers.allreduce import collective
+from hierl.optimizers.allreduce.optimizer import AllReduceConfig, ReplicaDivergenceError
+from hierl.optimizers.allreduce.rank import disband_group, form_group, learn_on_shard
+from hierl.optimizers.allreduce.replica_state import (
+    policy_states,
+    set_policy_states,
+    weights_digest,
+)
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 
 pytestmark = pytest.mark.timeout(120)

@@ -24,11 +24,11 @@ from hierl.algorithms.alphazero import (
     gate_accepts,
     uniform_evaluator,
 )
+from hierl.algorithms.alphazero.games import MinimaxPlayer, TicTacToe, play_games
 from hierl.algorithms.alphazero.mcts import select_actions, visit_policy
 from hierl.algorithms.alphazero.policy import MCTS_POLICY
 from hierl.algorithms.resources import trainer_bundles
 from hierl.config import ConfigError
-from hierl.evaluators.board_games import MinimaxPlayer, TicTacToe, play_games
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 
 TTT = "hierl/TicTacToe-v0"

@@ -18,9 +18,9 @@ from learning_configs import APEX_CARTPOLE
 from hierl.algorithms.dqn import ApexTrainer, DQNPolicy
 from hierl.config import ConfigError
 from hierl.optimizers.apex import ApexConfig, ApexOptimizer
-from hierl.optimizers.learner_thread import LearnerThread
-from hierl.optimizers.replay_samplers import epsilon_ladder
-from hierl.optimizers.replay_shard import ReplayShard
+from hierl.optimizers.apex.learner_thread import LearnerThread
+from hierl.optimizers.apex.replay_shard import ReplayShard
+from hierl.optimizers.apex.samplers import epsilon_ladder
 from hierl.policy_graph import LearnResult, PolicyGraph
 from hierl.sample_batch import SampleBatch as SB
 

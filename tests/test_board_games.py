@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 import hierl.evaluators  # noqa: F401  (registers the envs)
-from hierl.evaluators.board_games import (
+from hierl.algorithms.alphazero.games import (
     CONNECT_FOUR_ID,
     TICTACTOE_ID,
     ConnectFour,
@@ -17,8 +20,8 @@ from hierl.evaluators.board_games import (
     TicTacToe,
     game_of_env,
     play_games,
-    register_board_game_envs,
 )
+from hierl.evaluators.env import BOARD_GAME_ENVS, register_board_game_envs
 
 
 def play(game, moves):
@@ -197,6 +200,21 @@ def test_registration_is_idempotent():
     register_board_game_envs()
     register_board_game_envs()
     assert TICTACTOE_ID in gym.registry and CONNECT_FOUR_ID in gym.registry
+    assert set(BOARD_GAME_ENVS) == {TICTACTOE_ID, CONNECT_FOUR_ID}
+
+
+def test_registration_imports_no_algorithm():
+    # String entry points: the ids exist once hierl.evaluators is imported, and the
+    # AlphaZero package loads only when one of the envs is made.
+    code = (
+        "import sys, gymnasium as gym, hierl.evaluators\n"
+        f"assert {TICTACTOE_ID!r} in gym.registry and {CONNECT_FOUR_ID!r} in gym.registry\n"
+        "assert not [m for m in sys.modules if m.startswith('hierl.algorithms')]\n"
+        f"gym.make({TICTACTOE_ID!r})\n"
+        "assert 'hierl.algorithms.alphazero.games' in sys.modules\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
 
 
 # -- minimax ---------------------------------------------------------------------------

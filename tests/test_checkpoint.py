@@ -134,7 +134,7 @@ def test_replay_buffer_contents_only_with_the_flag(tmp_path):
         _, state = load_checkpoint(trainer.save(tmp_path / "c"))
     assert "buffer" not in state["optimizer"]
     with pytest.raises(ConfigError, match=r"checkpoint_replay_buffer.*'replay' optimizer"):
-        from hierl.optimizers.sharded_replay import ShardedReplayConfig
+        from hierl.optimizers.apex.sharded_replay import ShardedReplayConfig
 
         ShardedReplayConfig(checkpoint_replay_buffer=True)
 

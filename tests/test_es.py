@@ -15,8 +15,8 @@ from learning import SEED, train_until
 from hierl.algorithms.es import ESConfig, ESPolicy, ESTrainer
 from hierl.algorithms.resources import trainer_bundles
 from hierl.config import ConfigError
-from hierl.optimizers.es_math import FlatAdam, centered_ranks, es_gradient
-from hierl.optimizers.noise_table import SharedNoiseTable, noise_slice
+from hierl.optimizers.es.noise_table import SharedNoiseTable, noise_slice
+from hierl.optimizers.es.updates import FlatAdam, centered_ranks, es_gradient
 
 TINY = {
     "env": "CartPole-v1",
@@ -306,7 +306,7 @@ class _RecordingAdam(FlatAdam):
 
 
 def test_es_adam_input_is_minus_g_plus_l2_theta_with_reference_scaling():
-    from hierl.optimizers.es_rollouts import RolloutResult
+    from hierl.optimizers.es.rollouts import RolloutResult
 
     sigma, l2 = 0.02, 0.005
     with ESTrainer({**TINY, "noise_stdev": sigma, "l2_coeff": l2}) as trainer:

@@ -17,8 +17,8 @@ from hierl.algorithms.pg import PGConfig, PGPolicy, PGTrainer
 from hierl.algorithms.ppo import PPOTrainer
 from hierl.evaluators import EnvError, EvaluatorSet
 from hierl.evaluators.evaluator_set import EvaluatorFailureError
-from hierl.optimizers.replay_shard import ShardedReplayConfig
-from hierl.optimizers.sharded_replay import ShardedReplay
+from hierl.optimizers.apex.replay_shard import ShardedReplayConfig
+from hierl.optimizers.apex.sharded_replay import ShardedReplay
 from hierl.optimizers.task_pool import TaskPool
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 

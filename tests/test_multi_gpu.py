@@ -21,9 +21,9 @@ from hierl import ConfigError
 from hierl.algorithms.pg import PGPolicy, PGTrainer
 from hierl.algorithms.ppo import PPOConfig, PPOPolicy, PPOTrainer
 from hierl.evaluators import PolicyEvaluator
-from hierl.optimizers.learner import MultiDeviceLearner
 from hierl.optimizers.local import LocalOptimizer
 from hierl.optimizers.multi_gpu import MultiGPUConfig, MultiGPUOptimizer
+from hierl.optimizers.multi_gpu.learner import MultiDeviceLearner
 from hierl.optimizers.sgd import minibatch_sgd
 from hierl.sample_batch import SampleBatch
 

@@ -13,8 +13,8 @@ import torch
 
 from hierl.algorithms.ppo import PPOConfig, PPOPolicy
 from hierl.evaluators import PolicyEvaluator
-from hierl.optimizers.allreduce_rank import learn_on_shard
-from hierl.optimizers.learner import MultiDeviceLearner
+from hierl.optimizers.allreduce.rank import learn_on_shard
+from hierl.optimizers.multi_gpu.learner import MultiDeviceLearner
 from hierl.optimizers.sgd import minibatch_sgd
 from hierl.sample_batch import SampleBatch
 

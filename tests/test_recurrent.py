@@ -13,7 +13,7 @@ from torch import nn
 from hierl.algorithms.ppo import PPOConfig, PPOPolicy, PPOTrainer
 from hierl.config import ConfigError
 from hierl.evaluators import PolicyEvaluator
-from hierl.optimizers.learner import MultiDeviceLearner
+from hierl.optimizers.multi_gpu.learner import MultiDeviceLearner
 from hierl.sample_batch import SampleBatch as SB
 from hierl.torch_policy_graph import TorchPolicyGraph
 

@@ -15,13 +15,13 @@ from hierl.algorithms.dqn import DQNConfig, DQNPolicy, DQNTrainer
 from hierl.checkpoint import load_checkpoint, save_checkpoint
 from hierl.config import ConfigError
 from hierl.evaluators import PolicyEvaluator
-from hierl.optimizers.prioritized_replay_buffer import (
+from hierl.optimizers.replay import ReplayOptimizer
+from hierl.optimizers.replay.buffer import ReplayBuffer
+from hierl.optimizers.replay.prioritized import (
     PrioritizedReplayBuffer,
     make_replay_buffer,
 )
-from hierl.optimizers.replay import ReplayOptimizer
-from hierl.optimizers.replay_buffer import ReplayBuffer
-from hierl.optimizers.segment_tree import MinSegmentTree, SumSegmentTree
+from hierl.optimizers.replay.segment_tree import MinSegmentTree, SumSegmentTree
 from hierl.sample_batch import SampleBatch as SB
 
 pytestmark = pytest.mark.timeout(120)

@@ -15,9 +15,9 @@ import hierl.optimizers.sharded_ps  # noqa: F401  (registers "sharded_ps")
 from hierl.algorithms.pg import PGConfig, PGPolicy, PGTrainer
 from hierl.config import ConfigError
 from hierl.evaluators import EvaluatorSet
-from hierl.optimizers.param_server import ParameterShard
 from hierl.optimizers.sharded_ps import ShardedPSConfig, ShardedPSOptimizer
-from hierl.optimizers.sharding import ShardSpec
+from hierl.optimizers.sharded_ps.param_server import ParameterShard
+from hierl.optimizers.sharded_ps.sharding import ShardSpec
 from hierl.sample_batch import DEFAULT_POLICY_ID
 
 pytestmark = pytest.mark.timeout(120)

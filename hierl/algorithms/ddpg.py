@@ -41,7 +41,8 @@ from torch.nn import functional as F
 
 from hierl.algorithms.off_policy import OffPolicyConfig
 from hierl.algorithms.trainer import Trainer
-from hierl.models import MLP, ModelConfig, get_preprocessor
+from hierl.models.networks import MLP, ModelConfig
+from hierl.models.preprocessors import get_preprocessor
 from hierl.policy_graph import LearnResult, PolicyGraph, Weights
 from hierl.postprocessing import N_STEP_DISCOUNTS, compute_n_step
 from hierl.sample_batch import SampleBatch as SB

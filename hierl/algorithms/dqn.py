@@ -34,11 +34,14 @@ from torch.nn import functional as F
 from hierl.algorithms.off_policy import OffPolicyConfig
 from hierl.algorithms.trainer import Trainer
 from hierl.evaluators import PolicyEvaluator
-from hierl.models import MLP, Categorical, ModelConfig, NatureCNN, get_preprocessor, is_image_space
+from hierl.models.distributions import Categorical
+from hierl.models.networks import MLP, ModelConfig, NatureCNN
+from hierl.models.preprocessors import get_preprocessor, is_image_space
 from hierl.policy_graph import LearnResult, Weights
 from hierl.postprocessing import N_STEP_DISCOUNTS, compute_n_step
 from hierl.sample_batch import SampleBatch as SB
-from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph, piecewise_linear
+from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
+from hierl.utils import piecewise_linear
 
 
 @dataclasses.dataclass

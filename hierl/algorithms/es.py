@@ -19,8 +19,9 @@ import numpy as np
 import torch
 
 from hierl.algorithms.trainer import Trainer, TrainerConfig
-from hierl.models import MLP, get_preprocessor
-from hierl.optimizers.noise_table import DEFAULT_NOISE_SIZE
+from hierl.models.networks import MLP
+from hierl.models.preprocessors import get_preprocessor
+from hierl.optimizers.es.noise_table import DEFAULT_NOISE_SIZE
 from hierl.policy_graph import PolicyGraph, Weights
 from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import module_weights
@@ -39,7 +40,7 @@ class ESConfig(TrainerConfig):
     """ES settings; the ES defaults are the RLlib paper's (appendix D) for MuJoCo tasks.
 
     ``l2_coeff`` has the paper's meaning because the update is scaled as in the reference
-    code (``g = 1/n Σ (F⁺ - F⁻) ε_i``, not divided by sigma; see ``hierl.optimizers.es_math``).
+    code (``g = 1/n Σ (F⁺ - F⁻) ε_i``, not divided by sigma; see ``hierl.optimizers.es.updates``).
     """
 
     observation_filter: Literal["NoFilter", "MeanStdFilter"] = "MeanStdFilter"

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from hierl.algorithms.trainer import Trainer, TrainerConfig
-from hierl.models import ActionDistribution
+from hierl.models.distributions import ActionDistribution
 from hierl.postprocessing import compute_advantages
 from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph

@@ -29,12 +29,12 @@ from hierl.checkpoint import CheckpointError
 from hierl.config import ConfigError
 from hierl.evaluators import EvaluatorSet, env_state
 from hierl.evaluators.evaluator_set import DEFAULT_MAX_EVALUATOR_RESTARTS
-from hierl.evaluators.policy_evaluator import seed_everything
 from hierl.evaluators.policy_map import PolicySpec
-from hierl.models import ModelConfig
+from hierl.models.networks import ModelConfig
 from hierl.optimizers import PolicyOptimizer, get_optimizer_class
 from hierl.policy_graph import PolicyGraph, Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID
+from hierl.utils import seed_everything
 
 MULTI_AGENT = (
     "supports_multi_agent",

@@ -1,6 +1,5 @@
 """PolicyEvaluator, the rollout loops, env creation, observation filters, evaluator sets."""
 
-from hierl.evaluators.board_games import register_board_game_envs
 from hierl.evaluators.env import EnvContext, register_env
 from hierl.evaluators.evaluator_set import EvaluatorSet
 from hierl.evaluators.multi_agent_env import MultiAgentEnv, make_multi_agent
@@ -22,5 +21,3 @@ __all__ = [
     "make_multi_agent",
     "register_env",
 ]
-
-register_board_game_envs()  # hierl/TicTacToe-v0, hierl/ConnectFour-v0 (idempotent)

@@ -22,6 +22,24 @@ EnvCreator = Callable[[Mapping[str, Any]], "gym.Env | VectorEnv"]
 
 _REGISTRY: dict[str, EnvCreator] = {}
 
+#: Gymnasium ids of the board games of :mod:`hierl.algorithms.alphazero.games`, by string
+#: entry point: registering them imports nothing from ``hierl.algorithms``.
+BOARD_GAME_ENVS: dict[str, str] = {
+    "hierl/TicTacToe-v0": "hierl.algorithms.alphazero.games:TicTacToeEnv",
+    "hierl/ConnectFour-v0": "hierl.algorithms.alphazero.games:ConnectFourEnv",
+}
+
+
+def register_board_game_envs() -> None:
+    """Register ``hierl/TicTacToe-v0`` and ``hierl/ConnectFour-v0`` (idempotent).
+
+    Called when this module is imported, so any env id resolved through hierl (and any
+    ``gymnasium.make`` after ``hierl.evaluators`` is imported) can name them.
+    """
+    for env_id, entry_point in BOARD_GAME_ENVS.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point)
+
 
 class EnvContext(dict):
     """The user's ``env_config`` dict, plus which evaluator and which vector slot it is for."""
@@ -187,3 +205,6 @@ def _failing_sub_env(error: BaseException) -> int | None:
             found = i if isinstance(i, int) else found
         tb = tb.tb_next
     return found
+
+
+register_board_game_envs()  # hierl/TicTacToe-v0, hierl/ConnectFour-v0

@@ -27,7 +27,7 @@ import numpy as np
 from hierl.evaluators.filters import NoFilter
 from hierl.evaluators.multi_agent_env import ALL, MultiAgentEnv
 from hierl.evaluators.sampler import EnvError, EpisodeCallbacks, EpisodeRecord, batch_obs
-from hierl.models import Preprocessor, to_env_action
+from hierl.models.preprocessors import Preprocessor, to_env_action
 from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import MultiAgentBatch, SampleBatch
 

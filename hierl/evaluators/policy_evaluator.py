@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import os
-import random
 import threading
 import warnings
 from collections.abc import Callable, Mapping
@@ -27,9 +26,10 @@ from hierl.evaluators.multi_agent_sampler import MultiAgentSampler
 from hierl.evaluators.policy_map import PolicySpec, build_policy_map
 from hierl.evaluators.sample_queue import SampleQueue
 from hierl.evaluators.sampler import EpisodeCallbacks, EpisodeRecord, VectorSampler, batch_obs
-from hierl.models import get_preprocessor, to_env_action
+from hierl.models.preprocessors import get_preprocessor, to_env_action
 from hierl.policy_graph import PolicyGraph, Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
+from hierl.utils import seed_everything
 
 T = TypeVar("T")
 
@@ -43,17 +43,6 @@ def _locked(method: Callable[..., T]) -> Callable[..., T]:
             return method(self, *args, **kwargs)
 
     return wrapper
-
-
-def seed_everything(seed: int | None) -> None:
-    """Seed Python, numpy and torch global RNGs (torch samples actions)."""
-    if seed is None:
-        return
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 class PolicyEvaluator:

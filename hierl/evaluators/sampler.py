@@ -43,7 +43,8 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 from hierl.evaluators import env_checks
 from hierl.evaluators.env import EnvError
 from hierl.evaluators.filters import NoFilter
-from hierl.models import ModelConfig, Preprocessor, to_env_action
+from hierl.models.networks import ModelConfig
+from hierl.models.preprocessors import Preprocessor, to_env_action
 from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import SampleBatch
 

@@ -1,4 +1,12 @@
-"""Policy optimizers, chosen by name (``get_optimizer_class("local")``)."""
+"""Policy optimizers, chosen by name (``get_optimizer_class("local")``).
+
+``base`` and ``registry`` define the contract and the names; one-file strategies
+(``local``, ``async_grads``, ``auto``) sit beside them with the helpers several strategies
+share (``task_pool``, ``failures``, ``sgd``); every other strategy is a package holding its
+optimizer (``optimizer.py``) and the parts only it uses: ``multi_gpu/``, ``allreduce/``,
+``sharded_ps/``, ``apex/``, ``es/`` and ``replay/`` (whose buffers ``apex`` and AlphaZero
+share).  Importing this package imports every strategy, so all of them are registered.
+"""
 
 from hierl.optimizers.allreduce import AllReduceOptimizer
 from hierl.optimizers.apex import ApexOptimizer

@@ -7,7 +7,7 @@ from a shared replay buffer, and candidate-vs-best comparisons.
   vectorised rollout loop, seeding and metrics) whose ``self_play`` returns whole games
   as (obs, π, z) rows plus small stats, so the driver can route the rows to the replay
   actor by object reference without fetching them.
-* The shared replay buffer is :class:`~hierl.optimizers.replay_buffer.ReplayBuffer`
+* The shared replay buffer is :class:`~hierl.optimizers.replay.buffer.ReplayBuffer`
   itself, run as an actor.
 * :class:`AlphaZeroLearner`: trains a candidate network on replayed rows.
 * :class:`Arena`: plays candidate vs best (the gate's evidence) and the best vs a fixed
@@ -21,18 +21,19 @@ from typing import Any
 
 import numpy as np
 
-from hierl.algorithms.alphazero.mcts import MCTS, MCTSPlayer, uniform_evaluator
-from hierl.algorithms.alphazero.policy import MCTS_POLICY, AlphaZeroPolicy
-from hierl.evaluators.board_games import (
+from hierl.algorithms.alphazero.games import (
     MinimaxPlayer,
     Player,
     RandomPlayer,
     TicTacToe,
     play_games,
 )
-from hierl.evaluators.policy_evaluator import PolicyEvaluator, seed_everything
+from hierl.algorithms.alphazero.mcts import MCTS, MCTSPlayer, uniform_evaluator
+from hierl.algorithms.alphazero.policy import MCTS_POLICY, AlphaZeroPolicy
+from hierl.evaluators.policy_evaluator import PolicyEvaluator
 from hierl.policy_graph import Weights
 from hierl.sample_batch import SampleBatch
+from hierl.utils import seed_everything
 
 TRAIN_COLUMNS = (SampleBatch.OBS, MCTS_POLICY, SampleBatch.VALUE_TARGETS)
 """Columns self-play sends to the replay buffer."""

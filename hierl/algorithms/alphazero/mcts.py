@@ -9,7 +9,7 @@ One :meth:`MCTS.search` call runs ``num_simulations`` simulations on each of a b
 root positions.  Every simulation round descends once in every tree (PUCT selection),
 collects the leaves that need the network, evaluates them in **one batched call**, then
 expands them and backs the values up.  Positions are canonical boards
-(:mod:`hierl.evaluators.board_games`): values are always for the player to move, so the
+(:mod:`hierl.algorithms.alphazero.games`): values are always for the player to move, so the
 sign flips at every ply of the backup.
 
 Selection maximises ``Q(s, a) + c_puct * P(s, a) * sqrt(N(s) + 1) / (1 + N(s, a))``
@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from hierl.evaluators.board_games import BoardGame
+from hierl.algorithms.alphazero.games import BoardGame
 
 EvaluateFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 """``boards (B, rows, cols) int8 -> (priors (B, num_actions), values (B,))``; values are
@@ -216,7 +216,7 @@ def select_actions(
 
 
 class MCTSPlayer:
-    """A :class:`~hierl.evaluators.board_games.Player` that searches, then plays greedily.
+    """A :class:`~hierl.algorithms.alphazero.games.Player` that searches, then plays greedily.
 
     Args:
         mcts: the search (its ``evaluate`` is the network, or a uniform evaluator).

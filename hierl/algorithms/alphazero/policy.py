@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from hierl.algorithms.alphazero.games import BoardGame, game_of_env
 from hierl.algorithms.alphazero.mcts import MCTS, select_actions, visit_policy
-from hierl.evaluators.board_games import BoardGame, game_of_env
 from hierl.evaluators.env import EnvContext, resolve_env_creator
 from hierl.policy_graph import PolicyGraph, Weights
 from hierl.sample_batch import SampleBatch
@@ -109,7 +109,7 @@ class AlphaZeroPolicy(PolicyGraph):
     (fields read: ``env``, ``env_config``, ``network``, ``hidden_sizes``,
     ``conv_channels``, ``lr``, ``l2_coeff``, ``augment_symmetries``, ``num_simulations``,
     ``c_puct``, ``dirichlet_alpha``, ``dirichlet_fraction``, ``temperature_moves``).
-    The game is found from the env (a :class:`~hierl.evaluators.board_games.BoardGameEnv`).
+    The game is found from the env (a :class:`~hierl.algorithms.alphazero.games.BoardGameEnv`).
     """
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any):

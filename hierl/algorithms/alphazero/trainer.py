@@ -8,7 +8,7 @@ Components (Ray actors; in-process objects when ``num_self_play_workers=0``):
 * ``num_self_play_workers`` :class:`.components.SelfPlayEvaluator` s always play the
   current **best** model against itself (MCTS + Dirichlet noise + temperature) and
   push whole games to
-* one **shared replay buffer** actor (:class:`hierl.optimizers.replay_buffer.ReplayBuffer`),
+* one **shared replay buffer** actor (:class:`hierl.optimizers.replay.buffer.ReplayBuffer`),
   from which
 * ``num_learners`` :class:`.components.AlphaZeroLearner` s pull batches and train
   candidates (starting from the best, continuing their own line until a new best);
@@ -63,20 +63,20 @@ from hierl.algorithms.alphazero.components import (
     SelfPlayEvaluator,
 )
 from hierl.algorithms.alphazero.config import AlphaZeroConfig
+from hierl.algorithms.alphazero.games import TicTacToe
 from hierl.algorithms.alphazero.policy import AlphaZeroPolicy, game_for_config
 from hierl.algorithms.alphazero.runtime import Runtime
 from hierl.algorithms.trainer_base import BaseTrainer
-from hierl.evaluators.board_games import TicTacToe
 from hierl.evaluators.env import env_spaces, resolve_env_creator
 from hierl.evaluators.evaluator_set import (
     EvaluatorFailureError,
     is_evaluator_failure,
 )
-from hierl.evaluators.policy_evaluator import seed_everything
 from hierl.evaluators.ray_runtime import ActorGroup
-from hierl.optimizers.replay_buffer import ReplayBuffer
+from hierl.optimizers.replay.buffer import ReplayBuffer
 from hierl.policy_graph import Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID
+from hierl.utils import seed_everything
 
 logger = logging.getLogger(__name__)
 

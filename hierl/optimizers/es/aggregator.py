@@ -19,7 +19,7 @@ import numpy as np
 
 from hierl.evaluators import EvaluatorSet
 from hierl.evaluators.evaluator_set import is_evaluator_failure
-from hierl.optimizers.es_rollouts import (
+from hierl.optimizers.es.rollouts import (
     RolloutResult,
     RolloutTask,
     evaluate_perturbations,

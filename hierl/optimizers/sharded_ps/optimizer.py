@@ -38,12 +38,12 @@ import numpy as np
 from hierl.config import ConfigError
 from hierl.evaluators.ray_runtime import ActorGroup
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
-from hierl.optimizers.gradient_pipeline import GradientPipeline
-from hierl.optimizers.param_server import GradientInfo, compute_gradient_shards
 from hierl.optimizers.registry import register_optimizer
-from hierl.optimizers.shard_group import ShardGroup
-from hierl.optimizers.sharding import ShardSpec
-from hierl.torch_policy_graph import piecewise_linear
+from hierl.optimizers.sharded_ps.gradient_pipeline import GradientPipeline
+from hierl.optimizers.sharded_ps.param_server import GradientInfo, compute_gradient_shards
+from hierl.optimizers.sharded_ps.shard_group import ShardGroup
+from hierl.optimizers.sharded_ps.sharding import ShardSpec
+from hierl.utils import piecewise_linear
 
 
 @dataclasses.dataclass

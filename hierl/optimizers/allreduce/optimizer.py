@@ -4,7 +4,7 @@ RLlib (ICML 2018) Fig. 4(a) and Table 3 ("Allreduce-based", gradients computed o
 evaluators): every evaluator samples its own batch, computes gradients on it, and the
 gradients are averaged with an allreduce so that every replica applies the same update.
 Here the evaluators form a ``torch.distributed`` group (gloo on CPU, NCCL on CUDA; see
-``hierl.optimizers.collective``) and the averaged gradient never passes through the
+``hierl.optimizers.allreduce.collective``) and the averaged gradient never passes through the
 driver, which only starts each round and collects small results::
 
     # driver, one step():
@@ -27,8 +27,8 @@ waits for all ranks, hands the failure to the evaluator set (recreate or drop), 
 every replica to the driver's policy state (rank 0's after the last good step: the
 survivors may have applied part of the broken round), forms the group again with the
 current members and reruns the round; the broken round's samples are discarded.  What one
-rank does in a round (and group formation) lives in ``hierl.optimizers.allreduce_rank``;
-digests and full policy states in ``hierl.optimizers.replica_state``.
+rank does in a round (and group formation) lives in ``hierl.optimizers.allreduce.rank``;
+digests and full policy states in ``hierl.optimizers.allreduce.replica_state``.
 """
 
 from __future__ import annotations
@@ -41,16 +41,16 @@ from typing import Any
 import numpy as np
 
 from hierl.evaluators.evaluator_set import is_evaluator_failure
-from hierl.optimizers import collective
-from hierl.optimizers.allreduce_rank import ShardResult, disband_group, form_group, sample_and_learn
-from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
-from hierl.optimizers.registry import register_optimizer
-from hierl.optimizers.replica_state import (
+from hierl.optimizers.allreduce import collective
+from hierl.optimizers.allreduce.rank import ShardResult, disband_group, form_group, sample_and_learn
+from hierl.optimizers.allreduce.replica_state import (
     policy_states,
     set_policy_states,
     state_nbytes,
     weights_digest,
 )
+from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
+from hierl.optimizers.registry import register_optimizer
 from hierl.optimizers.task_pool import TaskPool
 
 

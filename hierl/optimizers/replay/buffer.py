@@ -3,7 +3,7 @@
 Uniform replay as in DQN (Mnih et al. 2015, "Human-level control through deep
 reinforcement learning"): every stored row is sampled with equal probability, with
 replacement.  Proportional prioritized replay (Schaul et al. 2016) subclasses this buffer
-in :mod:`hierl.optimizers.prioritized_replay_buffer`, which also holds the factory
+in :mod:`hierl.optimizers.replay.prioritized`, which also holds the factory
 ``make_replay_buffer`` that picks one of the two.
 
 Rows live in preallocated column arrays used as a ring (bounded memory, newest

@@ -6,7 +6,7 @@ Salimans et al. 2017, https://arxiv.org/abs/1703.03864, as ported in RLlib (ICML
     θ = local policy's flat weights; put θ in the object store (the noise table is there)
     repeat rounds until episodes_per_batch episodes (and timesteps_per_batch steps):
         draw offsets i and env seeds; split the pairs evenly over the evaluators
-        each evaluator: episodes with θ + sigma ε_i and θ - sigma ε_i  (es_rollouts)
+        each evaluator: episodes with θ + sigma ε_i and θ - sigma ε_i  (es/rollouts)
         (num_aggregators > 0: aggregator actors fan out and merge: driver fan-in = A)
     F = centered_ranks(returns);  g = 1/n Σ (F⁺ - F⁻) ε_i   (n = number of returns)
     θ ← Adam(θ, -g + l2_coeff·θ);  set on the local policy (shipped with the next round)
@@ -30,16 +30,16 @@ import numpy as np
 from hierl.evaluators.ray_runtime import ActorGroup
 from hierl.evaluators.sampler import EpisodeRecord
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
-from hierl.optimizers.es_aggregator import AggregationTree
-from hierl.optimizers.es_math import FlatAdam, centered_ranks, es_gradient
-from hierl.optimizers.es_rollouts import (
+from hierl.optimizers.es.aggregator import AggregationTree
+from hierl.optimizers.es.noise_table import DEFAULT_NOISE_SIZE, SharedNoiseTable
+from hierl.optimizers.es.rollouts import (
     RolloutResult,
     RolloutTask,
     close_episode_runner,
     evaluate_perturbations,
     merge_results,
 )
-from hierl.optimizers.noise_table import DEFAULT_NOISE_SIZE, SharedNoiseTable
+from hierl.optimizers.es.updates import FlatAdam, centered_ranks, es_gradient
 from hierl.optimizers.registry import register_optimizer
 
 
@@ -48,7 +48,7 @@ class ESOptimizerConfig(OptimizerConfig):
     """Settings of the ``es`` optimizer (defaults: RLlib paper appendix D / Salimans).
 
     The defaults are the paper's, and so is their meaning: ``g`` is scaled as in the
-    reference code (``es_math`` module docstring), which ``l2_coeff`` is relative to.
+    reference code (``es/updates`` module docstring), which ``l2_coeff`` is relative to.
     """
 
     noise_stdev: float = 0.02

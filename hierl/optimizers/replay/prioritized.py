@@ -10,8 +10,8 @@ only a caller that passes initial priorities to ``add`` (Ape-X's evaluators, or 
 ``replay`` optimizer's ``worker_side_prioritization``) overrides that.
 
 The rows themselves are stored by the uniform :class:`ReplayBuffer` this buffer extends
-(:mod:`hierl.optimizers.replay_buffer`); the priorities live in a sum and a min segment
-tree (:mod:`hierl.optimizers.segment_tree`) over the same ring indexes.
+(:mod:`hierl.optimizers.replay.buffer`); the priorities live in a sum and a min segment
+tree (:mod:`hierl.optimizers.replay.segment_tree`) over the same ring indexes.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from hierl.optimizers.replay_buffer import ReplayBuffer
-from hierl.optimizers.segment_tree import MinSegmentTree, SumSegmentTree, last_write_wins
+from hierl.optimizers.replay.buffer import ReplayBuffer
+from hierl.optimizers.replay.segment_tree import MinSegmentTree, SumSegmentTree, last_write_wins
 from hierl.sample_batch import SampleBatch
 
 

@@ -1,7 +1,7 @@
 """Sharded replay (Ape-X), the driver's side: bookkeeping of K replay-shard actors.
 
 Horgan et al. 2018, "Distributed Prioritized Experience Replay" (§3): the replay memory
-is split over several actors (``hierl.optimizers.replay_shard``), so storing and sampling
+is split over several actors (``hierl.optimizers.apex.replay_shard``), so storing and sampling
 scale with their number.  :class:`ShardedReplay` hands sampled batches (object refs) to
 the shards round-robin with a bounded number of unacknowledged adds per shard, tracks
 their sizes, paces replay by a row budget (``replay_ratio`` replayed rows per stored env
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from hierl.optimizers.replay_shard import ReplayShard, ShardedReplayConfig
+from hierl.optimizers.apex.replay_shard import ReplayShard, ShardedReplayConfig
 from hierl.optimizers.task_pool import TaskPool
 from hierl.sample_batch import SampleBatch
 

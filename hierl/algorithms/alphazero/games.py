@@ -8,7 +8,9 @@ over when the player who just moved (the ``-1`` stones of the new board) complet
 line, or the board is full (a draw).  Any search (minimax, MCTS) can therefore treat
 every position as "my move" and flip the sign of values between plies.
 
-Two games, registered with Gymnasium when ``hierl.evaluators`` is imported:
+Two games, registered with Gymnasium (by string entry points, so this module loads
+only when an env is made) when ``hierl.evaluators`` is imported
+(:func:`hierl.evaluators.env.register_board_game_envs`):
 
 * ``hierl/TicTacToe-v0``: 3x3, three in a row wins; action = cell ``row * 3 + col``.
 * ``hierl/ConnectFour-v0``: ``rows`` x ``cols`` (default 6x7, e.g. ``env_config``
@@ -319,13 +321,6 @@ class ConnectFourEnv(BoardGameEnv):
         super().__init__(ConnectFour(rows, cols, connect), illegal_move, render_mode)
 
 
-def register_board_game_envs() -> None:
-    """Register ``hierl/TicTacToe-v0`` and ``hierl/ConnectFour-v0`` (idempotent)."""
-    for env_id, cls in ((TICTACTOE_ID, "TicTacToeEnv"), (CONNECT_FOUR_ID, "ConnectFourEnv")):
-        if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=f"hierl.evaluators.board_games:{cls}")
-
-
 def game_of_env(env: gym.Env) -> BoardGame:
     """The :class:`BoardGame` behind a (possibly wrapped) board-game env.
 
@@ -335,7 +330,7 @@ def game_of_env(env: gym.Env) -> BoardGame:
     game = getattr(env.unwrapped, "game", None)
     if not isinstance(game, BoardGame):
         raise TypeError(
-            f"env {env.unwrapped!r} is not a board-game env (hierl.evaluators.board_games."
+            f"env {env.unwrapped!r} is not a board-game env (hierl.algorithms.alphazero.games."
             "BoardGameEnv, e.g. hierl/TicTacToe-v0 or hierl/ConnectFour-v0)"
         )
     return game

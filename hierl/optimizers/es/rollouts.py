@@ -4,7 +4,7 @@
 so PolicyEvaluator stays generic): for each assigned offset ``i`` it plays one complete
 episode with ``θ + sigma ε_i`` and one with ``θ - sigma ε_i`` (same env seed: common random
 numbers), plus a few unperturbed evaluation episodes.  Results are ``RolloutResult``s,
-concatenated by ``merge_results`` (in an aggregator, ``hierl.optimizers.es_aggregator``,
+concatenated by ``merge_results`` (in an aggregator, ``hierl.optimizers.es.aggregator``,
 and on the driver).
 
 Observation filter: every episode of a call normalises with the filter as it was when
@@ -24,8 +24,8 @@ import numpy as np
 
 from hierl.evaluators import EnvContext, EnvError, PolicyEvaluator
 from hierl.evaluators.sampler import EpisodeRecord, batch_obs
-from hierl.models import to_env_action
-from hierl.optimizers.noise_table import noise_slice
+from hierl.models.preprocessors import to_env_action
+from hierl.optimizers.es.noise_table import noise_slice
 from hierl.sample_batch import DEFAULT_POLICY_ID
 
 

@@ -22,8 +22,8 @@ from typing import Any
 from hierl.evaluators import EvaluatorSet
 from hierl.optimizers.base import TimerStat
 from hierl.optimizers.failures import handle_failed_task
-from hierl.optimizers.param_server import compute_gradient_shards
-from hierl.optimizers.shard_group import ShardGroup
+from hierl.optimizers.sharded_ps.param_server import compute_gradient_shards
+from hierl.optimizers.sharded_ps.shard_group import ShardGroup
 from hierl.optimizers.task_pool import Finished, TaskPool
 
 

@@ -1,8 +1,8 @@
 """Plumbing of the ``sharded_ps`` optimizer: the Adam shard servers and the evaluator side.
 
 ``ParameterShard`` holds one flat slice of the trainable weights (``ShardSpec`` from
-``hierl.optimizers.sharding``) with its own torch Adam (``ShardGroup`` in
-``hierl.optimizers.shard_group`` drives K of them from the driver).
+``hierl.optimizers.sharded_ps.sharding``) with its own torch Adam (``ShardGroup`` in
+``hierl.optimizers.sharded_ps.shard_group`` drives K of them from the driver).
 ``compute_gradient_shards`` is the task an evaluator runs for every gradient, and
 ``gather_adam_state`` / ``split_adam_state`` turn the shards' Adam moments into a
 per-parameter checkpoint (restorable with any number of shards) and back.
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from hierl.evaluators import PolicyEvaluator
-from hierl.optimizers.sharding import ShardSpec
+from hierl.optimizers.sharded_ps.sharding import ShardSpec
 from hierl.sample_batch import DEFAULT_POLICY_ID
 
 ADAM_MOMENTS = ("exp_avg", "exp_avg_sq")

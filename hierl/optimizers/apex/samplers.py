@@ -20,7 +20,7 @@ import numpy as np
 from hierl.evaluators import EvaluatorSet, PolicyEvaluator
 from hierl.evaluators.evaluator_set import is_evaluator_failure
 from hierl.optimizers.failures import handle_failed_task
-from hierl.optimizers.replay import sample_with_priorities
+from hierl.optimizers.replay.optimizer import sample_with_priorities
 from hierl.optimizers.task_pool import Finished, TaskPool
 from hierl.sample_batch import SampleBatch
 

@@ -1,4 +1,4 @@
-"""Device towers of :class:`~hierl.optimizers.learner.MultiDeviceLearner`.
+"""Device towers of :class:`~hierl.optimizers.multi_gpu.learner.MultiDeviceLearner`.
 
 A tower is one copy of the policy's model on one device, evaluated on its own shard of
 the loaded train batch.  This module holds what a single tower is and how the towers

@@ -1,7 +1,7 @@
 """A replay shard: one slice of Ape-X's replay memory (Horgan et al. 2018, §3).
 
 A preallocated (prioritized) buffer that runs as a Ray actor, or as a plain in-process
-object when nothing runs remotely; ``hierl.optimizers.sharded_replay`` drives several
+object when nothing runs remotely; ``hierl.optimizers.apex.sharded_replay`` drives several
 (configured by :class:`ShardedReplayConfig`).
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from hierl.optimizers.prioritized_replay_buffer import make_replay_buffer
-from hierl.optimizers.replay import ReplayConfig
+from hierl.optimizers.replay.optimizer import ReplayConfig
+from hierl.optimizers.replay.prioritized import make_replay_buffer
 from hierl.sample_batch import SampleBatch
 
 

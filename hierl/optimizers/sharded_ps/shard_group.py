@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 
 from hierl.evaluators import PolicyEvaluator
-from hierl.optimizers.param_server import (
+from hierl.optimizers.sharded_ps.param_server import (
     ParameterShard,
     gather_adam_state,
     load_weight_shards,
     split_adam_state,
 )
-from hierl.optimizers.sharding import ShardSpec
+from hierl.optimizers.sharded_ps.sharding import ShardSpec
 from hierl.optimizers.task_pool import is_actor_death
 from hierl.sample_batch import DEFAULT_POLICY_ID
 

@@ -29,8 +29,8 @@ import numpy as np
 
 from hierl.evaluators import PolicyEvaluator
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
-from hierl.optimizers.prioritized_replay_buffer import make_replay_buffer
 from hierl.optimizers.registry import register_optimizer
+from hierl.optimizers.replay.prioritized import make_replay_buffer
 from hierl.sample_batch import SampleBatch
 
 

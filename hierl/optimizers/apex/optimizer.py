@@ -4,7 +4,7 @@ Horgan et al. 2018, "Distributed Prioritized Experience Replay" (ICLR 2018,
 https://arxiv.org/abs/1803.00933), Algorithms 1 and 2, in the shape of RLlib's original
 ``ApexOptimizer`` (ICML 2018, §3.3).  Evaluators explore with an epsilon ladder, compute
 initial priorities and push batches straight into replay-shard actors (the driver passes
-object refs on: ``replay_samplers``, ``sharded_replay``); the driver prefetches replay
+object refs on: ``samplers``, ``sharded_replay``); the driver prefetches replay
 batches into a ``LearnerThread``, returns its new priorities to the shards and refreshes
 an evaluator's weights every ``max_weight_sync_delay`` env steps it sampled.  Every stage
 is pipelined through bounded task pools and queues over preallocated buffers, so memory
@@ -20,12 +20,12 @@ from collections import deque
 from typing import Any
 
 from hierl.evaluators.ray_runtime import ActorGroup
+from hierl.optimizers.apex.learner_thread import LearnerThread
+from hierl.optimizers.apex.samplers import ReplaySamplers, pin_epsilon_ladder
+from hierl.optimizers.apex.sharded_replay import ShardedReplay, ShardedReplayConfig
 from hierl.optimizers.base import PolicyOptimizer
-from hierl.optimizers.learner_thread import LearnerThread
 from hierl.optimizers.registry import register_optimizer
-from hierl.optimizers.replay import ReplayOptimizer, sample_with_priorities
-from hierl.optimizers.replay_samplers import ReplaySamplers, pin_epsilon_ladder
-from hierl.optimizers.sharded_replay import ShardedReplay, ShardedReplayConfig
+from hierl.optimizers.replay.optimizer import ReplayOptimizer, sample_with_priorities
 from hierl.optimizers.task_pool import TaskPool
 from hierl.sample_batch import SampleBatch
 

@@ -5,7 +5,7 @@ samples are gathered synchronously (as in ``local``), loaded once into the memor
 and ``num_sgd_iter`` epochs of minibatch SGD run data-parallel over the towers, each
 minibatch split evenly across them with tower gradients averaged; the new weights are
 then broadcast.  All device handling lives in :class:`MultiDeviceLearner`
-(``hierl/optimizers/learner.py``); without CUDA the towers are CPU threads.
+(``hierl/optimizers/multi_gpu/learner.py``); without CUDA the towers are CPU threads.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from hierl.optimizers.learner import MultiDeviceLearner
 from hierl.optimizers.local import LocalConfig, LocalOptimizer
+from hierl.optimizers.multi_gpu.learner import MultiDeviceLearner
 from hierl.optimizers.registry import register_optimizer
 from hierl.torch_policy_graph import TorchPolicyGraph
 

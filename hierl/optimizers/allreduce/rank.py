@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from hierl.evaluators import PolicyEvaluator
-from hierl.optimizers import collective
-from hierl.optimizers.replica_state import weights_digest
+from hierl.optimizers.allreduce import collective
+from hierl.optimizers.allreduce.replica_state import weights_digest
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 
 

@@ -1,0 +1,421 @@
+"""Model configuration and torch networks.
+
+* :class:`ModelConfig` -- a plain dataclass describing the network architecture.
+* Torch modules -- :class:`MLP`, :class:`NatureCNN`, :class:`ActorCritic` and its recurrent
+  variant :class:`RecurrentActorCritic` (picked by :func:`make_actor_critic` when
+  ``ModelConfig.use_lstm`` is set).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from hierl.models.distributions import get_action_dist
+from hierl.models.preprocessors import ImagePreprocessor, get_preprocessor
+
+__all__ = [
+    "MLP",
+    "ActorCritic",
+    "ModelConfig",
+    "NatureCNN",
+    "RecurrentActorCritic",
+    "get_activation",
+    "make_actor_critic",
+]
+
+# ---------------------------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------------------------
+
+_ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "tanh": nn.Tanh,
+    "relu": nn.ReLU,
+    "elu": nn.ELU,
+    "silu": nn.SiLU,
+}
+
+#: Default convolution stack of the Nature DQN network: (out_channels, kernel, stride).
+NATURE_CNN_FILTERS: tuple[tuple[int, int, int], ...] = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+
+
+def get_activation(name: str) -> type[nn.Module]:
+    """Return the ``nn.Module`` class for an activation name.
+
+    Args:
+        name: One of ``"tanh"``, ``"relu"``, ``"elu"``, ``"silu"`` (case-insensitive).
+
+    Raises:
+        ValueError: If the name is unknown; the message lists the valid names.
+    """
+    key = name.lower() if isinstance(name, str) else name
+    try:
+        return _ACTIVATIONS[key]
+    except (KeyError, TypeError):
+        valid = ", ".join(repr(k) for k in _ACTIVATIONS)
+        raise ValueError(f"Unknown activation {name!r}; valid activations are: {valid}") from None
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of an :class:`ActorCritic` model.
+
+    Attributes:
+        hiddens: Sizes of the hidden layers of the fully connected torso. For image
+            observations the CNN replaces the fully connected torso.
+        activation: Hidden-layer activation: ``"tanh"``, ``"relu"``, ``"elu"`` or ``"silu"``.
+        vf_share_layers: If True, the policy and value heads share a single torso; otherwise
+            each head gets its own torso of the same architecture.
+        conv_filters: Convolution stack for image observations as ``(out_channels, kernel,
+            stride)`` per layer. ``None`` selects the Nature-CNN defaults
+            ``((32, 8, 4), (64, 4, 2), (64, 3, 1))``.
+        free_log_std: For continuous (Box) actions, use a state-independent learned
+            log-standard-deviation parameter (PPO style) instead of predicting it.
+        init_log_std: Initial value of the free log-std parameter.
+        use_lstm: Recurrent model: an LSTM follows the torso and both heads read its
+            output (:class:`RecurrentActorCritic`; with it the heads always share the torso
+            and the LSTM, so ``vf_share_layers`` does not apply). Policies then carry state
+            through ``compute_actions`` and train on sequences (truncated BPTT).
+        lstm_cell_size: Hidden (and cell) state size of the LSTM.
+        max_seq_len: Longest sequence of consecutive steps the loss unrolls the LSTM over
+            (truncated backpropagation through time); longer episode segments are cut into
+            several sequences, each started from its recorded state.
+
+    Lists are accepted for the tuple fields and normalised to tuples.
+    """
+
+    hiddens: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+    vf_share_layers: bool = False
+    conv_filters: tuple[tuple[int, int, int], ...] | None = None
+    free_log_std: bool = True
+    init_log_std: float = 0.0
+    use_lstm: bool = False
+    lstm_cell_size: int = 64
+    max_seq_len: int = 20
+
+    def __post_init__(self) -> None:
+        """Normalise list-valued fields to tuples and validate the configuration."""
+        self.hiddens = tuple(int(h) for h in self.hiddens)
+        if any(h <= 0 for h in self.hiddens):
+            raise ValueError(f"hiddens must be positive integers, got {self.hiddens}")
+        get_activation(self.activation)
+        self.activation = self.activation.lower()
+        if self.conv_filters is not None:
+            filters = []
+            for layer in self.conv_filters:
+                layer = tuple(int(v) for v in layer)
+                if len(layer) != 3 or any(v <= 0 for v in layer):
+                    raise ValueError(
+                        "each conv_filters entry must be (out_channels, kernel, stride) of "
+                        f"positive integers, got {layer}"
+                    )
+                filters.append(layer)
+            if not filters:
+                raise ValueError("conv_filters must not be empty (use None for the defaults)")
+            self.conv_filters = tuple(filters)
+        self.vf_share_layers = bool(self.vf_share_layers)
+        self.free_log_std = bool(self.free_log_std)
+        self.init_log_std = float(self.init_log_std)
+        self.use_lstm = bool(self.use_lstm)
+        self.lstm_cell_size = int(self.lstm_cell_size)
+        if self.lstm_cell_size <= 0:
+            raise ValueError(
+                f"lstm_cell_size must be a positive integer, got {self.lstm_cell_size}"
+            )
+        self.max_seq_len = int(self.max_seq_len)
+        if self.max_seq_len <= 0:
+            raise ValueError(f"max_seq_len must be a positive integer, got {self.max_seq_len}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Torch modules
+# ---------------------------------------------------------------------------------------------
+
+
+def _init_layer(layer: nn.Linear | nn.Conv2d, gain: float) -> nn.Linear | nn.Conv2d:
+    """Orthogonal weight init with ``gain`` and zero bias; returns the layer."""
+    nn.init.orthogonal_(layer.weight, gain=gain)
+    if layer.bias is not None:
+        nn.init.zeros_(layer.bias)
+    return layer
+
+
+class MLP(nn.Module):
+    """Fully connected network with orthogonal initialisation.
+
+    Hidden layers are ``Linear -> activation`` (orthogonal gain ``sqrt(2)``, zero bias). When
+    ``out_size`` is given, a final linear layer without activation (gain ``out_gain``) is added.
+
+    Attributes:
+        out_features: Size of the output (``out_size``, else the last hidden size, else
+            ``in_size`` when there are no layers at all).
+    """
+
+    def __init__(
+        self,
+        in_size: int,
+        hiddens: Sequence[int],
+        activation: str,
+        out_size: int | None = None,
+        out_gain: float = 1.0,
+    ) -> None:
+        """Build the layers; see the class docstring."""
+        super().__init__()
+        act_cls = get_activation(activation)
+        layers: list[nn.Module] = []
+        last = int(in_size)
+        for h in hiddens:
+            layers.append(_init_layer(nn.Linear(last, int(h)), math.sqrt(2.0)))
+            layers.append(act_cls())
+            last = int(h)
+        if out_size is not None:
+            layers.append(_init_layer(nn.Linear(last, int(out_size)), out_gain))
+            last = int(out_size)
+        self.in_features = int(in_size)
+        self.out_features = last
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the network to ``x`` of shape ``(B, in_size)``."""
+        return self.net(x)
+
+
+class NatureCNN(nn.Module):
+    """Convolutional torso for ``(N, H, W, C)`` images with values in ``[0, 255]``.
+
+    The input is scaled by ``1/255`` and permuted to NCHW, then passed through the conv stack
+    (ReLU after each layer), flattened, and projected by ``Linear -> 512 -> ReLU``.
+
+    Attributes:
+        out_features: Output size (512).
+    """
+
+    hidden_size = 512
+
+    def __init__(
+        self,
+        obs_shape: Sequence[int],
+        conv_filters: Sequence[Sequence[int]] | None = None,
+    ) -> None:
+        """Build the network for images of shape ``(H, W, C)``.
+
+        Args:
+            obs_shape: Image shape ``(H, W, C)``.
+            conv_filters: ``(out_channels, kernel, stride)`` per conv layer; ``None`` uses the
+                Nature DQN stack ``((32, 8, 4), (64, 4, 2), (64, 3, 1))``.
+
+        Raises:
+            ValueError: If the shape is not 3-D or the image is too small for the filters.
+        """
+        super().__init__()
+        if len(obs_shape) != 3:
+            raise ValueError(f"NatureCNN expects an (H, W, C) shape, got {tuple(obs_shape)}")
+        h, w, c = (int(v) for v in obs_shape)
+        filters = NATURE_CNN_FILTERS if conv_filters is None else conv_filters
+        layers: list[nn.Module] = []
+        in_ch = c
+        for out_ch, kernel, stride in filters:
+            layers.append(
+                _init_layer(nn.Conv2d(in_ch, int(out_ch), int(kernel), int(stride)), math.sqrt(2.0))
+            )
+            layers.append(nn.ReLU())
+            in_ch = int(out_ch)
+        layers.append(nn.Flatten())
+        self.conv = nn.Sequential(*layers)
+        try:
+            with torch.no_grad():
+                n_flat = int(self.conv(torch.zeros(1, c, h, w)).shape[1])
+        except RuntimeError as e:
+            raise ValueError(
+                f"image shape {(h, w, c)} is too small for conv_filters {tuple(filters)}: {e}"
+            ) from e
+        self.obs_shape = (h, w, c)
+        self.fc = nn.Sequential(
+            _init_layer(nn.Linear(n_flat, self.hidden_size), math.sqrt(2.0)), nn.ReLU()
+        )
+        self.out_features = self.hidden_size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the network to images ``x`` of shape ``(N, H, W, C)``."""
+        x = x.float().div(255.0).permute(0, 3, 1, 2)
+        return self.fc(self.conv(x))
+
+
+class ActorCritic(nn.Module):
+    """Policy and value network for a Gymnasium observation/action space pair.
+
+    The observation (already preprocessed with :attr:`preprocessor`) is fed to a torso --
+    :class:`NatureCNN` for image observations, otherwise an :class:`MLP` with
+    ``config.hiddens`` -- followed by a policy head (orthogonal gain 0.01) producing the
+    action distribution inputs and a value head (gain 1.0). With
+    ``config.vf_share_layers`` both heads share one torso; otherwise each has its own.
+
+    For Box actions with ``config.free_log_std`` the policy head only outputs the means and a
+    state-independent ``log_std`` parameter is appended, so Gaussian distribution inputs are
+    always ``[mean, log_std]`` with ``2 * dim`` columns.
+
+    Attributes:
+        preprocessor: The observation preprocessor for ``obs_space``.
+        dist_class: Action distribution class (or ``functools.partial``) for ``action_space``.
+        num_dist_inputs: Number of columns of the distribution inputs.
+        log_std: The free log-std parameter, or ``None``.
+    """
+
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, config: ModelConfig) -> None:
+        """Build torsos and heads for the given spaces and configuration.
+
+        Raises:
+            ValueError: If ``config.use_lstm`` is set (build :class:`RecurrentActorCritic`,
+                e.g. through :func:`make_actor_critic`).
+        """
+        if config.use_lstm:
+            raise ValueError(
+                "ActorCritic is feed-forward but config.use_lstm=True; use "
+                "RecurrentActorCritic (make_actor_critic picks the right class)"
+            )
+        super().__init__()
+        self.config = config
+        self.preprocessor = get_preprocessor(obs_space)
+        self.dist_class, self.num_dist_inputs = get_action_dist(action_space)
+        self.is_image = isinstance(self.preprocessor, ImagePreprocessor)
+
+        self.pi_torso = self._make_torso()
+        self.vf_torso = None if config.vf_share_layers else self._make_torso()
+
+        use_free_log_std = isinstance(action_space, spaces.Box) and config.free_log_std
+        head_out = self.num_dist_inputs // 2 if use_free_log_std else self.num_dist_inputs
+        self.pi_head = _init_layer(nn.Linear(self.pi_torso.out_features, head_out), 0.01)
+        self.vf_head = _init_layer(nn.Linear(self.pi_torso.out_features, 1), 1.0)
+        if use_free_log_std:
+            self.log_std: nn.Parameter | None = nn.Parameter(
+                torch.full((head_out,), float(config.init_log_std))
+            )
+        else:
+            self.register_parameter("log_std", None)
+
+    def _make_torso(self) -> MLP | NatureCNN:
+        if self.is_image:
+            return NatureCNN(self.preprocessor.shape, self.config.conv_filters)
+        return MLP(self.preprocessor.size, self.config.hiddens, self.config.activation)
+
+    @staticmethod
+    def _as_float(obs: torch.Tensor) -> torch.Tensor:
+        return obs if obs.dtype == torch.float32 else obs.float()
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Compute ``(dist_inputs (B, num_dist_inputs), values (B,))`` for preprocessed obs."""
+        obs = self._as_float(obs)
+        features = self.pi_torso(obs)
+        dist_inputs = self.pi_head(features)
+        if self.log_std is not None:
+            dist_inputs = torch.cat([dist_inputs, self.log_std.expand_as(dist_inputs)], dim=-1)
+        vf_features = features if self.vf_torso is None else self.vf_torso(obs)
+        values = self.vf_head(vf_features).squeeze(-1)
+        return dist_inputs, values
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """Compute only the value estimates ``(B,)`` (the policy head is skipped)."""
+        obs = self._as_float(obs)
+        torso = self.pi_torso if self.vf_torso is None else self.vf_torso
+        return self.vf_head(torso(obs)).squeeze(-1)
+
+
+class RecurrentActorCritic(nn.Module):
+    """Actor-critic with an LSTM between the torso and the heads (``ModelConfig.use_lstm``).
+
+    Each observation goes through the torso (:class:`NatureCNN` for images, else an
+    :class:`MLP` with ``config.hiddens``), then through a single-layer LSTM of
+    ``config.lstm_cell_size`` units; the policy head (orthogonal gain 0.01) and the value head
+    (gain 1.0) both read the LSTM output. Distribution inputs are laid out as in
+    :class:`ActorCritic` (including the free log-std for Box actions).
+
+    The recurrent state of one agent is ``[h, c]``, two float32 vectors of
+    ``lstm_cell_size`` (:meth:`get_initial_state`: zeros). :meth:`forward` runs padded
+    sequences ``(N, T, ...)`` from one state per sequence; acting is ``T = 1``. The LSTM is
+    causal, so outputs at valid steps do not depend on any padding after them.
+
+    Attributes:
+        is_recurrent: Always True; policies look for it to carry state.
+        max_seq_len: ``config.max_seq_len``, the longest sequence the loss unrolls.
+        cell_size: ``config.lstm_cell_size``.
+        preprocessor, dist_class, num_dist_inputs, log_std: As in :class:`ActorCritic`.
+    """
+
+    is_recurrent = True
+
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, config: ModelConfig) -> None:
+        """Build torso, LSTM and heads for the given spaces and configuration."""
+        super().__init__()
+        self.config = config
+        self.preprocessor = get_preprocessor(obs_space)
+        self.dist_class, self.num_dist_inputs = get_action_dist(action_space)
+        self.is_image = isinstance(self.preprocessor, ImagePreprocessor)
+        self.max_seq_len = config.max_seq_len
+        self.cell_size = config.lstm_cell_size
+        if self.is_image:
+            self.torso: MLP | NatureCNN = NatureCNN(self.preprocessor.shape, config.conv_filters)
+        else:
+            self.torso = MLP(self.preprocessor.size, config.hiddens, config.activation)
+        self.lstm = nn.LSTM(self.torso.out_features, self.cell_size, batch_first=True)
+        for name, param in self.lstm.named_parameters():
+            if name.startswith("bias"):
+                nn.init.zeros_(param)
+            else:
+                nn.init.orthogonal_(param, gain=1.0)
+        use_free_log_std = isinstance(action_space, spaces.Box) and config.free_log_std
+        head_out = self.num_dist_inputs // 2 if use_free_log_std else self.num_dist_inputs
+        self.pi_head = _init_layer(nn.Linear(self.cell_size, head_out), 0.01)
+        self.vf_head = _init_layer(nn.Linear(self.cell_size, 1), 1.0)
+        if use_free_log_std:
+            self.log_std: nn.Parameter | None = nn.Parameter(
+                torch.full((head_out,), float(config.init_log_std))
+            )
+        else:
+            self.register_parameter("log_std", None)
+
+    def get_initial_state(self) -> list[np.ndarray]:
+        """The state at an episode's start: ``[h, c]``, zeros of shape ``(cell_size,)``."""
+        return [np.zeros(self.cell_size, dtype=np.float32) for _ in range(2)]
+
+    def forward(
+        self, obs: torch.Tensor, state: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """Unroll over sequences of preprocessed observations.
+
+        Args:
+            obs: ``(N, T, *obs_shape)``: N sequences of T steps.
+            state: ``[h, c]``, each ``(N, cell_size)``: the state before each sequence's
+                first step.
+
+        Returns:
+            ``(dist_inputs (N, T, num_dist_inputs), values (N, T), [h, c])`` where ``[h, c]``
+            is the state after step T of every sequence.
+        """
+        n, t = obs.shape[0], obs.shape[1]
+        x = obs.reshape(n * t, *obs.shape[2:])
+        x = x if x.dtype == torch.float32 else x.float()
+        features = self.torso(x).reshape(n, t, -1)
+        h, c = (s.to(features.dtype).unsqueeze(0).contiguous() for s in state)
+        out, (h_out, c_out) = self.lstm(features, (h, c))
+        dist_inputs = self.pi_head(out)
+        if self.log_std is not None:
+            dist_inputs = torch.cat([dist_inputs, self.log_std.expand_as(dist_inputs)], dim=-1)
+        values = self.vf_head(out).squeeze(-1)
+        return dist_inputs, values, [h_out.squeeze(0), c_out.squeeze(0)]
+
+
+def make_actor_critic(
+    obs_space: gym.Space, action_space: gym.Space, config: ModelConfig
+) -> ActorCritic | RecurrentActorCritic:
+    """The default model for ``config``: :class:`RecurrentActorCritic` when ``use_lstm``."""
+    if config.use_lstm:
+        return RecurrentActorCritic(obs_space, action_space, config)
+    return ActorCritic(obs_space, action_space, config)
