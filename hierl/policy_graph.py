@@ -17,7 +17,7 @@ How the rest of hierl drives a policy graph::
     grads, stats = policy.compute_gradients(batch)
     policy.apply_gradients(grads)
     # between steps:
-    policy.set_weights(weights); policy.on_global_var_update({"timestep": t})
+    policy.set_weights(weights); policy.on_global_var_update(GlobalVars(timestep=t))
 """
 
 from __future__ import annotations
@@ -34,6 +34,23 @@ from hierl.sample_batch import SampleBatch
 
 Weights = dict[str, np.ndarray]
 """Policy weights: parameter name → numpy array.  Names are stable across processes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GlobalVars:
+    """Global counters the driver pushes to every policy replica between optimizer steps.
+
+    Optimizers build one from their own counters and pass it down through
+    ``EvaluatorSet.sync_weights`` / ``set_global_vars`` →
+    ``PolicyEvaluator.set_global_vars`` → ``PolicyGraph.on_global_var_update``; the
+    evaluator set keeps the last one for evaluators it recreates.
+    """
+
+    timestep: int
+    """Env steps sampled so far by the whole trainer (the optimizer's
+    ``num_steps_sampled``).  Policies keep it as ``global_timestep`` and drive their
+    schedules from it: the learning-rate schedule (``TorchPolicyGraph``), DQN's epsilon
+    schedule, DDPG's uniform-random warm-up (``random_timesteps``)."""
 
 
 @dataclasses.dataclass
@@ -164,9 +181,9 @@ class PolicyGraph(abc.ABC):
         """Initial recurrent state for one agent (empty list for feed-forward policies)."""
         return []
 
-    def on_global_var_update(self, global_vars: Mapping[str, Any]) -> None:
-        """Called with global counters (e.g. ``timestep``) before each round of sampling."""
-        self.global_timestep = int(global_vars.get("timestep", self.global_timestep))
+    def on_global_var_update(self, global_vars: GlobalVars) -> None:
+        """Called with the global counters before each round of sampling."""
+        self.global_timestep = int(global_vars.timestep)
 
     def compute_single_action(
         self, obs: np.ndarray, state: list[np.ndarray] | None = None, explore: bool = False

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from hierl.models.networks import ModelConfig, make_actor_critic
-from hierl.policy_graph import PolicyGraph, Weights
+from hierl.policy_graph import GlobalVars, PolicyGraph, Weights
 from hierl.postprocessing import segment_ends
 from hierl.sample_batch import SampleBatch
 from hierl.utils import piecewise_linear
@@ -434,7 +434,7 @@ class TorchPolicyGraph(PolicyGraph):
         if "optimizer" in state:
             load_optimizer_state(self.optimizer, state["optimizer"], self.device)
 
-    def on_global_var_update(self, global_vars: Mapping[str, Any]) -> None:
+    def on_global_var_update(self, global_vars: GlobalVars) -> None:
         """Track the timestep and follow ``config.lr_schedule`` if one is set."""
         super().on_global_var_update(global_vars)
         schedule = getattr(self.config, "lr_schedule", None)

@@ -57,7 +57,7 @@ class FakeLocal:
         return {"v": np.float64(self.applied)}
 
     def set_global_vars(self, global_vars):
-        self.timestep = global_vars["timestep"]
+        self.timestep = global_vars.timestep
 
 
 def _remotes(ray, *delays):

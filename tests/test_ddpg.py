@@ -26,6 +26,7 @@ from hierl.algorithms.registry import get_trainer_class
 from hierl.config import ConfigError, field_docs
 from hierl.optimizers.apex import ApexOptimizer
 from hierl.optimizers.replay import ReplayOptimizer
+from hierl.policy_graph import GlobalVars
 from hierl.sample_batch import SampleBatch as SB
 
 pytestmark = pytest.mark.timeout(120)
@@ -139,7 +140,7 @@ def test_random_warmup_then_gaussian_noise_scaled_by_epsilon():
     warm, _, _ = policy.compute_actions(obs)  # global timestep 0 < 100: uniform
     assert warm.min(0) == pytest.approx(ACT_SPACE.low, abs=0.01)
     assert warm.max(0) == pytest.approx(ACT_SPACE.high, abs=0.01)
-    policy.on_global_var_update({"timestep": 100})
+    policy.on_global_var_update(GlobalVars(timestep=100))
     mu, _, _ = policy.compute_actions(obs, explore=False)
     half = (ACT_SPACE.high - ACT_SPACE.low) / 2
     for eps in (1.0, 0.5):
@@ -381,7 +382,7 @@ def test_policy_state_round_trip_resumes_identically():
     for _ in range(3):
         policy.learn_on_batch(batch)
     policy.set_epsilon(0.25)
-    policy.on_global_var_update({"timestep": 1234})
+    policy.on_global_var_update(GlobalVars(timestep=1234))
     state = policy.get_state()
     other = make_policy(twin_q=True, policy_delay=2, smooth_target_policy=True)
     other.set_state(state)

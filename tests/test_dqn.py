@@ -21,6 +21,7 @@ from hierl.algorithms.dqn import (
 from hierl.algorithms.registry import get_trainer_class
 from hierl.config import ConfigError
 from hierl.models import ModelConfig
+from hierl.policy_graph import GlobalVars
 from hierl.postprocessing import N_STEP_DISCOUNTS
 from hierl.sample_batch import SampleBatch as SB
 
@@ -162,12 +163,12 @@ def test_dueling_head_is_value_plus_centred_advantage():
 def test_epsilon_schedule_pinning_and_validation():
     policy = _policy(initial_epsilon=1.0, final_epsilon=0.1, epsilon_timesteps=100)
     assert policy.epsilon == 1.0
-    policy.on_global_var_update({"timestep": 50})
+    policy.on_global_var_update(GlobalVars(timestep=50))
     assert policy.epsilon == pytest.approx(0.55)
-    policy.on_global_var_update({"timestep": 10_000})
+    policy.on_global_var_update(GlobalVars(timestep=10_000))
     assert policy.epsilon == pytest.approx(0.1)
     policy.set_epsilon(0.3)
-    policy.on_global_var_update({"timestep": 0})
+    policy.on_global_var_update(GlobalVars(timestep=0))
     assert policy.epsilon == 0.3 and policy.epsilon_pinned
     for bad in (1.5, -0.1):
         with pytest.raises(ValueError, match=f"epsilon must be in \\[0, 1\\], got {bad}"):
@@ -214,7 +215,7 @@ def test_state_round_trip_includes_target_weights_and_epsilon():
     policy.update_target()
     _perturb(policy, seed=3)  # online != target
     policy.set_epsilon(0.25)
-    policy.on_global_var_update({"timestep": 123})
+    policy.on_global_var_update(GlobalVars(timestep=123))
     state = policy.get_state()
     other = _policy(seed=99)
     other.set_state(state)

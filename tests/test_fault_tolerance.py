@@ -20,6 +20,7 @@ from hierl.evaluators.evaluator_set import EvaluatorFailureError
 from hierl.optimizers.apex.replay_shard import ShardedReplayConfig
 from hierl.optimizers.apex.sharded_replay import ShardedReplay
 from hierl.optimizers.task_pool import TaskPool
+from hierl.policy_graph import GlobalVars
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 
 pytestmark = [pytest.mark.ray]
@@ -140,7 +141,7 @@ def test_recreated_evaluator_gets_weights_filters_and_counters_before_sampling(r
         local.sample()  # the local filter has statistics now
         shifted = {k: v + 0.5 for k, v in local.get_weights()[DEFAULT_POLICY_ID].items()}
         local.set_weights({DEFAULT_POLICY_ID: shifted})
-        evaluators.set_global_vars({"timestep": 1234})
+        evaluators.set_global_vars(GlobalVars(timestep=1234))
         old = evaluators.remote_evaluators[0]
         error = _kill_and_wait(ray, old)
         new = evaluators.handle_failure(old, error)

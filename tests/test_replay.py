@@ -22,6 +22,7 @@ from hierl.optimizers.replay.prioritized import (
     make_replay_buffer,
 )
 from hierl.optimizers.replay.segment_tree import MinSegmentTree, SumSegmentTree
+from hierl.policy_graph import GlobalVars
 from hierl.sample_batch import SampleBatch as SB
 
 pytestmark = pytest.mark.timeout(120)
@@ -341,12 +342,12 @@ def test_epsilon_schedule_and_pinning():
     config = DQNConfig(epsilon_timesteps=100, final_epsilon=0.1)
     policy = DQNPolicy(env.observation_space, env.action_space, config)
     assert policy.epsilon == 1.0
-    policy.on_global_var_update({"timestep": 50})
+    policy.on_global_var_update(GlobalVars(timestep=50))
     assert policy.epsilon == pytest.approx(0.55)
     greedy = policy.compute_actions(np.zeros((64, 2), np.float32), explore=False)[0]
     assert len(set(greedy)) == 1
     policy.set_epsilon(0.0)
-    policy.on_global_var_update({"timestep": 1000})
+    policy.on_global_var_update(GlobalVars(timestep=1000))
     assert policy.epsilon == 0.0
     np.testing.assert_array_equal(policy.compute_actions(np.zeros((64, 2), np.float32))[0], greedy)
     with pytest.raises(ValueError, match="epsilon must be in"):

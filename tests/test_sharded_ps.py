@@ -298,7 +298,7 @@ def test_weight_pushes_and_dead_evaluators_do_not_break_step(ray_session):
         # new weights from outside: in-flight gradients (on the old weights) are dropped
         shifted = {k: v + 1.0 for k, v in local.get_weights()[DEFAULT_POLICY_ID].items()}
         local.set_weights({DEFAULT_POLICY_ID: shifted})
-        opt.push_local_weights({"timestep": opt.num_steps_sampled})
+        opt.push_local_weights(opt.global_vars())
         assert opt.stats()["in_flight"] == 0 and opt.stats()["num_dropped_gradients"] == 4
         for name, value in opt.get_shard_weights().items():
             np.testing.assert_array_equal(value, shifted[name])

@@ -37,7 +37,7 @@ from hierl.evaluators import PolicyEvaluator
 from hierl.models.distributions import Categorical
 from hierl.models.networks import MLP, ModelConfig, NatureCNN
 from hierl.models.preprocessors import get_preprocessor, is_image_space
-from hierl.policy_graph import LearnResult, Weights
+from hierl.policy_graph import GlobalVars, LearnResult, Weights
 from hierl.postprocessing import N_STEP_DISCOUNTS, compute_n_step
 from hierl.sample_batch import SampleBatch as SB
 from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
@@ -285,7 +285,7 @@ class DQNPolicy(TorchPolicyGraph):
             return float(final)
         return float(piecewise_linear(((0, initial), (horizon, final)), timestep))
 
-    def on_global_var_update(self, global_vars: Mapping[str, Any]) -> None:
+    def on_global_var_update(self, global_vars: GlobalVars) -> None:
         """Track the timestep; move epsilon along its schedule unless it is pinned."""
         super().on_global_var_update(global_vars)
         if not self.epsilon_pinned:

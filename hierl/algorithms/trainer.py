@@ -492,7 +492,7 @@ class Trainer(BaseTrainer):
         self._episodes.clear()
         self._episodes.extend((float(r), int(n)) for r, n in state["episodes"])
         self._policy_rewards.set_state(state.get("policy_rewards", {}))
-        self.optimizer.push_local_weights({"timestep": self.optimizer.num_steps_sampled})
+        self.optimizer.push_local_weights(self.optimizer.global_vars())
         self.evaluators.push_filters()
         if state.get("rng") is not None:
             env_state.set_rng_state(state["rng"])  # last: nothing above may draw from it

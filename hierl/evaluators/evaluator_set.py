@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from hierl.evaluators.env import EnvError
 from hierl.evaluators.policy_evaluator import PolicyEvaluator
 from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S, ensure_ray
+from hierl.policy_graph import GlobalVars
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class EvaluatorSet:
         """Remote evaluators recreated so far."""
         self.restarts_per_index: dict[int, int] = {}
         """worker_index → times that evaluator was recreated."""
-        self.global_vars: dict[str, Any] = {}
+        self.global_vars: GlobalVars | None = None
         """The last global counters pushed (``sync_weights`` / ``set_global_vars``)."""
         self.failures: list[tuple[int, str]] = []
         """``(worker_index, error text)`` of every failure handled, oldest first."""
@@ -206,7 +207,7 @@ class EvaluatorSet:
         # order), so the new evaluator never samples with its initial random weights.
         if weights is None:
             weights = ray.put(self.local_evaluator.get_weights())
-        new.set_weights.remote(weights, dict(self.global_vars) or None)
+        new.set_weights.remote(weights, self.global_vars)
         new.sync_filters.remote(self.local_evaluator.get_filters(flush_after=False))
         return new
 
@@ -238,22 +239,21 @@ class EvaluatorSet:
                 self.handle_failure(actor, error, weights)
         return out
 
-    def set_global_vars(self, global_vars: Mapping[str, Any]) -> None:
+    def set_global_vars(self, global_vars: GlobalVars) -> None:
         """Give the local evaluator ``global_vars`` and remember them for new evaluators."""
-        self.global_vars.update(global_vars)
+        self.global_vars = global_vars
         self.local_evaluator.set_global_vars(global_vars)
 
-    def sync_weights(self, global_vars: Mapping[str, Any] | None = None) -> None:
+    def sync_weights(self, global_vars: GlobalVars | None = None) -> None:
         """Broadcast the local weights to every remote evaluator with a single ``ray.put``."""
-        if global_vars:
+        if global_vars is not None:
             self.set_global_vars(global_vars)
         if not self.remote_evaluators:
             return
         import ray
 
         ref = ray.put(self.local_evaluator.get_weights())
-        gv = global_vars or None
-        self.call_remotes(lambda e: e.set_weights.remote(ref, gv), weights=ref)
+        self.call_remotes(lambda e: e.set_weights.remote(ref, global_vars), weights=ref)
 
     def sync_filters(self) -> None:
         """Merge every remote filter's new statistics into the local one; push back."""

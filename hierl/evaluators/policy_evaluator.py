@@ -27,7 +27,7 @@ from hierl.evaluators.policy_map import PolicySpec, build_policy_map
 from hierl.evaluators.sample_queue import SampleQueue
 from hierl.evaluators.sampler import EpisodeCallbacks, EpisodeRecord, VectorSampler, batch_obs
 from hierl.models.preprocessors import get_preprocessor, to_env_action
-from hierl.policy_graph import PolicyGraph, Weights
+from hierl.policy_graph import GlobalVars, PolicyGraph, Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from hierl.utils import seed_everything
 
@@ -308,16 +308,16 @@ class PolicyEvaluator:
 
     @_locked
     def set_weights(
-        self, weights: Mapping[str, Weights], global_vars: Mapping[str, Any] | None = None
+        self, weights: Mapping[str, Weights], global_vars: GlobalVars | None = None
     ) -> None:
         """Load weights by policy id and, if given, update the global counters."""
         for pid, w in weights.items():
             self.policy_map[pid].set_weights(w)
-        if global_vars:
+        if global_vars is not None:
             self.set_global_vars(global_vars)
 
     @_locked
-    def set_global_vars(self, global_vars: Mapping[str, Any]) -> None:
+    def set_global_vars(self, global_vars: GlobalVars) -> None:
         """Pass global counters (``timestep``...) to every policy."""
         for p in self.policy_map.values():
             p.on_global_var_update(global_vars)

@@ -25,6 +25,7 @@ from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
 from hierl.optimizers.failures import handle_failed_task
 from hierl.optimizers.registry import register_optimizer
 from hierl.optimizers.task_pool import TaskPool
+from hierl.policy_graph import GlobalVars
 
 
 @dataclasses.dataclass
@@ -55,7 +56,7 @@ class GradientResult:
 def sample_and_compute_gradients(
     evaluator: PolicyEvaluator,
     weights: Any = None,
-    global_vars: dict[str, Any] | None = None,
+    global_vars: GlobalVars | None = None,
 ) -> GradientResult:
     """Evaluator side: load ``weights`` if given, sample one batch, compute its gradient.
 
@@ -107,7 +108,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
 
     def _launch(self, weights: Any = None, refresh: tuple = ()) -> None:
         """Fill every live evaluator's slots; the ``refresh`` ones load ``weights`` first."""
-        global_vars = {"timestep": self.num_steps_sampled}
+        global_vars = self.global_vars()
         for e in self.evaluators.healthy_evaluators():
             fresh = weights if e in refresh else None
             while self.pool.has_capacity(e):
@@ -126,7 +127,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
         if not self.remote_evaluators:
             while not done():
                 self._apply(sample_and_compute_gradients(self.local_evaluator))
-            self.evaluators.set_global_vars({"timestep": self.num_steps_sampled})
+            self.evaluators.set_global_vars(self.global_vars())
             return self.learner_stats
 
         import ray
@@ -152,7 +153,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
                         weights = ray.put(weights)
                     self.num_weight_syncs += len(refresh)
                 self._launch(weights, tuple(refresh))
-        self.evaluators.set_global_vars({"timestep": self.num_steps_sampled})
+        self.evaluators.set_global_vars(self.global_vars())
         return self.learner_stats
 
     def stats(self) -> dict[str, float]:

@@ -31,6 +31,7 @@ from hierl.config import ConfigError
 from hierl.evaluators import EvaluatorSet
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
 from hierl.optimizers.registry import get_optimizer_class, register_optimizer
+from hierl.policy_graph import GlobalVars
 
 GRADIENT_STRATEGIES = ("local", "multi_gpu", "allreduce", "async", "sharded_ps")
 """Strategies that ``auto`` may compare (same algorithm semantics per sample)."""
@@ -196,7 +197,7 @@ class AutoOptimizer(PolicyOptimizer):
         if name != self.current:
             # CRUCIAL: the strategy left behind must not apply stale gradients later.
             self._get(self.current).drop_in_flight()
-            opt.push_local_weights({"timestep": self.num_steps_sampled})
+            opt.push_local_weights(self.global_vars())
             self.current = name
         # the candidate counts on from the global totals (its timestep drives schedules)
         opt.num_steps_sampled, opt.num_steps_trained = (
@@ -258,7 +259,7 @@ class AutoOptimizer(PolicyOptimizer):
             if name in self.measured:
                 self.measured[name] = [float(v) for v in values]
 
-    def push_local_weights(self, global_vars: dict[str, Any] | None = None) -> None:
+    def push_local_weights(self, global_vars: GlobalVars | None = None) -> None:
         """Hand the local weights to the current strategy (and through it, everywhere)."""
         self._get(self.current).push_local_weights(global_vars)
 

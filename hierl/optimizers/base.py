@@ -18,7 +18,7 @@ import numpy as np
 from hierl.config import Config
 from hierl.evaluators import EvaluatorSet, PolicyEvaluator
 from hierl.evaluators.ray_runtime import ActorGroup
-from hierl.policy_graph import PolicyGraph
+from hierl.policy_graph import GlobalVars, PolicyGraph
 
 T = TypeVar("T")
 
@@ -169,7 +169,12 @@ class PolicyOptimizer:
         """One round of sampling and improvement; returns learner statistics."""
         raise NotImplementedError
 
-    def push_local_weights(self, global_vars: Mapping[str, Any] | None = None) -> None:
+    def global_vars(self) -> GlobalVars:
+        """The global counters to push to the policies now (``timestep``: this
+        optimizer's ``num_steps_sampled``)."""
+        return GlobalVars(timestep=self.num_steps_sampled)
+
+    def push_local_weights(self, global_vars: GlobalVars | None = None) -> None:
         """Make the local policy's weights current everywhere this optimizer keeps weights.
 
         Called when they changed outside ``step()`` (restore, ``set_weights``, a strategy

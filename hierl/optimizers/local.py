@@ -79,7 +79,7 @@ class LocalOptimizer(PolicyOptimizer):
         self.num_steps_sampled += batch.count
         self.num_steps_trained += batch.count * self.config.num_sgd_iter
         with self.timer("sync"):
-            self.evaluators.sync_weights({"timestep": self.num_steps_sampled})
+            self.evaluators.sync_weights(self.global_vars())
         return self.learner_stats
 
     def _learn_multi_agent(self, batch: MultiAgentBatch) -> dict[str, float]:

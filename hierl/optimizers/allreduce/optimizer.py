@@ -167,7 +167,7 @@ class AllReduceOptimizer(PolicyOptimizer):
             "num_sgd_iter": cfg.num_sgd_iter,
             "sgd_minibatch_size": cfg.sgd_minibatch_size,
             "seed": int(self.rng.integers(2**31)),
-            "global_vars": {"timestep": self.num_steps_sampled},
+            "global_vars": self.global_vars(),
             "world_size": self.world_size,
             "check_replicas": check,
         }
@@ -195,7 +195,7 @@ class AllReduceOptimizer(PolicyOptimizer):
                 states = self.evaluators.get(ref)
                 self.bytes_through_driver = state_nbytes(states) + len(pickle.dumps(results))
                 set_policy_states(self.local_evaluator, states)
-            self.evaluators.set_global_vars({"timestep": self.num_steps_sampled})
+            self.evaluators.set_global_vars(self.global_vars())
         if check:
             self._check_replicas(results)
         return self.learner_stats

@@ -22,7 +22,7 @@ import dataclasses
 import math
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ import numpy as np
 from hierl.evaluators import PolicyEvaluator
 from hierl.optimizers.allreduce import collective
 from hierl.optimizers.allreduce.replica_state import weights_digest
+from hierl.policy_graph import GlobalVars
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 
 
@@ -172,7 +173,7 @@ def sample_and_learn(
     num_sgd_iter: int = 1,
     sgd_minibatch_size: int = 0,
     seed: int | None = None,
-    global_vars: Mapping[str, Any] | None = None,
+    global_vars: GlobalVars | None = None,
     world_size: int | None = None,
     check_replicas: bool = False,
 ) -> ShardResult:
@@ -188,7 +189,7 @@ def sample_and_learn(
             f"evaluator {evaluator.worker_index} is in a group of {group_size}, but the "
             f"driver runs a round over {world_size} evaluators"
         )
-    if global_vars:
+    if global_vars is not None:
         evaluator.set_global_vars(global_vars)
     start = time.perf_counter()
     share = math.ceil(train_batch_size / group_size)

@@ -156,7 +156,7 @@ class ApexOptimizer(PolicyOptimizer):
         finally:
             learner.pause()
         self._send_priorities()
-        self.evaluators.set_global_vars({"timestep": self.num_steps_sampled})
+        self.evaluators.set_global_vars(self.global_vars())
         # Deltas: the counters may have been restored from a checkpoint, the learner's not.
         self.num_steps_trained += learner.num_rows_trained - rows0
         self.num_updates += learner.num_updates - updates0
@@ -203,13 +203,13 @@ class ApexOptimizer(PolicyOptimizer):
                 self.replay.submit(ticket, batch_ref, priorities_ref, rows)
             for ticket in self.replay.route():
                 self.samplers.routed(ticket)
-            self.samplers.launch(self._weights_ref, {"timestep": self.num_steps_sampled})
+            self.samplers.launch(self._weights_ref, self.global_vars())
 
     def _local_round(self) -> None:
         """In-process: sample on the local evaluator, store, feed the learner."""
         # CRUCIAL: hold the learner's lock, the learner thread updates this very policy.
         with self.learner.lock, self.timer("sample"):
-            self.local_evaluator.set_global_vars({"timestep": self.num_steps_sampled})
+            self.local_evaluator.set_global_vars(self.global_vars())
             batch, priorities = sample_with_priorities(
                 self.local_evaluator, self.config.initial_priorities_on_workers
             )

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from hierl.evaluators.evaluator_set import is_evaluator_failure
 from hierl.optimizers.failures import handle_failed_task
 from hierl.optimizers.replay.optimizer import sample_with_priorities
 from hierl.optimizers.task_pool import Finished, TaskPool
+from hierl.policy_graph import GlobalVars
 from hierl.sample_batch import SampleBatch
 
 
@@ -157,14 +158,14 @@ class ReplaySamplers:
         if ticket in self.outstanding:
             self.outstanding[ticket] -= 1
 
-    def launch(self, weights: Callable[[], Any], global_vars: Mapping[str, Any]) -> None:
+    def launch(self, weights: Callable[[], Any], global_vars: GlobalVars) -> None:
         """Refresh due evaluators with ``weights()`` (a ref) and fill their task slots."""
         healthy = self.evaluators.healthy_evaluators()
         for index, evaluator in enumerate(self.evaluators.remote_evaluators):
             if evaluator not in healthy or evaluator in self.tasks.dead:
                 continue
             if self.steps_since_sync[index] >= self.max_weight_sync_delay:
-                evaluator.set_weights.remote(weights(), dict(global_vars))
+                evaluator.set_weights.remote(weights(), global_vars)
                 self.steps_since_sync[index] = 0
                 self.num_weight_syncs += 1
             while self.outstanding.get(evaluator, 0) < self.max_in_flight:

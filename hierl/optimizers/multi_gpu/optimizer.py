@@ -81,7 +81,7 @@ class MultiGPUOptimizer(LocalOptimizer):
         self.num_steps_sampled += batch.count
         self.num_steps_trained += trained
         with self.timer("sync"):
-            self.evaluators.sync_weights({"timestep": self.num_steps_sampled})
+            self.evaluators.sync_weights(self.global_vars())
         return self.learner_stats
 
     def stats(self) -> dict[str, float]:

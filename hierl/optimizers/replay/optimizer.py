@@ -179,7 +179,7 @@ class ReplayOptimizer(PolicyOptimizer):
             self.learner_stats = self._replay_and_learn(self._num_updates_for(new_rows))
 
         with self.timer("sync"):
-            self.evaluators.sync_weights({"timestep": self.num_steps_sampled})
+            self.evaluators.sync_weights(self.global_vars())
         return self.learner_stats
 
     def _replay_and_learn(self, num_updates: int) -> dict[str, float]:

@@ -25,6 +25,7 @@ from hierl.optimizers.failures import handle_failed_task
 from hierl.optimizers.sharded_ps.param_server import compute_gradient_shards
 from hierl.optimizers.sharded_ps.shard_group import ShardGroup
 from hierl.optimizers.task_pool import Finished, TaskPool
+from hierl.policy_graph import GlobalVars
 
 
 class GradientPipeline:
@@ -52,7 +53,7 @@ class GradientPipeline:
 
             self._spec_ref = ray.put(servers.spec)
 
-    def launch(self, global_vars: dict[str, Any]) -> None:
+    def launch(self, global_vars: GlobalVars) -> None:
         """Fill every live evaluator up to ``max_in_flight`` tasks."""
         k, version = self.servers.spec.num_shards, self.servers.version
         for e in self.evaluators.healthy_evaluators():
@@ -67,7 +68,7 @@ class GradientPipeline:
                 )
                 self.pool.add(e, refs[-1], tag=refs[:-1])
 
-    def next(self, global_vars: dict[str, Any], timer: Callable[[str], TimerStat]) -> Finished:
+    def next(self, global_vars: GlobalVars, timer: Callable[[str], TimerStat]) -> Finished:
         """The oldest finished gradient task, launching and waiting (``timer("wait")``) for
         one if none is; RuntimeError once every evaluator has died."""
         while not self.backlog:

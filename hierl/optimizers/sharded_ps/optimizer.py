@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -43,6 +42,7 @@ from hierl.optimizers.sharded_ps.gradient_pipeline import GradientPipeline
 from hierl.optimizers.sharded_ps.param_server import GradientInfo, compute_gradient_shards
 from hierl.optimizers.sharded_ps.shard_group import ShardGroup
 from hierl.optimizers.sharded_ps.sharding import ShardSpec
+from hierl.policy_graph import GlobalVars
 from hierl.utils import piecewise_linear
 
 
@@ -149,9 +149,6 @@ class ShardedPSOptimizer(PolicyOptimizer):
             return piecewise_linear(self.config.lr_schedule, self.num_steps_sampled)
         return self.config.lr
 
-    def _global_vars(self) -> dict[str, Any]:
-        return {"timestep": self.num_steps_sampled}
-
     def _record(self, info: GradientInfo, totals: dict[str, float]) -> None:
         self.num_gradients_applied += 1
         self.num_updates += 1
@@ -171,13 +168,13 @@ class ShardedPSOptimizer(PolicyOptimizer):
         self.drop_in_flight()  # CRUCIAL: they were computed on the replaced weights
         self.servers.push(current)  # a new version: every evaluator pulls it next task
 
-    def push_local_weights(self, global_vars: Mapping[str, Any] | None = None) -> None:
+    def push_local_weights(self, global_vars: GlobalVars | None = None) -> None:
         """Load the local policy's trainable weights into the shards (Adam moments kept).
 
         Gradients still in flight were computed on the old weights and are dropped; each
         remote evaluator receives the new weights with its next task.
         """
-        if global_vars:
+        if global_vars is not None:
             self.local_evaluator.set_global_vars(global_vars)
         self._push_to_shards(self.servers.local_trainable())
 
@@ -197,14 +194,14 @@ class ShardedPSOptimizer(PolicyOptimizer):
         with self.timer("sync"):
             if self._remote and self.servers.local_version != self.servers.version:
                 self.servers.pull()  # the K latest weight shards, fetched once per step
-            self.evaluators.set_global_vars(self._global_vars())
+            self.evaluators.set_global_vars(self.global_vars())
         self.learner_stats = {k: v / grads for k, v in totals.items()}
         return self.learner_stats
 
     def _next_local(self, totals: dict[str, float]) -> GradientInfo:
         """In-process: gradient on the local evaluator → shards → weights back into it."""
         *grad_shards, info = compute_gradient_shards(
-            self.local_evaluator, self.spec, self._global_vars()
+            self.local_evaluator, self.spec, self.global_vars()
         )
         with self.timer("apply"):
             new = self.servers.apply_gradients(grad_shards)
@@ -214,12 +211,12 @@ class ShardedPSOptimizer(PolicyOptimizer):
 
     def _next_remote(self, totals: dict[str, float]) -> GradientInfo:
         """Wait for one gradient, route its shards to the servers, relaunch its evaluator."""
-        done = self.tasks.next(self._global_vars(), self.timer)
+        done = self.tasks.next(self.global_vars(), self.timer)
         with self.timer("apply"):
             # CRUCIAL: gradient ref k goes to shard k, so the bulk data moves actor to
             # actor; the evaluator's next task gets the new weight refs the same way.
             self.servers.apply_gradients(done.tag)
-        self.tasks.launch(self._global_vars())
+        self.tasks.launch(self.global_vars())
         self._record(done.value, totals)
         return done.value
 

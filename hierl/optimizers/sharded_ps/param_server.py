@@ -20,6 +20,7 @@ import torch
 
 from hierl.evaluators import PolicyEvaluator
 from hierl.optimizers.sharded_ps.sharding import ShardSpec
+from hierl.policy_graph import GlobalVars
 from hierl.sample_batch import DEFAULT_POLICY_ID
 
 ADAM_MOMENTS = ("exp_avg", "exp_avg_sq")
@@ -178,7 +179,7 @@ def load_weight_shards(
 def compute_gradient_shards(
     evaluator: PolicyEvaluator,
     spec: ShardSpec,
-    global_vars: dict[str, Any],
+    global_vars: GlobalVars,
     *weight_shards: np.ndarray,
 ) -> tuple[Any, ...]:
     """Evaluator-side task: [load weight shards] → sample → clipped gradients → K shards.
