@@ -35,6 +35,11 @@ from hierl.sample_batch import SampleBatch
 Weights = dict[str, np.ndarray]
 """Policy weights: parameter name → numpy array.  Names are stable across processes."""
 
+LearnerStats = dict[str, dict[str, float]]
+"""Learner statistics per policy: policy id → ``{stat name: value}`` (one policy's as
+``learn_on_batch`` returns them).  ``PolicyOptimizer.step()`` returns them so; the
+Trainer flattens them into its result's ``learner/...`` keys."""
+
 
 @dataclasses.dataclass(frozen=True)
 class GlobalVars:

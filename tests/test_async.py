@@ -14,7 +14,7 @@ from hierl.algorithms.pg import PGPolicy, PGTrainer
 from hierl.evaluators import PolicyEvaluator
 from hierl.evaluators.sample_queue import SampleQueue
 from hierl.optimizers.async_grads import AsyncGradientsOptimizer
-from hierl.sample_batch import SampleBatch
+from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 
 
 class FakeEvaluator:
@@ -102,7 +102,7 @@ def test_straggler_does_not_hold_up_the_step(ray_session):
     senders = []
     for _ in range(10):
         opt.step()
-        senders.append(opt.learner_stats["sender"])
+        senders.append(opt.learner_stats[DEFAULT_POLICY_ID]["sender"])
     assert local.applied == 100
     assert senders == ["e0"] * 10  # all from the fast one; the slow task is still running
     assert opt.stats()["in_flight"] == 2

@@ -328,6 +328,20 @@ def test_mixed_algorithms_configs_and_result_keys():
         assert result[f"policy_reward_mean/{pid}"] >= result[f"policy_reward_min/{pid}"] > 0
         assert "learner/p0/clip_frac" in result and f"learner/{pid}/policy_loss" in result
     assert "learner/p1/clip_frac" not in result
+    assert not any(k.startswith("learner/") and k.count("/") != 2 for k in result)
+
+
+def test_adaptive_kl_follows_each_policys_own_stats():
+    """PPO adapts a policy's KL coefficient from that policy's (nested) learner stats."""
+    with PPOTrainer(two_cartpoles(train_batch_size=200, kl_coeff=0.2)) as trainer:
+        p0 = trainer.get_policy("p0")
+        high = 4 * p0.config.kl_target
+        trainer.after_optimizer_step({"p0": {"kl": high}, "p1": {"kl": 0.0}})
+        assert p0.kl_coeff == pytest.approx(0.3)
+        trainer.after_optimizer_step({"p1": {"kl": high}})  # nothing for p0: unchanged
+        assert p0.kl_coeff == pytest.approx(0.3)
+        trainer.after_optimizer_step({"p0": {"kl": 0.0}})
+        assert p0.kl_coeff == pytest.approx(0.15)
 
 
 def test_policies_to_train_leaves_the_others_bit_for_bit():

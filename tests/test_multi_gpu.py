@@ -25,7 +25,7 @@ from hierl.optimizers.local import LocalOptimizer
 from hierl.optimizers.multi_gpu import MultiGPUConfig, MultiGPUOptimizer
 from hierl.optimizers.multi_gpu.learner import MultiDeviceLearner
 from hierl.optimizers.sgd import minibatch_sgd
-from hierl.sample_batch import SampleBatch
+from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -282,7 +282,7 @@ def test_optimizer_works_without_a_trainer(setup):
     stats = opt.step()
     opt.stop()
     assert opt.num_steps_sampled == 200 and opt.num_steps_trained == 200
-    assert "total_loss" in stats
+    assert "total_loss" in stats[DEFAULT_POLICY_ID]
     assert not np.array_equal(ev.policy.get_weights()["pi_head.weight"], before["pi_head.weight"])
 
 

@@ -23,6 +23,7 @@ from hierl.optimizers.replay.prioritized import (
 )
 from hierl.optimizers.replay.segment_tree import MinSegmentTree, SumSegmentTree
 from hierl.policy_graph import GlobalVars
+from hierl.sample_batch import DEFAULT_POLICY_ID
 from hierl.sample_batch import SampleBatch as SB
 
 pytestmark = pytest.mark.timeout(120)
@@ -235,7 +236,7 @@ def test_nothing_is_learned_before_learning_starts():
     for k, v in evaluator.policy.get_weights().items():
         np.testing.assert_array_equal(v, before[k])
     stats = opt.step()  # 12 rows >= learning_starts
-    assert opt.num_updates == 1 and {"total_loss", "mean_q"} <= set(stats)
+    assert opt.num_updates == 1 and {"total_loss", "mean_q"} <= set(stats[DEFAULT_POLICY_ID])
     assert any(not np.array_equal(v, before[k]) for k, v in evaluator.policy.get_weights().items())
     assert evaluator.policy.global_timestep == opt.num_steps_sampled == 12
 

@@ -37,7 +37,7 @@ from hierl.evaluators import PolicyEvaluator
 from hierl.models.distributions import Categorical
 from hierl.models.networks import MLP, ModelConfig, NatureCNN
 from hierl.models.preprocessors import get_preprocessor, is_image_space
-from hierl.policy_graph import GlobalVars, LearnResult, Weights
+from hierl.policy_graph import GlobalVars, LearnerStats, LearnResult, Weights
 from hierl.postprocessing import N_STEP_DISCOUNTS, compute_n_step
 from hierl.sample_batch import SampleBatch as SB
 from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
@@ -355,7 +355,7 @@ class DQNTrainer(Trainer):
         """The samplers' epsilon (the schedule's value, which every evaluator follows)."""
         return {"epsilon": self.get_policy().epsilon}
 
-    def after_optimizer_step(self, learner_stats: dict[str, float]) -> None:
+    def after_optimizer_step(self, learner_stats: LearnerStats) -> None:
         """Between optimizer steps: update the target networks when due."""
         self.update_target_if_due()
 

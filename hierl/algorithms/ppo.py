@@ -20,9 +20,9 @@ from typing import Any
 import torch
 
 from hierl.algorithms.trainer import Trainer, TrainerConfig
-from hierl.policy_graph import PolicyGraph
+from hierl.policy_graph import LearnerStats, PolicyGraph
 from hierl.postprocessing import compute_advantages
-from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
 
 
@@ -157,16 +157,9 @@ class PPOTrainer(Trainer):
     policy_class = PPOPolicy
     supported_optimizers = ("local", "multi_gpu", "allreduce", "auto")
 
-    def after_optimizer_step(self, learner_stats: dict[str, float]) -> None:
+    def after_optimizer_step(self, learner_stats: LearnerStats) -> None:
         """Adapt each policy's KL coefficient from its own epoch-mean KL."""
-        # single-agent stats carry "kl"; multi-agent ones "<policy_id>/kl"
-        kls = {
-            pid: learner_stats[f"{pid}/kl"]
-            for pid in self.local_evaluator.policy_map
-            if f"{pid}/kl" in learner_stats
-        }
-        if "kl" in learner_stats:
-            kls[DEFAULT_POLICY_ID] = learner_stats["kl"]
+        kls = {pid: stats["kl"] for pid, stats in learner_stats.items() if "kl" in stats}
         if not any(getattr(self.get_policy(pid), "kl_coeff", 0) > 0 for pid in kls):
             return
 

@@ -32,7 +32,7 @@ from hierl.evaluators.evaluator_set import DEFAULT_MAX_EVALUATOR_RESTARTS
 from hierl.evaluators.policy_map import PolicySpec
 from hierl.models.networks import ModelConfig
 from hierl.optimizers import PolicyOptimizer, get_optimizer_class
-from hierl.policy_graph import PolicyGraph, Weights
+from hierl.policy_graph import LearnerStats, PolicyGraph, Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID
 from hierl.utils import seed_everything
 
@@ -163,13 +163,17 @@ def _use_driver_cpus(num_cpus: float) -> None:
         torch.set_num_threads(threads)
 
 
-def _mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:
-    """Per key, the mean over the optimizer steps of an iteration that reported it."""
-    out: dict[str, Any] = {}
-    for key in dict.fromkeys(k for s in stats for k in s):
-        values = [s[key] for s in stats if key in s]
-        numeric = all(isinstance(v, (int, float, np.number)) for v in values)
-        out[key] = float(np.mean(values)) if numeric else values[-1]
+def _mean_stats(stats: list[LearnerStats]) -> LearnerStats:
+    """Per policy and stat, the mean over the optimizer steps of an iteration that
+    reported it."""
+    out: LearnerStats = {}
+    for pid in dict.fromkeys(p for s in stats for p in s):
+        reported = [s[pid] for s in stats if pid in s]
+        out[pid] = {}
+        for key in dict.fromkeys(k for s in reported for k in s):
+            values = [s[key] for s in reported if key in s]
+            numeric = all(isinstance(v, (int, float, np.number)) for v in values)
+            out[pid][key] = float(np.mean(values)) if numeric else values[-1]
     return out
 
 
@@ -343,8 +347,9 @@ class Trainer(BaseTrainer):
                 f"{self.name or type(self).__name__} that can: {', '.join(ok) or 'none'}"
             )
 
-    def after_optimizer_step(self, learner_stats: dict[str, float]) -> None:
-        """Hook for per-iteration policy utilities (e.g. PPO's adaptive KL coefficient)."""
+    def after_optimizer_step(self, learner_stats: LearnerStats) -> None:
+        """Hook for per-iteration policy utilities (e.g. PPO's adaptive KL coefficient);
+        ``learner_stats`` is what that ``optimizer.step()`` returned (per policy id)."""
 
     # -- training ----------------------------------------------------------------------
     @property
@@ -425,9 +430,11 @@ class Trainer(BaseTrainer):
             result[f"custom_metrics/{k}_min"] = float(np.min(values))
             result[f"custom_metrics/{k}_max"] = float(np.max(values))
         result.update(self._policy_rewards.metrics())
-        # multi-agent optimizers key their stats "<policy_id>/<stat>"
-        for k, v in learner_stats.items():
-            result[f"learner/{k}"] = v
+        # learner/<stat> of the single-agent policy; learner/<policy_id>/<stat> multi-agent
+        multi_agent = self.local_evaluator.multi_agent
+        for pid, stats in learner_stats.items():
+            prefix = f"learner/{pid}/" if multi_agent else "learner/"
+            result.update({prefix + k: v for k, v in stats.items()})
         return result
 
     # -- acting ------------------------------------------------------------------------

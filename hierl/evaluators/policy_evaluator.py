@@ -27,7 +27,7 @@ from hierl.evaluators.policy_map import PolicySpec, build_policy_map
 from hierl.evaluators.sample_queue import SampleQueue
 from hierl.evaluators.sampler import EpisodeCallbacks, EpisodeRecord, VectorSampler, batch_obs
 from hierl.models.preprocessors import get_preprocessor, to_env_action
-from hierl.policy_graph import GlobalVars, PolicyGraph, Weights
+from hierl.policy_graph import GlobalVars, LearnerStats, PolicyGraph, Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from hierl.utils import seed_everything
 
@@ -272,20 +272,17 @@ class PolicyEvaluator:
 
     # -- learning ----------------------------------------------------------------------
     @_locked
-    def learn_on_batch(self, batch: SampleBatch | MultiAgentBatch) -> dict[str, float]:
-        """One update of the default policy on ``batch``.
-
-        A MultiAgentBatch updates each policy in ``policies_to_train`` on its own batch;
-        the stats are then keyed ``<policy_id>/<stat>``.
-        """
+    def learn_on_batch(self, batch: SampleBatch | MultiAgentBatch) -> LearnerStats:
+        """One update of the default policy on ``batch`` (a SampleBatch), or of each
+        policy in ``policies_to_train`` on its own batch (a MultiAgentBatch); returns the
+        learner stats per policy id."""
         if not isinstance(batch, MultiAgentBatch):
-            return self.policy.learn_on_batch(batch)
-        stats = {}
+            return {DEFAULT_POLICY_ID: self.policy.learn_on_batch(batch)}
+        stats: LearnerStats = {}
         for pid in self.policies_to_train:
             b = batch.policy_batches.get(pid)
             if b is not None and b.count:
-                for k, v in self.policy_map[pid].learn_on_batch(b).items():
-                    stats[f"{pid}/{k}"] = v
+                stats[pid] = self.policy_map[pid].learn_on_batch(b)
         return stats
 
     @_locked

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from hierl.evaluators import PolicyEvaluator
-from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
+from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, single_policy_stats
 from hierl.optimizers.failures import handle_failed_task
 from hierl.optimizers.registry import register_optimizer
 from hierl.optimizers.task_pool import TaskPool
-from hierl.policy_graph import GlobalVars
+from hierl.policy_graph import GlobalVars, LearnerStats
 
 
 @dataclasses.dataclass
@@ -100,7 +100,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
         self.timer("grad").push(result.grad_s)
         with self.timer("learn"):
             self.local_evaluator.apply_gradients(result.grads)
-        self.learner_stats = result.stats
+        self.learner_stats = single_policy_stats(result.stats)
         self.num_gradients_applied += 1
         self.num_updates += 1
         self.num_steps_sampled += result.count
@@ -115,7 +115,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
                 self.pool.add(e, e.apply.remote(sample_and_compute_gradients, fresh, global_vars))
                 fresh = None
 
-    def step(self) -> dict[str, float]:
+    def step(self) -> LearnerStats:
         """Apply gradients until the step's quota (see ``grads_per_step``)."""
         start_grads, start_steps = self.num_gradients_applied, self.num_steps_sampled
 

@@ -31,7 +31,7 @@ from hierl.config import ConfigError
 from hierl.evaluators import EvaluatorSet
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
 from hierl.optimizers.registry import get_optimizer_class, register_optimizer
-from hierl.policy_graph import GlobalVars
+from hierl.policy_graph import GlobalVars, LearnerStats
 
 GRADIENT_STRATEGIES = ("local", "multi_gpu", "allreduce", "async", "sharded_ps")
 """Strategies that ``auto`` may compare (same algorithm semantics per sample)."""
@@ -188,7 +188,7 @@ class AutoOptimizer(PolicyOptimizer):
                 return name
         return None
 
-    def step(self) -> dict[str, float]:
+    def step(self) -> LearnerStats:
         """One step of the current strategy; during calibration, also measure it."""
         name = self.choice or self._next_candidate()
         if name is None:  # calibration finished: keep the fastest

@@ -18,7 +18,8 @@ import numpy as np
 from hierl.config import Config
 from hierl.evaluators import EvaluatorSet, PolicyEvaluator
 from hierl.evaluators.ray_runtime import ActorGroup
-from hierl.policy_graph import GlobalVars, PolicyGraph
+from hierl.policy_graph import GlobalVars, LearnerStats, PolicyGraph
+from hierl.sample_batch import DEFAULT_POLICY_ID
 
 T = TypeVar("T")
 
@@ -55,6 +56,12 @@ class OptimizerConfig(Config):
 
     train_batch_size: int = 4000
     """Rows gathered per step (samples are collected until at least this many)."""
+
+
+def single_policy_stats(stats: Mapping[str, float]) -> LearnerStats:
+    """The learner stats of an optimizer that trains the one (default) policy, nested
+    under its id; ``{}`` when ``stats`` is empty (no update)."""
+    return {DEFAULT_POLICY_ID: dict(stats)} if stats else {}
 
 
 class PolicyOptimizer:
@@ -149,7 +156,8 @@ class PolicyOptimizer:
         self.num_steps_trained = 0
         self.num_updates = 0
         self.timers: dict[str, TimerStat] = {}
-        self.learner_stats: dict[str, float] = {}
+        self.learner_stats: LearnerStats = {}
+        """What the last ``step()`` returned."""
 
     @property
     def local_evaluator(self) -> PolicyEvaluator:
@@ -165,8 +173,9 @@ class PolicyOptimizer:
         """The timer for ``phase`` (created on first use)."""
         return self.timers.setdefault(phase, TimerStat())
 
-    def step(self) -> dict[str, float]:
-        """One round of sampling and improvement; returns learner statistics."""
+    def step(self) -> LearnerStats:
+        """One round of sampling and improvement; returns learner statistics per policy
+        (``{}`` when nothing was learned)."""
         raise NotImplementedError
 
     def global_vars(self) -> GlobalVars:

@@ -13,9 +13,10 @@ import dataclasses
 
 import numpy as np
 
-from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
+from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, single_policy_stats
 from hierl.optimizers.registry import register_optimizer
 from hierl.optimizers.sgd import minibatch_sgd
+from hierl.policy_graph import LearnerStats
 from hierl.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
 
 
@@ -60,32 +61,35 @@ class LocalOptimizer(PolicyOptimizer):
             count += sum(b.count for b in new)
         return concat_samples(batches)
 
-    def step(self) -> dict[str, float]:
+    def step(self) -> LearnerStats:
         """One synchronous round."""
         with self.timer("sample"):
             batch = self.gather()
         with self.timer("learn"):
             if isinstance(batch, MultiAgentBatch):
-                self.learner_stats = self._learn_multi_agent(batch)
+                self.learner_stats, num_updates = self._learn_multi_agent(batch)
             else:
-                self.learner_stats = minibatch_sgd(
+                stats = minibatch_sgd(
                     self.local_evaluator.policy,
                     batch,
                     self.config.num_sgd_iter,
                     self.config.sgd_minibatch_size,
                     self.rng,
                 )
-        self.num_updates += int(self.learner_stats.pop("num_updates"))
+                num_updates = stats.pop("num_updates")
+                self.learner_stats = single_policy_stats(stats)
+        self.num_updates += int(num_updates)
         self.num_steps_sampled += batch.count
         self.num_steps_trained += batch.count * self.config.num_sgd_iter
         with self.timer("sync"):
             self.evaluators.sync_weights(self.global_vars())
         return self.learner_stats
 
-    def _learn_multi_agent(self, batch: MultiAgentBatch) -> dict[str, float]:
-        """SGD epochs per trained policy; stats keyed ``<policy_id>/<stat>``."""
+    def _learn_multi_agent(self, batch: MultiAgentBatch) -> tuple[LearnerStats, int]:
+        """SGD epochs per trained policy; ``(stats per policy id, updates made)``."""
         evaluator = self.local_evaluator
-        stats: dict[str, float] = {"num_updates": 0}
+        stats: LearnerStats = {}
+        num_updates = 0
         for pid in evaluator.policies_to_train:
             policy_batch = batch.policy_batches.get(pid)
             if policy_batch is None or policy_batch.count == 0:
@@ -97,6 +101,6 @@ class LocalOptimizer(PolicyOptimizer):
                 self.config.sgd_minibatch_size,
                 self.rng,
             )
-            stats["num_updates"] += policy_stats.pop("num_updates")
-            stats.update({f"{pid}/{k}": v for k, v in policy_stats.items()})
-        return stats
+            num_updates += policy_stats.pop("num_updates")
+            stats[pid] = policy_stats
+        return stats, num_updates

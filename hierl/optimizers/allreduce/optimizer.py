@@ -49,9 +49,10 @@ from hierl.optimizers.allreduce.replica_state import (
     state_nbytes,
     weights_digest,
 )
-from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
+from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, single_policy_stats
 from hierl.optimizers.registry import register_optimizer
 from hierl.optimizers.task_pool import TaskPool
+from hierl.policy_graph import LearnerStats
 
 
 @dataclasses.dataclass
@@ -157,7 +158,7 @@ class AllReduceOptimizer(PolicyOptimizer):
         ref = ray.put(policy_states(self.local_evaluator))
         self.evaluators.call_remotes(lambda e: e.apply.remote(set_policy_states, ref))
 
-    def step(self) -> dict[str, float]:
+    def step(self) -> LearnerStats:
         """One round: every evaluator samples, learns with allreduced gradients; sync driver."""
         cfg = self.config
         self._steps += 1
@@ -186,9 +187,9 @@ class AllReduceOptimizer(PolicyOptimizer):
         self.num_steps_trained += sum(r.rows_trained for r in results) * cfg.num_sgd_iter
         self.num_allreduce_calls += results[0].num_allreduce_calls
         self.num_updates += results[0].num_updates  # the same updates on every replica
-        self.learner_stats = {
-            k: float(np.mean([r.stats[k] for r in results])) for k in results[0].stats
-        }
+        self.learner_stats = single_policy_stats(
+            {k: float(np.mean([r.stats[k] for r in results])) for k in results[0].stats}
+        )
         with self.timer("sync"):
             if self.remote_evaluators:
                 ref = self._members[0].apply.remote(policy_states)

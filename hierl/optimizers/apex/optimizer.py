@@ -23,10 +23,11 @@ from hierl.evaluators.ray_runtime import ActorGroup
 from hierl.optimizers.apex.learner_thread import LearnerThread
 from hierl.optimizers.apex.samplers import ReplaySamplers, pin_epsilon_ladder
 from hierl.optimizers.apex.sharded_replay import ShardedReplay, ShardedReplayConfig
-from hierl.optimizers.base import PolicyOptimizer
+from hierl.optimizers.base import PolicyOptimizer, single_policy_stats
 from hierl.optimizers.registry import register_optimizer
 from hierl.optimizers.replay.optimizer import ReplayOptimizer, sample_with_priorities
 from hierl.optimizers.task_pool import TaskPool
+from hierl.policy_graph import LearnerStats
 from hierl.sample_batch import SampleBatch
 
 
@@ -138,7 +139,7 @@ class ApexOptimizer(PolicyOptimizer):
     beta = ReplayOptimizer.beta  # the same annealed importance-sampling exponent
 
     # -- the event loop ----------------------------------------------------------------
-    def step(self) -> dict[str, float]:
+    def step(self) -> LearnerStats:
         """Run the event loop for ``min_step_time_s``; returns the learner's mean stats."""
         learner = self.learner
         learner.check()
@@ -167,7 +168,7 @@ class ApexOptimizer(PolicyOptimizer):
             "learner_rows_per_s": (learner.num_rows_trained - rows0) / elapsed,
             "learner_busy_frac": (learner.learn_timer.total_s - busy0) / elapsed,
         }
-        self.learner_stats = learner.pop_stats()
+        self.learner_stats = single_policy_stats(learner.pop_stats())
         return self.learner_stats
 
     def _remote_round(self) -> None:

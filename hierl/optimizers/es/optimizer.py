@@ -29,7 +29,7 @@ import numpy as np
 
 from hierl.evaluators.ray_runtime import ActorGroup
 from hierl.evaluators.sampler import EpisodeRecord
-from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
+from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, single_policy_stats
 from hierl.optimizers.es.aggregator import AggregationTree
 from hierl.optimizers.es.noise_table import DEFAULT_NOISE_SIZE, SharedNoiseTable
 from hierl.optimizers.es.rollouts import (
@@ -41,6 +41,7 @@ from hierl.optimizers.es.rollouts import (
 )
 from hierl.optimizers.es.updates import FlatAdam, centered_ranks, es_gradient
 from hierl.optimizers.registry import register_optimizer
+from hierl.policy_graph import LearnerStats
 
 
 @dataclasses.dataclass
@@ -189,7 +190,7 @@ class ESOptimizer(PolicyOptimizer):
         )
         return result
 
-    def step(self) -> dict[str, float]:
+    def step(self) -> LearnerStats:
         """Evaluate antithetic perturbations, then one Adam update of the flat weights."""
         cfg = self.config
         policy = self.local_evaluator.policy
@@ -222,8 +223,8 @@ class ESOptimizer(PolicyOptimizer):
         evals = batch.eval_returns
         self.last_stats.update(stats, eval_episodes=int(evals.size))
         self.last_stats["eval_return_mean"] = float(evals.mean()) if evals.size else math.nan
-        self.learner_stats = stats
-        return stats
+        self.learner_stats = single_policy_stats(stats)
+        return self.learner_stats
 
     def _update(self, policy: Any, theta: np.ndarray, batch: RolloutResult) -> dict[str, float]:
         cfg = self.config

@@ -13,9 +13,11 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from hierl.optimizers.base import single_policy_stats
 from hierl.optimizers.local import LocalConfig, LocalOptimizer
 from hierl.optimizers.multi_gpu.learner import MultiDeviceLearner
 from hierl.optimizers.registry import register_optimizer
+from hierl.policy_graph import LearnerStats
 from hierl.torch_policy_graph import TorchPolicyGraph
 
 
@@ -63,7 +65,7 @@ class MultiGPUOptimizer(LocalOptimizer):
         self.rows_loaded = 0
         self.learner_samples_per_s = 0.0
 
-    def step(self) -> dict[str, float]:
+    def step(self) -> LearnerStats:
         """One synchronous round over all evaluators."""
         cfg = self.config
         with self.timer("sample"):
@@ -72,12 +74,11 @@ class MultiGPUOptimizer(LocalOptimizer):
             self.rows_loaded = self.learner.load(batch)
         start = time.perf_counter()
         with self.timer("learn"):
-            self.learner_stats = self.learner.optimize(
-                cfg.num_sgd_iter, cfg.sgd_minibatch_size, self.rng
-            )
+            stats = self.learner.optimize(cfg.num_sgd_iter, cfg.sgd_minibatch_size, self.rng)
         trained = self.rows_loaded * cfg.num_sgd_iter
         self.learner_samples_per_s = trained / max(time.perf_counter() - start, 1e-9)
-        self.num_updates += int(self.learner_stats.pop("num_updates"))
+        self.num_updates += int(stats.pop("num_updates"))
+        self.learner_stats = single_policy_stats(stats)
         self.num_steps_sampled += batch.count
         self.num_steps_trained += trained
         with self.timer("sync"):

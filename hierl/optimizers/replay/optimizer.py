@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 
 from hierl.evaluators import PolicyEvaluator
-from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
+from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, single_policy_stats
 from hierl.optimizers.registry import register_optimizer
 from hierl.optimizers.replay.prioritized import make_replay_buffer
+from hierl.policy_graph import LearnerStats
 from hierl.sample_batch import SampleBatch
 
 
@@ -153,7 +154,7 @@ class ReplayOptimizer(PolicyOptimizer):
         self._update_credit = max(0.0, self._update_credit - num)
         return num
 
-    def step(self) -> dict[str, float]:
+    def step(self) -> LearnerStats:
         """One round: sample every evaluator once, store, replay, broadcast weights."""
         # CRUCIAL: by default no initial priorities, so new rows enter at the max priority
         # (Schaul et al. 2016, Algorithm 1) and are replayed at least once.
@@ -176,7 +177,8 @@ class ReplayOptimizer(PolicyOptimizer):
 
         self.learner_stats = {}
         if len(self.buffer) >= self.config.learning_starts:
-            self.learner_stats = self._replay_and_learn(self._num_updates_for(new_rows))
+            stats = self._replay_and_learn(self._num_updates_for(new_rows))
+            self.learner_stats = single_policy_stats(stats)
 
         with self.timer("sync"):
             self.evaluators.sync_weights(self.global_vars())

@@ -36,13 +36,13 @@ import numpy as np
 
 from hierl.config import ConfigError
 from hierl.evaluators.ray_runtime import ActorGroup
-from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
+from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, single_policy_stats
 from hierl.optimizers.registry import register_optimizer
 from hierl.optimizers.sharded_ps.gradient_pipeline import GradientPipeline
 from hierl.optimizers.sharded_ps.param_server import GradientInfo, compute_gradient_shards
 from hierl.optimizers.sharded_ps.shard_group import ShardGroup
 from hierl.optimizers.sharded_ps.sharding import ShardSpec
-from hierl.policy_graph import GlobalVars
+from hierl.policy_graph import GlobalVars, LearnerStats
 from hierl.utils import piecewise_linear
 
 
@@ -179,7 +179,7 @@ class ShardedPSOptimizer(PolicyOptimizer):
         self._push_to_shards(self.servers.local_trainable())
 
     # -- step --------------------------------------------------------------------------
-    def step(self) -> dict[str, float]:
+    def step(self) -> LearnerStats:
         """Apply gradients until the step's budget (``grads_per_step`` or rows) is met."""
         current = self.servers.local_trainable()  # changed outside step() without a push?
         if self.servers.local_changed(current):
@@ -195,7 +195,7 @@ class ShardedPSOptimizer(PolicyOptimizer):
             if self._remote and self.servers.local_version != self.servers.version:
                 self.servers.pull()  # the K latest weight shards, fetched once per step
             self.evaluators.set_global_vars(self.global_vars())
-        self.learner_stats = {k: v / grads for k, v in totals.items()}
+        self.learner_stats = single_policy_stats({k: v / grads for k, v in totals.items()})
         return self.learner_stats
 
     def _next_local(self, totals: dict[str, float]) -> GradientInfo:
