@@ -756,25 +756,21 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 
 def _make_rollout_env(config: Any) -> Any:
-    from gymnasium.vector import VectorEnv
-
-    from hierl.evaluators import MultiAgentEnv
-    from hierl.evaluators.env import EnvContext, resolve_env_creator
+    from hierl.evaluators.env import resolve_env_creator
+    from hierl.evaluators.rollout import EnvKindError, make_episode_env
 
     try:
         creator = resolve_env_creator(config.env)
     except ValueError as e:
         raise CLIError(str(e)) from None
-    env = creator(EnvContext(config.env_config))
-    if isinstance(env, MultiAgentEnv):
-        raise CLIError(
-            f"rollout runs single-agent envs; env {config.env!r} is a MultiAgentEnv "
-            "(roll it out from Python with Trainer.compute_single_action(obs, policy_id=...))"
-        )
-    if isinstance(env, VectorEnv):
-        env.close()
-        raise CLIError(f"rollout needs a single env, but env {config.env!r} makes a VectorEnv")
-    return env
+    name = config.env if isinstance(config.env, str) else getattr(config.env, "__name__", "env")
+    try:
+        return make_episode_env(creator, config.env_config, env_id=name)
+    except EnvKindError as e:
+        hint = ""
+        if e.kind is not None and e.kind.multi_agent:
+            hint = " (roll it out from Python: Trainer.compute_single_action(obs, policy_id=...))"
+        raise CLIError(f"rollout runs single-agent envs: {e}{hint}") from None
 
 
 def _run_episodes(trainer: Any, env: Any, args: argparse.Namespace) -> list[float]:
@@ -783,16 +779,12 @@ def _run_episodes(trainer: Any, env: Any, args: argparse.Namespace) -> list[floa
 
         seed_everything(args.seed)
         env.action_space.seed(args.seed)
+    # recurrent policies carry their state through each episode
+    player = trainer.local_evaluator.episode_player(env)
     returns = []
     for i in range(args.episodes):
-        obs, _ = env.reset(seed=args.seed if i == 0 else None)
-        total, length, done, state = 0.0, 0, False, None
-        while not done:  # recurrent policies carry their state through the episode
-            action, state = trainer.compute_single_action_and_state(obs, state, args.explore)
-            obs, reward, terminated, truncated, _ = env.step(action)
-            total += float(reward)
-            length += 1
-            done = bool(terminated or truncated)
+        played = player.play(seed=args.seed if i == 0 else None, explore=args.explore)
+        total, length = played.record.episode_reward, played.record.episode_length
         returns.append(total)
         print(f"episode {i + 1}: return {total:.2f}, length {length}", flush=True)
     return returns

@@ -16,20 +16,23 @@ The result is a MultiAgentBatch counting environment steps.
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hierl.evaluators.env import EnvContext, EnvError
 from hierl.evaluators.filters import NoFilter
 from hierl.evaluators.multi_agent_env import ALL, MultiAgentEnv
-from hierl.evaluators.sampler import EnvError, EpisodeCallbacks, EpisodeRecord, batch_obs
-from hierl.models.preprocessors import Preprocessor, to_env_action
+from hierl.evaluators.rollout import EpisodeRecord, FragmentSampler, RolloutSettings, act, batch_obs
+from hierl.models.preprocessors import Preprocessor
 from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import MultiAgentBatch, SampleBatch
+
+if TYPE_CHECKING:
+    from hierl.evaluators.policy_evaluator import PolicyEvaluator
 
 SB = SampleBatch
 
@@ -83,7 +86,7 @@ class _Slot:
         self.last_info: dict[str, Any] = {}
 
 
-class MultiAgentSampler:
+class MultiAgentSampler(FragmentSampler):
     """Collects per-policy batches from ``num_envs`` MultiAgentEnv copies.
 
     ``rollout_fragment_length`` counts environment steps per env copy: a
@@ -97,7 +100,7 @@ class MultiAgentSampler:
         preprocessors: policy id → Preprocessor of that policy's observation space.
         filters: policy id → observation filter.
         policy_mapping_fn: agent id → policy id (called once per agent per episode).
-        seed: env copy ``j``'s first reset uses ``seed + j``.
+        settings: the loop's settings; env copy ``j``'s first reset uses ``seed + j``.
     """
 
     def __init__(
@@ -107,56 +110,39 @@ class MultiAgentSampler:
         preprocessors: Mapping[str, Preprocessor],
         filters: Mapping[str, NoFilter],
         policy_mapping_fn: Callable[[Any], str],
-        *,
-        rollout_fragment_length: int,
-        batch_mode: str = "truncate_episodes",
-        clip_rewards: float | None = None,
-        seed: int | None = None,
-        worker_index: int = 0,
-        env_id: str = "env",
-        callbacks: EpisodeCallbacks | None = None,
+        settings: RolloutSettings,
     ):
-        if batch_mode not in ("truncate_episodes", "complete_episodes"):
-            raise ValueError(
-                f"batch_mode '{batch_mode}' is invalid; valid: truncate_episodes, complete_episodes"
-            )
+        super().__init__(len(envs), settings)
         self.policy_map = policy_map
         self.preprocessors = preprocessors
         self.filters = filters
         self.policy_mapping_fn = policy_mapping_fn
-        self.fragment_length = int(rollout_fragment_length)
-        self.batch_mode = batch_mode
-        self.clip_rewards = clip_rewards
-        self.worker_index = worker_index
-        self.env_id = env_id
-        self.callbacks = callbacks
         self.slots = [_Slot(env, j) for j, env in enumerate(envs)]
-        self.num_envs = len(self.slots)
-        self._eps_counter = itertools.count(worker_index << 40)
-        self.completed: list[EpisodeRecord] = []
         self._ready: list[dict[Any, tuple[str, SampleBatch]]] = []
         self._complete_steps = 0
-        self.steps_sampled = 0
         for slot in self.slots:
-            self._reset(slot, None if seed is None else seed + slot.index)
+            self._reset(slot, None if settings.seed is None else settings.seed + slot.index)
+
+    @classmethod
+    def from_evaluator(cls, evaluator: PolicyEvaluator) -> MultiAgentSampler:
+        """``num_envs`` copies of the evaluator's MultiAgentEnv and its policies."""
+        ev = evaluator
+        envs = [
+            ev.env_creator(EnvContext(ev.env_config, ev.worker_index, j))
+            for j in range(ev.num_envs)
+        ]
+        return cls(
+            envs,
+            ev.policy_map,
+            ev.preprocessors,
+            ev.filters,
+            ev.policy_mapping_fn,
+            ev.sampler_settings(),
+        )
 
     # -- env calls ---------------------------------------------------------------------
-    env_steps = 0
-    """Steps of all env copies taken so far (reported by an ``EnvError``)."""
-
     def _call(self, slot: _Slot, method: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            out = getattr(slot.env, method)(*args, **kwargs)
-        except Exception as e:
-            raise EnvError.wrap(
-                e,
-                env_id=self.env_id,
-                worker_index=self.worker_index,
-                method=method,
-                env_steps=self.env_steps,
-                sub_env=slot.index,
-            ) from e
-        self.env_steps += method == "step"
+        out = self.call_env(slot.env, method, *args, sub_env=slot.index, **kwargs)
         if not all(isinstance(d, Mapping) for d in out):
             raise EnvError(
                 f"env '{self.env_id}' {method}() must return dicts keyed by agent id "
@@ -194,7 +180,7 @@ class MultiAgentSampler:
 
     def _reset(self, slot: _Slot, seed: int | None = None) -> None:
         obs, info = self._call(slot, "reset", seed=seed)
-        slot.eps_id = next(self._eps_counter)
+        slot.eps_id = self.new_episode_id()
         slot.agents, slot.done, slot.to_act = {}, set(), {}
         slot.length, slot.reward, slot.agent_rewards = 0, 0.0, defaultdict(float)
         slot.last_info = dict(info)
@@ -205,6 +191,20 @@ class MultiAgentSampler:
 
     # -- one step of every env copy ----------------------------------------------------
     def _tick(self) -> None:
+        """Act for every agent to act, step every env copy, record, end episodes."""
+        action_dicts = self._act()
+        observed, flags = [], []
+        for slot in self.slots:
+            flags.append(self._step(slot, action_dicts[slot.index], observed))
+        processed = self._process(observed)
+        for slot, (term, trunc, all_term, all_done) in zip(self.slots, flags, strict=True):
+            self._record(slot, processed, term, trunc, all_term, all_done)
+            if all_done:
+                self._end_episode(slot)
+
+    def _act(self) -> list[dict[Any, Any]]:
+        """One batched ``compute_actions`` per policy over its agents in all env copies;
+        opens each acting agent's row.  Returns each env copy's action dict."""
         groups: dict[str, list[tuple[_Slot, Any]]] = defaultdict(list)
         for slot in self.slots:
             for aid in slot.to_act:
@@ -213,67 +213,78 @@ class MultiAgentSampler:
         for pid, members in groups.items():
             policy = self.policy_map[pid]
             obs = np.stack([slot.to_act[aid] for slot, aid in members])
-            actions, _, extra = policy.compute_actions(obs)
-            env_actions = to_env_action(policy.action_space, actions)
+            acted = act(policy, obs, policy.action_space)
             for i, (slot, aid) in enumerate(members):
-                row = {k: v[i] for k, v in extra.items()}
+                row = {k: v[i] for k, v in acted.extra.items()}
                 # T is the env step the agent acted at (as in single-agent batches), so
                 # other agents' rows of the same step align even if an agent entered late.
-                row.update({SB.OBS: obs[i], SB.ACTIONS: actions[i], SB.REWARDS: 0.0})
+                row.update({SB.OBS: obs[i], SB.ACTIONS: acted.actions[i], SB.REWARDS: 0.0})
                 row[SB.T] = slot.length
                 slot.agents[aid].open = row
-                action_dicts[slot.index][aid] = env_actions[i]
-        pending: list[tuple[_Slot, Any, Any, bool]] = []
-        flags = []
-        for slot in self.slots:
-            slot.to_act = {}
-            obs, rew, term, trunc, info = self._call(slot, "step", action_dicts[slot.index])
-            if ALL not in term or ALL not in trunc:
+                action_dicts[slot.index][aid] = acted.env_actions[i]
+        return action_dicts
+
+    def _step(
+        self, slot: _Slot, actions: dict[Any, Any], observed: list[tuple[_Slot, Any, Any, bool]]
+    ) -> tuple[dict[Any, bool], dict[Any, bool], bool, bool]:
+        """Step one env copy; add the rewards; append its raw observations (with whether
+        each is final) to ``observed``.  Returns ``(terminateds, truncateds, all
+        terminated, all done)``."""
+        slot.to_act = {}
+        obs, rew, term, trunc, info = self._call(slot, "step", actions)
+        if ALL not in term or ALL not in trunc:
+            raise EnvError(
+                f"env '{self.env_id}' step() must put '{ALL}' in terminateds and truncateds"
+            )
+        slot.length += 1
+        for aid, r in rew.items():
+            agent = self._agent(slot, aid)
+            slot.reward += float(r)
+            slot.agent_rewards[aid] += float(r)
+            if agent.open is not None:
+                agent.open[SB.REWARDS] += float(r)
+        all_term, all_trunc = bool(term[ALL]), bool(trunc[ALL])
+        all_done = all_term or all_trunc
+        for aid, o in obs.items():
+            if aid in slot.done:
                 raise EnvError(
-                    f"env '{self.env_id}' step() must put '{ALL}' in terminateds and truncateds"
+                    f"env '{self.env_id}' returned an observation for agent {aid!r} after "
+                    "it was done in this episode"
                 )
-            slot.length += 1
-            for aid, r in rew.items():
-                agent = self._agent(slot, aid)
-                slot.reward += float(r)
-                slot.agent_rewards[aid] += float(r)
-                if agent.open is not None:
-                    agent.open[SB.REWARDS] += float(r)
-            all_term, all_trunc = bool(term[ALL]), bool(trunc[ALL])
-            all_done = all_term or all_trunc
-            for aid, o in obs.items():
-                if aid in slot.done:
-                    raise EnvError(
-                        f"env '{self.env_id}' returned an observation for agent {aid!r} after "
-                        "it was done in this episode"
-                    )
-                self._agent(slot, aid)
-                final = bool(term.get(aid) or trunc.get(aid)) or all_done
-                pending.append((slot, aid, o, final))
-            slot.last_info = dict(info)
-            flags.append((term, trunc, all_term, all_done))
-        processed = self._process(pending)
-        for slot, (term, trunc, all_term, all_done) in zip(self.slots, flags, strict=True):
-            for aid, agent in slot.agents.items():
-                if aid in slot.done:
-                    continue
-                a_term, a_trunc = bool(term.get(aid, False)), bool(trunc.get(aid, False))
-                if all_done and not (a_term or a_trunc):
-                    a_term, a_trunc = all_term, not all_term
-                new = processed.get((slot.index, aid))
-                if agent.open is not None and (new is not None or a_term or a_trunc):
-                    row, agent.open = agent.open, None
-                    # CRUCIAL: an agent that leaves without a final obs bootstraps (if
-                    # truncated) from the obs it last acted on, never from another agent's.
-                    row[SB.NEW_OBS] = new if new is not None else row[SB.OBS]
-                    row[SB.TERMINATEDS], row[SB.TRUNCATEDS] = a_term, a_trunc
-                    agent.rows.append(row)
-                if a_term or a_trunc:
-                    slot.done.add(aid)
-                elif new is not None:
-                    slot.to_act[aid] = new
-            if all_done:
-                self._end_episode(slot)
+            self._agent(slot, aid)
+            final = bool(term.get(aid) or trunc.get(aid)) or all_done
+            observed.append((slot, aid, o, final))
+        slot.last_info = dict(info)
+        return term, trunc, all_term, all_done
+
+    def _record(
+        self,
+        slot: _Slot,
+        processed: dict[tuple[int, Any], Any],
+        term: dict[Any, bool],
+        trunc: dict[Any, bool],
+        all_term: bool,
+        all_done: bool,
+    ) -> None:
+        """Close the rows of the agents that observed or left; queue the next actors."""
+        for aid, agent in slot.agents.items():
+            if aid in slot.done:
+                continue
+            a_term, a_trunc = bool(term.get(aid, False)), bool(trunc.get(aid, False))
+            if all_done and not (a_term or a_trunc):
+                a_term, a_trunc = all_term, not all_term
+            new = processed.get((slot.index, aid))
+            if agent.open is not None and (new is not None or a_term or a_trunc):
+                row, agent.open = agent.open, None
+                # CRUCIAL: an agent that leaves without a final obs bootstraps (if
+                # truncated) from the obs it last acted on, never from another agent's.
+                row[SB.NEW_OBS] = new if new is not None else row[SB.OBS]
+                row[SB.TERMINATEDS], row[SB.TRUNCATEDS] = a_term, a_trunc
+                agent.rows.append(row)
+            if a_term or a_trunc:
+                slot.done.add(aid)
+            elif new is not None:
+                slot.to_act[aid] = new
 
     def _end_episode(self, slot: _Slot) -> None:
         episode = MultiAgentEpisodeRecord(
@@ -283,11 +294,7 @@ class MultiAgentSampler:
             agent_rewards=dict(slot.agent_rewards),
             agent_policies={aid: a.policy_id for aid, a in slot.agents.items()},
         )
-        if self.callbacks is not None:
-            self.callbacks.on_episode_end(
-                episode=episode, env_info=slot.last_info, worker_index=self.worker_index
-            )
-        self.completed.append(episode)
+        self.end_episode(episode, slot.last_info)
         self._flush(slot)
         self._complete_steps += slot.length
         self._reset(slot)
@@ -306,10 +313,7 @@ class MultiAgentSampler:
         rows = agent.rows
         n = len(rows)
         columns = {k: np.stack([r[k] for r in rows]) for k in rows[0]}
-        rewards = columns[SB.REWARDS].astype(np.float32)
-        if self.clip_rewards:
-            np.clip(rewards, -self.clip_rewards, self.clip_rewards, out=rewards)
-        columns[SB.REWARDS] = rewards
+        columns[SB.REWARDS] = self.clip(columns[SB.REWARDS].astype(np.float32))
         columns[SB.TERMINATEDS] = columns[SB.TERMINATEDS].astype(bool)
         columns[SB.TRUNCATEDS] = columns[SB.TRUNCATEDS].astype(bool)
         columns[SB.T] = columns[SB.T].astype(np.int64)
@@ -317,21 +321,23 @@ class MultiAgentSampler:
         columns[SB.AGENT_INDEX] = np.full(n, agent.index, dtype=np.int64)
         return SampleBatch(columns)
 
-    # -- public ------------------------------------------------------------------------
-    def sample(self) -> MultiAgentBatch:
-        """Collect and postprocess one MultiAgentBatch (see the class docstring)."""
-        if self.batch_mode == "truncate_episodes":
-            for _ in range(self.fragment_length):
-                self._tick()
-            for slot in self.slots:
-                self._flush(slot)
-            env_steps = self.fragment_length * self.num_envs
-        else:
-            target = self.fragment_length * self.num_envs
-            self._complete_steps = 0
-            while self._complete_steps < target:
-                self._tick()
-            env_steps = self._complete_steps
+    # -- batches -----------------------------------------------------------------------
+    def _sample_fragment(self) -> MultiAgentBatch:
+        for _ in range(self.fragment_length):
+            self._tick()
+        for slot in self.slots:
+            self._flush(slot)
+        return self._postprocess(self.fragment_length * self.num_envs)
+
+    def _sample_episodes(self, min_steps: int) -> MultiAgentBatch:
+        self._complete_steps = 0
+        while self._complete_steps < min_steps:
+            self._tick()
+        return self._postprocess(self._complete_steps)
+
+    def _postprocess(self, env_steps: int) -> MultiAgentBatch:
+        """Each ready agent batch postprocessed by its policy, with the other agents'
+        batches of the same chunk; one MultiAgentBatch of ``env_steps``."""
         chunks, self._ready = self._ready, []
         per_policy: dict[str, list[SampleBatch]] = defaultdict(list)
         for chunk in chunks:
@@ -344,11 +350,6 @@ class MultiAgentSampler:
         return MultiAgentBatch(
             {pid: SampleBatch.concat_samples(bs) for pid, bs in per_policy.items()}, env_steps
         )
-
-    def pop_episodes(self) -> list[EpisodeRecord]:
-        """Return and forget the episodes finished since the last call."""
-        out, self.completed = self.completed, []
-        return out
 
     def close(self) -> None:
         """Close every env copy."""

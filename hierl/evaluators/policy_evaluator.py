@@ -19,13 +19,21 @@ import numpy as np
 
 from hierl.config import ConfigError
 from hierl.evaluators import env_state
-from hierl.evaluators.env import EnvContext, EnvCreator, make_vector_env, resolve_env_creator
+from hierl.evaluators.env import EnvContext, EnvCreator, resolve_env_creator
 from hierl.evaluators.filters import make_filter
-from hierl.evaluators.multi_agent_env import MultiAgentEnv
-from hierl.evaluators.multi_agent_sampler import MultiAgentSampler
 from hierl.evaluators.policy_map import PolicySpec, build_policy_map
+from hierl.evaluators.rollout import (
+    EnvKind,
+    EpisodeCallbacks,
+    EpisodePlayer,
+    EpisodeRecord,
+    FragmentSampler,
+    RolloutSettings,
+    batch_obs,
+    env_kind,
+    make_episode_env,
+)
 from hierl.evaluators.sample_queue import SampleQueue
-from hierl.evaluators.sampler import EpisodeCallbacks, EpisodeRecord, VectorSampler, batch_obs
 from hierl.models.preprocessors import get_preprocessor, to_env_action
 from hierl.policy_graph import GlobalVars, LearnerStats, PolicyGraph, Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
@@ -120,7 +128,9 @@ class PolicyEvaluator:
         seed_everything(self.seed)
         probe = self.env_creator(EnvContext(self.env_config, 0, 0))
         try:
-            self.multi_agent = isinstance(probe, MultiAgentEnv)
+            # what the creator returns picks the rollout loop (``sampler``)
+            self.env_kind: EnvKind = env_kind(probe)
+            self.multi_agent = self.env_kind.multi_agent
             self.policy_map, self.policy_mapping_fn = build_policy_map(
                 probe, policy_class, policy_config, policies, policy_mapping_fn, self.env_name
             )
@@ -143,7 +153,7 @@ class PolicyEvaluator:
         self.policies_to_train = (
             list(policies_to_train) if policies_to_train is not None else list(self.policy_map)
         )
-        self._sampler: VectorSampler | MultiAgentSampler | None = None
+        self._sampler: FragmentSampler | None = None
         self._episodes: list[EpisodeRecord] = []
         self._lock = threading.RLock()
         self.sample_async = sample_async
@@ -170,45 +180,52 @@ class PolicyEvaluator:
             ) from None
 
     @property
-    def sampler(self) -> VectorSampler | MultiAgentSampler:
-        """The rollout loop; its envs are created on first use."""
-        if self._sampler is None and self.multi_agent:
-            envs = [
-                self.env_creator(EnvContext(self.env_config, self.worker_index, j))
-                for j in range(self.num_envs)
-            ]
-            self._sampler = MultiAgentSampler(
-                envs,
-                self.policy_map,
-                self.preprocessors,
-                self.filters,
-                self.policy_mapping_fn,
-                **self._sampler_options(),
-            )
-        elif self._sampler is None:
-            venv = make_vector_env(
-                self.env_creator, self.env_config, self.num_envs, self.worker_index
-            )
-            self._sampler = VectorSampler(
-                venv,
-                self.policy,
-                self.preprocessor,
-                self.filters[DEFAULT_POLICY_ID],
-                **self._sampler_options(),
-            )
+    def sampler(self) -> FragmentSampler:
+        """The rollout loop for this env's kind (``env_kind``); its envs are created on
+        first use."""
+        if self._sampler is None:
+            self._sampler = self.env_kind.sampler_class.from_evaluator(self)
         return self._sampler
 
-    def _sampler_options(self) -> dict[str, Any]:
-        """The settings both rollout loops take."""
-        return {
-            "rollout_fragment_length": self.rollout_fragment_length,
-            "batch_mode": self.batch_mode,
-            "clip_rewards": self.clip_rewards,
-            "seed": self.seed,
-            "worker_index": self.worker_index,
-            "env_id": self.env_name,
-            "callbacks": self.callbacks,
-        }
+    def sampler_settings(self) -> RolloutSettings:
+        """The settings every rollout loop takes (``FragmentSampler.from_evaluator``)."""
+        return RolloutSettings(
+            rollout_fragment_length=self.rollout_fragment_length,
+            batch_mode=self.batch_mode,
+            clip_rewards=self.clip_rewards,
+            seed=self.seed,
+            worker_index=self.worker_index,
+            env_id=self.env_name,
+            callbacks=self.callbacks,
+        )
+
+    def episode_player(
+        self,
+        env: Any = None,
+        *,
+        policy_id: str = DEFAULT_POLICY_ID,
+        callbacks: EpisodeCallbacks | None = None,
+    ) -> EpisodePlayer:
+        """An :class:`~hierl.evaluators.rollout.EpisodePlayer` of policy ``policy_id``
+        (with its preprocessor and observation filter) on ``env``, a single
+        ``gymnasium.Env`` (None: a new one from this evaluator's env creator).
+
+        Raises:
+            EnvKindError: the env is not a single ``gymnasium.Env``.
+        """
+        if env is None:
+            env = make_episode_env(
+                self.env_creator, self.env_config, self.worker_index, self.env_name
+            )
+        return EpisodePlayer(
+            env,
+            self._policy(policy_id),
+            self.preprocessors[policy_id],
+            self.filters[policy_id],
+            env_id=self.env_name,
+            worker_index=self.worker_index,
+            callbacks=callbacks,
+        )
 
     # -- sampling ----------------------------------------------------------------------
     def sample(self) -> SampleBatch | MultiAgentBatch:
@@ -360,7 +377,7 @@ class PolicyEvaluator:
             "policies": {pid: p.get_state() for pid, p in self.policy_map.items()},
             "filters": {pid: f.get_checkpoint_state() for pid, f in self.filters.items()},
         }
-        if isinstance(self._sampler, VectorSampler) and not self.sample_async:
+        if self._sampler is not None and self._sampler.resumable and not self.sample_async:
             out["sampler"] = env_state.get_sampler_state(self._sampler)
         return out
 
@@ -384,7 +401,7 @@ class PolicyEvaluator:
             except (ValueError, KeyError, TypeError, RuntimeError) as e:
                 raise ValueError(f"policy '{pid}': {e}") from e
         sampler_state = state.get("sampler")
-        if sampler_state and sampler_state.get("exact") and not self.multi_agent:
+        if sampler_state and sampler_state.get("exact") and self.env_kind.sampler_class.resumable:
             # CRUCIAL: before the filters: building the sampler resets its envs and
             # pushes the reset observations through (and into) the filters.
             env_state.set_sampler_state(self.sampler, sampler_state)
@@ -415,8 +432,6 @@ class PolicyEvaluator:
         if self._queue is not None:
             self._queue.stop()
             self._queue = None
-        if isinstance(self._sampler, MultiAgentSampler):
+        if self._sampler is not None:
             self._sampler.close()
-        elif self._sampler is not None:
-            self._sampler.venv.close()
         self._sampler = None

@@ -31,46 +31,31 @@ neither the extra columns nor any per-step cost.
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import concatenate, create_empty_array
 
 from hierl.evaluators import env_checks
-from hierl.evaluators.env import EnvError
+from hierl.evaluators.env import make_vector_env
 from hierl.evaluators.filters import NoFilter
+from hierl.evaluators.rollout import (
+    Actions,
+    EpisodeRecord,
+    FragmentSampler,
+    RolloutSettings,
+    act,
+    batch_obs,
+)
 from hierl.models.networks import ModelConfig
-from hierl.models.preprocessors import Preprocessor, to_env_action
+from hierl.models.preprocessors import Preprocessor
 from hierl.policy_graph import PolicyGraph
-from hierl.sample_batch import SampleBatch
+from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 
+if TYPE_CHECKING:
+    from hierl.evaluators.policy_evaluator import PolicyEvaluator
 
-@dataclass
-class EpisodeRecord:
-    """Summary of one finished episode."""
-
-    episode_reward: float
-    episode_length: int
-    env_index: int
-    custom_metrics: dict[str, float] = field(default_factory=dict)
-
-
-class EpisodeCallbacks:
-    """Hooks into the rollout loop; subclass and pass the class as config ``callbacks``.
-
-    ``on_episode_end`` may add numbers to ``episode.custom_metrics``; the trainer reports
-    their mean, min and max over the episodes of each iteration as
-    ``custom_metrics/<name>_mean`` (and ``_min``, ``_max``).
-    """
-
-    def on_episode_end(
-        self, *, episode: EpisodeRecord, env_info: dict[str, Any], worker_index: int
-    ) -> None:
-        """Called once per finished episode with the env's info dict of its last step."""
+__all__ = ["EpisodeRecord", "VectorSampler"]  # EpisodeRecord: moved to rollout, still here
 
 
 def _sub_env_info(info: dict[str, Any], i: int) -> dict[str, Any]:
@@ -85,14 +70,84 @@ def _sub_env_info(info: dict[str, Any], i: int) -> dict[str, Any]:
     return out
 
 
-def batch_obs(space: gym.Space, items: list[Any]) -> Any:
-    """Stack single observations into Gymnasium's batched layout for ``space``."""
-    if isinstance(space, gym.spaces.Box):
-        return np.stack(items)
-    return concatenate(space, items, create_empty_array(space, len(items)))
+class _Fragment:
+    """The time-major buffers ``(T, num_envs, ...)`` of one fragment."""
+
+    def __init__(self, steps: int, num_envs: int, obs: np.ndarray, state: list[np.ndarray]):
+        shape = self.shape = (steps, num_envs)
+        self.obs = np.empty(shape + obs.shape[1:], dtype=obs.dtype)
+        self.new_obs = np.empty_like(self.obs)
+        self.rewards = np.empty(shape, dtype=np.float32)
+        self.terminateds = np.empty(shape, dtype=bool)
+        self.truncateds = np.empty(shape, dtype=bool)
+        self.eps_id = np.empty(shape, dtype=np.int64)
+        self.t = np.empty(shape, dtype=np.int64)
+        self.valid = np.empty(shape, dtype=bool)
+        self.actions: np.ndarray | None = None
+        self.extra: dict[str, np.ndarray] = {}
+        self.state_in = [np.empty(shape + s.shape[1:], dtype=s.dtype) for s in state]
+
+    def record_inputs(self, step: int, obs: np.ndarray, state: list[np.ndarray]) -> None:
+        """What the policy acts on at ``step``."""
+        self.obs[step] = obs
+        for buf, s in zip(self.state_in, state, strict=True):
+            buf[step] = s
+
+    def record_step(
+        self,
+        step: int,
+        acted: Actions,
+        new_obs: np.ndarray,
+        rewards: np.ndarray,
+        terminateds: np.ndarray,
+        truncateds: np.ndarray,
+        eps_id: np.ndarray,
+        t: np.ndarray,
+        valid: np.ndarray,
+    ) -> None:
+        """The policy's outputs and the env's answer at ``step``."""
+        if self.actions is None:
+            a = acted.actions
+            self.actions = np.empty(self.shape + a.shape[1:], dtype=a.dtype)
+            self.extra = {
+                k: np.empty(self.shape + v.shape[1:], dtype=v.dtype) for k, v in acted.extra.items()
+            }
+        self.actions[step] = acted.actions
+        for k, v in acted.extra.items():
+            self.extra[k][step] = v
+        self.new_obs[step] = new_obs
+        self.rewards[step] = rewards
+        self.terminateds[step] = terminateds
+        self.truncateds[step] = truncateds
+        self.eps_id[step] = eps_id
+        self.t[step] = t
+        self.valid[step] = valid
+
+    def to_batch(self) -> SampleBatch:
+        """The valid rows, env-major (one sub-env's rows contiguous, in time order)."""
+        columns = {
+            SampleBatch.OBS: self.obs,
+            SampleBatch.NEW_OBS: self.new_obs,
+            SampleBatch.ACTIONS: self.actions,
+            SampleBatch.REWARDS: self.rewards,
+            SampleBatch.TERMINATEDS: self.terminateds,
+            SampleBatch.TRUNCATEDS: self.truncateds,
+            SampleBatch.EPS_ID: self.eps_id,
+            SampleBatch.T: self.t,
+            **self.extra,
+            **{SampleBatch.STATE_IN + str(i): buf for i, buf in enumerate(self.state_in)},
+        }
+        steps, n = self.shape
+        valid_rows = self.valid.T.reshape(n * steps)
+        all_valid = bool(valid_rows.all())
+        out = {}
+        for k, v in columns.items():
+            flat = v.swapaxes(0, 1).reshape((n * steps, *v.shape[2:]))
+            out[k] = flat if all_valid else flat[valid_rows]
+        return SampleBatch(out)
 
 
-class VectorSampler:
+class VectorSampler(FragmentSampler):
     """Collects trajectory fragments from one vector env with one policy.
 
     ``rollout_fragment_length`` is the number of steps per sub-env per ``sample()``
@@ -106,36 +161,21 @@ class VectorSampler:
             ``num_envs`` rows per state tensor); ``[]`` otherwise.
     """
 
+    resumable = True
+
     def __init__(
         self,
         venv: VectorEnv,
         policy: PolicyGraph,
         preprocessor: Preprocessor,
         obs_filter: NoFilter,
-        *,
-        rollout_fragment_length: int,
-        batch_mode: str = "truncate_episodes",
-        clip_rewards: float | None = None,
-        seed: int | None = None,
-        worker_index: int = 0,
-        env_id: str = "env",
-        callbacks: EpisodeCallbacks | None = None,
+        settings: RolloutSettings,
     ):
-        if batch_mode not in ("truncate_episodes", "complete_episodes"):
-            raise ValueError(
-                f"batch_mode '{batch_mode}' is invalid; valid: truncate_episodes, complete_episodes"
-            )
+        super().__init__(venv.num_envs, settings)
         self.venv = venv
         self.policy = policy
         self.preprocessor = preprocessor
         self.filter = obs_filter
-        self.fragment_length = int(rollout_fragment_length)
-        self.batch_mode = batch_mode
-        self.clip_rewards = clip_rewards
-        self.worker_index = worker_index
-        self.env_id = env_id
-        self.callbacks = callbacks
-        self.num_envs = venv.num_envs
         self.obs_space = venv.single_observation_space
         self.act_space = venv.single_action_space
         self.autoreset_mode = venv.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
@@ -144,16 +184,12 @@ class VectorSampler:
             cls.postprocess_trajectory is not PolicyGraph.postprocess_trajectory
             or cls.postprocess_trajectories is not PolicyGraph.postprocess_trajectories
         )
-        self._eps_counter = itertools.count(worker_index << 40)
-        self.completed: list[EpisodeRecord] = []
-        self._finished: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._carry: SampleBatch | None = None
-        self.steps_sampled = 0
-        raw, _ = self._call("reset", seed=seed)
+        raw, _ = self.call_env(venv, "reset", seed=settings.seed)
         flat = self.preprocessor.transform(raw)
         env_checks.check_observations(self, raw, None, flat=flat)
         self.obs = self.filter(flat)
-        self.eps_id = np.array([next(self._eps_counter) for _ in range(self.num_envs)])
+        self.eps_id = self.new_episode_ids(self.num_envs)
         self.ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self.ep_len = np.zeros(self.num_envs, dtype=np.int64)
         self.pending_reset = np.zeros(self.num_envs, dtype=bool)
@@ -162,160 +198,108 @@ class VectorSampler:
         self.max_seq_len = int(getattr(policy, "max_seq_len", 0) or ModelConfig.max_seq_len)
         self.state = [np.repeat(s[None], self.num_envs, axis=0) for s in self.initial_state]
 
-    env_steps = 0
-    """Vector steps taken so far (reported by an ``EnvError``)."""
-
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            out = getattr(self.venv, method)(*args, **kwargs)
-        except Exception as e:
-            raise EnvError.wrap(
-                e,
-                env_id=self.env_id,
-                worker_index=self.worker_index,
-                method=method,
-                env_steps=self.env_steps,
-            ) from e
-        self.env_steps += method == "step"
-        return out
+    @classmethod
+    def from_evaluator(cls, evaluator: PolicyEvaluator) -> VectorSampler:
+        """The evaluator's vector env (its creator's own, or ``num_envs`` copies) and its
+        default policy."""
+        ev = evaluator
+        venv = make_vector_env(ev.env_creator, ev.env_config, ev.num_envs, ev.worker_index)
+        return cls(
+            venv,
+            ev.policy,
+            ev.preprocessor,
+            ev.filters[DEFAULT_POLICY_ID],
+            ev.sampler_settings(),
+        )
 
     # -- one fragment ------------------------------------------------------------------
     def _collect(self, steps: int) -> SampleBatch:
         """Step all sub-envs ``steps`` times; return the valid rows, env-major."""
-        n, shape = self.num_envs, (steps, self.num_envs)
-        obs_buf = np.empty(shape + self.obs.shape[1:], dtype=self.obs.dtype)
-        new_obs_buf = np.empty_like(obs_buf)
-        rew_buf = np.empty(shape, dtype=np.float32)
-        term_buf = np.empty(shape, dtype=bool)
-        trunc_buf = np.empty(shape, dtype=bool)
-        eps_buf = np.empty(shape, dtype=np.int64)
-        t_buf = np.empty(shape, dtype=np.int64)
-        valid_buf = np.empty(shape, dtype=bool)
-        act_buf: np.ndarray | None = None
-        extra_bufs: dict[str, np.ndarray] = {}
-        state_bufs = [np.empty(shape + s.shape[1:], dtype=s.dtype) for s in self.state]
+        fragment = _Fragment(steps, self.num_envs, self.obs, self.state)
         for step in range(steps):
             # CRUCIAL: record the observation before stepping; with copy=False vector envs
             # (and the no-copy preprocessor) self.obs may alias the env's own buffer.
-            obs_buf[step] = self.obs
-            if self.recurrent:
-                for buf, s in zip(state_bufs, self.state, strict=True):
-                    buf[step] = s
-                actions, state_out, extra = self.policy.compute_actions(self.obs, self.state)
-            else:
-                actions, _, extra = self.policy.compute_actions(self.obs)
-            if act_buf is None:
-                act_buf = np.empty(shape + actions.shape[1:], dtype=actions.dtype)
-                extra_bufs = {
-                    k: np.empty(shape + v.shape[1:], dtype=v.dtype) for k, v in extra.items()
-                }
-            raw, rew, term, trunc, info = self._call("step", to_env_action(self.act_space, actions))
-            flat = self.preprocessor.transform(raw)
-            env_checks.check_step(self, raw, rew, info, self.env_steps, flat=flat)
+            fragment.record_inputs(step, self.obs, self.state)
+            acted = act(self.policy, self.obs, self.act_space, self.state)
+            raw, rew, term, trunc, info = self.call_env(self.venv, "step", acted.env_actions)
             valid = ~self.pending_reset
             done = (term | trunc) & valid
-            # CRUCIAL: count each observation once (module docstring): in NEXT_STEP and
-            # DISABLED modes the done rows hold final observations, which are not recorded
-            # (in SAME_STEP they hold the next episode's first, and the final is in info).
-            if done.any() and self.autoreset_mode != AutoresetMode.SAME_STEP:
-                next_obs = self.filter(flat, update=~done)
-            else:
-                next_obs = self.filter(flat)
-            new_obs_buf[step] = next_obs
-            act_buf[step] = actions
-            for k, v in extra.items():
-                extra_bufs[k][step] = v
-            rew_buf[step] = rew
-            term_buf[step] = term
-            trunc_buf[step] = trunc
-            eps_buf[step] = self.eps_id
-            t_buf[step] = self.ep_len
-            valid_buf[step] = valid
+            next_obs = self._observe(raw, rew, info, done)
+            fragment.record_step(
+                step, acted, next_obs, rew, term, trunc, self.eps_id, self.ep_len, valid
+            )
             self.ep_return += np.where(valid, rew, 0.0)
             self.ep_len += valid
             if done.any():
-                idx = np.flatnonzero(done)
-                if self.autoreset_mode == AutoresetMode.SAME_STEP:
-                    final = batch_obs(self.obs_space, list(info["final_obs"][idx]))
-                    new_obs_buf[step, idx] = self.filter(
-                        self.preprocessor.transform(final), update=False
-                    )
-                elif self.autoreset_mode == AutoresetMode.DISABLED:
-                    reset_raw, _ = self._call("reset", options={"reset_mask": done})
-                    flat = self.preprocessor.transform(reset_raw)
-                    env_checks.check_observations(self, reset_raw, None, rows=idx, flat=flat)
-                    next_obs = next_obs.copy()
-                    # CRUCIAL: record only the reset rows; the others are the current
-                    # observations of running episodes, already counted at their step.
-                    next_obs[idx] = self.filter(flat[idx])
-                self._finish_episodes(idx, info)
+                next_obs = self._end_episodes(done, info, next_obs, fragment.new_obs[step])
             if self.recurrent:
                 # A finished episode's successor starts from the initial state; so does the
                 # row after a NEXT_STEP reset step (~valid: its output is from the old one).
-                self.state = [np.array(s, copy=True) for s in state_out]
-                reset = done | ~valid
-                if reset.any():
-                    for s, init in zip(self.state, self.initial_state, strict=True):
-                        s[reset] = init
+                self._carry_state(acted.state_out, done | ~valid)
             if self.autoreset_mode == AutoresetMode.NEXT_STEP:
                 self.pending_reset = done
             self.obs = next_obs
-        if self.clip_rewards:
-            np.clip(rew_buf, -self.clip_rewards, self.clip_rewards, out=rew_buf)
-        columns = {
-            SampleBatch.OBS: obs_buf,
-            SampleBatch.NEW_OBS: new_obs_buf,
-            SampleBatch.ACTIONS: act_buf,
-            SampleBatch.REWARDS: rew_buf,
-            SampleBatch.TERMINATEDS: term_buf,
-            SampleBatch.TRUNCATEDS: trunc_buf,
-            SampleBatch.EPS_ID: eps_buf,
-            SampleBatch.T: t_buf,
-            **extra_bufs,
-            **{SampleBatch.STATE_IN + str(i): buf for i, buf in enumerate(state_bufs)},
-        }
-        valid_rows = valid_buf.T.reshape(n * steps)
-        all_valid = bool(valid_rows.all())
-        out = {}
-        for k, v in columns.items():
-            flat = v.swapaxes(0, 1).reshape((n * steps, *v.shape[2:]))
-            out[k] = flat if all_valid else flat[valid_rows]
-        batch = SampleBatch(out)
+        self.clip(fragment.rewards)
+        batch = fragment.to_batch()
         self.steps_sampled += batch.count
         return batch
 
-    def _finish_episodes(self, idx: np.ndarray, info: dict[str, Any]) -> None:
-        # New episode ids for the finished sub-envs, vectorised (thousands of envs).
-        start = next(self._eps_counter)
-        self.eps_id[idx] = np.arange(start, start + len(idx))
-        self._eps_counter = itertools.count(start + len(idx))
-        if self.callbacks is None:
-            # Records are built lazily in pop_episodes: no Python object per episode here.
-            self._finished.append((self.ep_return[idx].copy(), self.ep_len[idx].copy(), idx.copy()))
-        else:
-            if self.autoreset_mode == AutoresetMode.SAME_STEP:
-                info = info.get("final_info", {})
-            for i in idx:
-                episode = EpisodeRecord(float(self.ep_return[i]), int(self.ep_len[i]), int(i))
-                self.callbacks.on_episode_end(
-                    episode=episode,
-                    env_info=_sub_env_info(info, i),
-                    worker_index=self.worker_index,
-                )
-                self.completed.append(episode)
+    def _observe(
+        self, raw: Any, rewards: np.ndarray, info: dict[str, Any], done: np.ndarray
+    ) -> np.ndarray:
+        """Preprocess, check and filter the observations one step returned."""
+        flat = self.preprocessor.transform(raw)
+        env_checks.check_step(self, raw, rewards, info, self.env_steps, flat=flat)
+        # CRUCIAL: count each observation once (module docstring): in NEXT_STEP and
+        # DISABLED modes the done rows hold final observations, which are not recorded
+        # (in SAME_STEP they hold the next episode's first, and the final is in info).
+        if done.any() and self.autoreset_mode != AutoresetMode.SAME_STEP:
+            return self.filter(flat, update=~done)
+        return self.filter(flat)
+
+    def _end_episodes(
+        self, done: np.ndarray, info: dict[str, Any], next_obs: np.ndarray, new_obs: np.ndarray
+    ) -> np.ndarray:
+        """Episodes of the ``done`` sub-envs ended: their final observations go into
+        ``new_obs`` (this step's NEW_OBS rows), DISABLED envs are reset, the episodes
+        end in the core; returns the observations to act on next."""
+        idx = np.flatnonzero(done)
+        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+            final = batch_obs(self.obs_space, list(info["final_obs"][idx]))
+            new_obs[idx] = self.filter(self.preprocessor.transform(final), update=False)
+        elif self.autoreset_mode == AutoresetMode.DISABLED:
+            reset_raw, _ = self.call_env(self.venv, "reset", options={"reset_mask": done})
+            flat = self.preprocessor.transform(reset_raw)
+            env_checks.check_observations(self, reset_raw, None, rows=idx, flat=flat)
+            next_obs = next_obs.copy()
+            # CRUCIAL: record only the reset rows; the others are the current
+            # observations of running episodes, already counted at their step.
+            next_obs[idx] = self.filter(flat[idx])
+        self.eps_id[idx] = self.new_episode_ids(len(idx))
+        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+            info = info.get("final_info", {})
+        self.end_episodes(
+            self.ep_return[idx], self.ep_len[idx], idx, lambda i: _sub_env_info(info, i)
+        )
         self.ep_return[idx] = 0.0
         self.ep_len[idx] = 0
+        return next_obs
 
-    # -- public ------------------------------------------------------------------------
-    def sample(self) -> SampleBatch:
-        """Collect and postprocess one batch (see the class docstring for its size)."""
-        if self.batch_mode == "truncate_episodes":
-            batch = self._collect(self.fragment_length)
-            return self._finish(batch)
-        target = self.fragment_length * self.num_envs
+    def _carry_state(self, state_out: list[np.ndarray], reset: np.ndarray) -> None:
+        """The next step's recurrent state: ``state_out``, initial for ``reset`` rows."""
+        self.state = [np.array(s, copy=True) for s in state_out]
+        if reset.any():
+            for s, init in zip(self.state, self.initial_state, strict=True):
+                s[reset] = init
+
+    # -- batches -----------------------------------------------------------------------
+    def _sample_fragment(self) -> SampleBatch:
+        return self._finish(self._collect(self.fragment_length))
+
+    def _sample_episodes(self, min_steps: int) -> SampleBatch:
         done_segments: list[SampleBatch] = []
         count = 0
-        while count < target:
+        while count < min_steps:
             chunk = self._collect(self.fragment_length)
             if self._carry is not None:
                 chunk = SampleBatch.concat_samples([self._carry, chunk])
@@ -344,13 +328,6 @@ class VectorSampler:
             batch.chop_into_sequences(self.max_seq_len)
         return batch
 
-    def pop_episodes(self) -> list[EpisodeRecord]:
-        """Return and forget the episodes finished since the last call."""
-        out, self.completed = self.completed, []
-        for returns, lengths, envs in self._finished:
-            out.extend(
-                EpisodeRecord(r, n, i)
-                for r, n, i in zip(returns.tolist(), lengths.tolist(), envs.tolist(), strict=True)
-            )
-        self._finished = []
-        return out
+    def close(self) -> None:
+        """Close the vector env."""
+        self.venv.close()

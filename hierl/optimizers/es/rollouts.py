@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import Any, Protocol
+from typing import Protocol
 
-import gymnasium as gym
 import numpy as np
 
-from hierl.evaluators import EnvContext, EnvError, PolicyEvaluator
-from hierl.evaluators.sampler import EpisodeRecord, batch_obs
-from hierl.models.preprocessors import to_env_action
+from hierl.evaluators import PolicyEvaluator
+from hierl.evaluators.rollout import EpisodePlayer, EpisodeRecord
 from hierl.optimizers.es.noise_table import noise_slice
 from hierl.sample_batch import DEFAULT_POLICY_ID
 
@@ -104,80 +102,25 @@ def merge_results(results: list[RolloutResult]) -> RolloutResult:
     )
 
 
-class _EpisodeRunner:
-    """One single (non-vector) env per evaluator, stepped one episode at a time."""
-
-    def __init__(self, evaluator: PolicyEvaluator):
-        self.evaluator = evaluator
-        env = evaluator.env_creator(
-            EnvContext(evaluator.env_config, evaluator.worker_index, vector_index=0)
-        )
-        if not isinstance(env, gym.Env):
-            raise TypeError(
-                f"ES plays one episode per perturbation and needs an env creator that returns "
-                f"a single gymnasium.Env; '{evaluator.env_name}' returned {type(env).__name__}"
-            )
-        self.env = env
-        self.env_steps = 0
-
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return getattr(self.env, method)(*args, **kwargs)
-        except Exception as e:
-            ev = self.evaluator
-            raise EnvError.wrap(
-                e,
-                env_id=ev.env_name,
-                worker_index=ev.worker_index,
-                method=method,
-                env_steps=self.env_steps,
-                sub_env=0,
-            ) from e
-
-    def run(self, seed: int, max_steps: int) -> tuple[float, int, np.ndarray, dict[str, Any]]:
-        """Play one episode with the evaluator's policy as it is now.
-
-        Returns ``(return, length, preprocessed observations, last info)``.
-        """
-        ev = self.evaluator
-        policy, obs_filter = ev.policy, ev.filters[DEFAULT_POLICY_ID]
-        raw, info = self._call("reset", seed=int(seed))
-        total, length, rows = 0.0, 0, []
-        space = policy.observation_space
-        is_box = isinstance(space, gym.spaces.Box)
-        while True:
-            batched = raw[None] if is_box else batch_obs(space, [raw])
-            x = ev.preprocessor.transform(batched)
-            rows.append(x)
-            # CRUCIAL: update=False: normalise with the current statistics, unchanged by
-            # this episode (its observations are recorded after it ends).
-            actions, _, _ = policy.compute_actions(obs_filter(x, update=False), explore=False)
-            action = to_env_action(policy.action_space, np.asarray(actions))[0]
-            raw, reward, terminated, truncated, info = self._call("step", action)
-            self.env_steps += 1
-            total += float(reward)
-            length += 1
-            if terminated or truncated or length == max_steps:
-                return total, length, np.concatenate(rows), info
+_PLAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""PolicyEvaluator → its ES EpisodePlayer (closed with the evaluator's process)."""
 
 
-_RUNNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-"""PolicyEvaluator → its _EpisodeRunner (closed with the evaluator's process)."""
-
-
-def episode_runner(evaluator: PolicyEvaluator) -> _EpisodeRunner:
-    """The evaluator's ES env, created on first use."""
-    runner = _RUNNERS.get(evaluator)
-    if runner is None:
-        runner = _RUNNERS[evaluator] = _EpisodeRunner(evaluator)
-    return runner
+def episode_player(evaluator: PolicyEvaluator) -> EpisodePlayer:
+    """The evaluator's ES episode player (a single env, vector index 0), created on first
+    use; it runs the evaluator's callbacks."""
+    player = _PLAYERS.get(evaluator)
+    if player is None:
+        player = evaluator.episode_player(callbacks=evaluator.callbacks)
+        _PLAYERS[evaluator] = player
+    return player
 
 
 def close_episode_runner(evaluator: PolicyEvaluator) -> None:
     """Close the evaluator's ES env if it has one."""
-    runner = _RUNNERS.pop(evaluator, None)
-    if runner is not None:
-        runner.env.close()
+    player = _PLAYERS.pop(evaluator, None)
+    if player is not None:
+        player.close()
 
 
 def evaluate_perturbations(
@@ -189,31 +132,24 @@ def evaluate_perturbations(
     ``theta`` the current flat weights.  The evaluator's policy holds ``theta`` again
     when this returns.
     """
-    runner = episode_runner(evaluator)
+    player = episode_player(evaluator)
+    player.pop_episodes()  # none are left unless a call failed half-way
     policy: FlatWeightsPolicy = evaluator.policy
     obs_filter = evaluator.filters[DEFAULT_POLICY_ID]
     frozen = obs_filter.get_state()
     theta = np.asarray(theta, dtype=np.float32)
-    callbacks = evaluator.callbacks
     max_steps = task.max_episode_steps or -1
     pairs = len(task.noise_indices)
     returns, lengths = np.zeros((pairs, 2)), np.zeros((pairs, 2), dtype=np.int64)
-    custom: list[dict[str, float]] = []
 
     def episode(weights: np.ndarray, seed: int) -> tuple[float, int]:
         policy.set_flat_weights(weights)
-        total, length, observations, info = runner.run(seed, max_steps)
+        played = player.play(seed=int(seed), max_steps=max_steps, record_observations=True)
         # The episode's observations go into the filter's buffer (merged into the
         # totals at the next filter sync); the totals revert to the frozen state.
-        obs_filter(observations, update=True)
+        obs_filter(played.observations, update=True)
         obs_filter.set_state(frozen)
-        if callbacks is not None:
-            record = EpisodeRecord(total, length, 0)
-            callbacks.on_episode_end(
-                episode=record, env_info=info, worker_index=evaluator.worker_index
-            )
-            custom.append(record.custom_metrics)
-        return total, length
+        return played.record.episode_reward, played.record.episode_length
 
     for i, (index, seed) in enumerate(zip(task.noise_indices, task.env_seeds, strict=True)):
         delta = task.noise_stdev * noise_slice(noise, index, theta.size)
@@ -223,8 +159,9 @@ def evaluate_perturbations(
         returns[i, 1], lengths[i, 1] = episode(theta - delta, seed)
     evals = [episode(theta, seed) for seed in task.eval_seeds]
     policy.set_flat_weights(theta)
-    if callbacks is not None:  # custom metrics describe the perturbed episodes only
-        custom = custom[: 2 * pairs]
+    perturbed = player.pop_episodes()[: 2 * pairs]
+    # custom metrics (set by callbacks) describe the perturbed episodes only
+    custom = [e.custom_metrics for e in perturbed] if player.callbacks is not None else []
     return RolloutResult(
         noise_indices=np.asarray(task.noise_indices, dtype=np.int64),
         returns=returns,

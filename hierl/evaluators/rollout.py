@@ -1,0 +1,480 @@
+"""The rollout core: the one per-step loop behind every way hierl plays an env.
+
+Whatever plays an env (a PolicyEvaluator's sampler, an ES perturbation, ``hierl
+rollout``), each step is the same::
+
+    actions = act(policy, observations[, state])     # compute_actions, env format
+    obs, rewards, terminated, truncated, info = call_env(env, "step", actions)
+    record (preprocess, filter, rows, episode return and length)
+    for every episode that ended: end_episode(record, info)   # callbacks, then metrics
+
+This module holds what does not depend on how the rows are laid out:
+
+* :class:`RolloutCore`: env calls (an exception becomes an :class:`EnvError` naming the
+  env, the evaluator, the sub-env and the step count), episode ids, the end of an episode
+  (:meth:`EpisodeCallbacks.on_episode_end`, then its :class:`EpisodeRecord` in the
+  metrics) and :meth:`~RolloutCore.pop_episodes`;
+* :func:`act`, the *act* step, and :func:`batch_obs`;
+* :class:`FragmentSampler`: a core that returns fragments of ``rollout_fragment_length``
+  steps per env (``batch_mode``, reward clipping).  Its loops are
+  :class:`~hierl.evaluators.sampler.VectorSampler` (single-agent vector envs, array code
+  over the env vector) and :class:`~hierl.evaluators.multi_agent_sampler.MultiAgentSampler`
+  (MultiAgentEnv copies, one row per agent);
+* :class:`EpisodePlayer`: a core over one ``gymnasium.Env`` that plays one whole episode
+  per call (ES's perturbations, ``hierl rollout``);
+* the env kinds, :data:`ENV_KINDS` and :func:`env_kind`.
+
+Env kinds are the extension point for a new kind of env.  What an env creator returns is
+matched against :data:`ENV_KINDS` in one place (:func:`env_kind`), and its
+:class:`EnvKind` says which :class:`FragmentSampler` samples it and whether an
+:class:`EpisodePlayer` can play it.  To support a new kind (say a batched simulator with
+its own API), write a :class:`FragmentSampler` subclass for it (its per-step loop calls
+:func:`act`, :meth:`RolloutCore.call_env` and :meth:`RolloutCore.end_episode`; its
+``from_evaluator`` builds it) and add an :class:`EnvKind` to :data:`ENV_KINDS` before
+any kind its envs also match; PolicyEvaluator, ES and ``hierl rollout`` need no change.
+
+Observation filters: every loop records an observation in the filter's statistics once,
+when it is acted on (or, at the end of a fragment, will be); an episode's final
+observation is normalised but never recorded (see :mod:`hierl.evaluators.sampler`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import itertools
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import VectorEnv
+from gymnasium.vector.utils import concatenate, create_empty_array
+
+from hierl.evaluators.env import EnvContext, EnvCreator, EnvError
+from hierl.evaluators.filters import NoFilter
+from hierl.evaluators.multi_agent_env import MultiAgentEnv
+from hierl.models.preprocessors import Preprocessor, to_env_action
+from hierl.policy_graph import PolicyGraph
+from hierl.sample_batch import MultiAgentBatch, SampleBatch
+
+if TYPE_CHECKING:
+    from hierl.evaluators.policy_evaluator import PolicyEvaluator
+
+BATCH_MODES = ("truncate_episodes", "complete_episodes")
+"""The values of ``batch_mode``."""
+
+
+# -- episodes ------------------------------------------------------------------------------
+@dataclasses.dataclass
+class EpisodeRecord:
+    """Summary of one finished episode."""
+
+    episode_reward: float
+    episode_length: int
+    env_index: int
+    custom_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+class EpisodeCallbacks:
+    """Hooks into the rollout loop; subclass and pass the class as config ``callbacks``.
+
+    ``on_episode_end`` may add numbers to ``episode.custom_metrics``; the trainer reports
+    their mean, min and max over the episodes of each iteration as
+    ``custom_metrics/<name>_mean`` (and ``_min``, ``_max``).
+    """
+
+    def on_episode_end(
+        self, *, episode: EpisodeRecord, env_info: dict[str, Any], worker_index: int
+    ) -> None:
+        """Called once per finished episode with the env's info dict of its last step."""
+
+
+def batch_obs(space: gym.Space, items: list[Any]) -> Any:
+    """Stack single observations into Gymnasium's batched layout for ``space``."""
+    if isinstance(space, gym.spaces.Box):
+        return np.stack(items)
+    return concatenate(space, items, create_empty_array(space, len(items)))
+
+
+class Actions(NamedTuple):
+    """What :func:`act` returns for a batch of observations."""
+
+    actions: np.ndarray
+    """As the policy sampled them (what the training batch records)."""
+    env_actions: Any
+    """The same, mapped onto the action space (clipped, shifted) for the env."""
+    state_out: list[np.ndarray]
+    """The recurrent state after this step (``[]`` for feed-forward policies)."""
+    extra: dict[str, np.ndarray]
+    """Per-row outputs of the policy (log-probabilities, value predictions...)."""
+
+
+def act(
+    policy: PolicyGraph,
+    obs: np.ndarray,
+    action_space: gym.Space,
+    state: list[np.ndarray] | None = None,
+    explore: bool | None = None,
+) -> Actions:
+    """The *act* step: ``policy.compute_actions`` on a batch of (filtered) observations.
+
+    ``state``: the recurrent state per row (None or ``[]``: a feed-forward policy);
+    ``explore`` None leaves the policy's default (sampling).
+    """
+    kwargs = {} if explore is None else {"explore": explore}
+    if state:
+        actions, state_out, extra = policy.compute_actions(obs, state, **kwargs)
+    else:
+        actions, state_out, extra = policy.compute_actions(obs, **kwargs)
+    return Actions(actions, to_env_action(action_space, actions), state_out, extra)
+
+
+class RolloutCore:
+    """What every rollout loop shares: env calls, episode ids and the end of an episode.
+
+    Args:
+        env_id: the env's id or creator name (error messages).
+        worker_index: the evaluator's index (0: the driver's local evaluator); episode
+            ids start at ``worker_index << 40`` so that they are unique across evaluators.
+        callbacks: called at the end of every episode, before it is recorded.
+
+    Attributes:
+        env_steps: steps taken by ``call_env(..., "step")`` so far (an ``EnvError`` says it).
+    """
+
+    def __init__(
+        self,
+        *,
+        env_id: str = "env",
+        worker_index: int = 0,
+        callbacks: EpisodeCallbacks | None = None,
+    ):
+        self.env_id = env_id
+        self.worker_index = worker_index
+        self.callbacks = callbacks
+        self.env_steps = 0
+        self._eps_counter = itertools.count(worker_index << 40)
+        self.completed: list[EpisodeRecord] = []
+        self._finished: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def call_env(
+        self, env: Any, method: str, *args: Any, sub_env: int | None = None, **kwargs: Any
+    ) -> Any:
+        """``env.method(*args, **kwargs)``; an exception becomes an :class:`EnvError`
+        (``sub_env`` None: found in the traceback of a ``SyncVectorEnv``)."""
+        try:
+            out = getattr(env, method)(*args, **kwargs)
+        except Exception as e:
+            raise EnvError.wrap(
+                e,
+                env_id=self.env_id,
+                worker_index=self.worker_index,
+                method=method,
+                env_steps=self.env_steps,
+                sub_env=sub_env,
+            ) from e
+        self.env_steps += method == "step"
+        return out
+
+    def new_episode_id(self) -> int:
+        """A fresh episode id."""
+        return next(self._eps_counter)
+
+    def new_episode_ids(self, n: int) -> np.ndarray:
+        """``n`` fresh episode ids (int64), vectorised (thousands of sub-envs)."""
+        start = next(self._eps_counter)
+        self._eps_counter = itertools.count(start + n)
+        return np.arange(start, start + n)
+
+    def end_episode(self, episode: EpisodeRecord, env_info: dict[str, Any]) -> None:
+        """An episode ended: run the callbacks on it, then keep it for the metrics."""
+        if self.callbacks is not None:
+            self.callbacks.on_episode_end(
+                episode=episode, env_info=env_info, worker_index=self.worker_index
+            )
+        self.completed.append(episode)
+
+    def end_episodes(
+        self,
+        returns: np.ndarray,
+        lengths: np.ndarray,
+        env_indices: np.ndarray,
+        env_info: Callable[[int], dict[str, Any]],
+    ) -> None:
+        """Several sub-envs' episodes ended at once (``env_info(i)``: sub-env ``i``'s info).
+
+        Without callbacks the records are only built in :meth:`pop_episodes` (no Python
+        object per episode here); the arrays must not be changed afterwards.
+        """
+        if self.callbacks is None:
+            self._finished.append((returns, lengths, env_indices))
+            return
+        for r, n, i in zip(returns.tolist(), lengths.tolist(), env_indices.tolist(), strict=True):
+            self.end_episode(EpisodeRecord(r, n, i), env_info(i))
+
+    def pop_episodes(self) -> list[EpisodeRecord]:
+        """Return and forget the episodes finished since the last call."""
+        out, self.completed = self.completed, []
+        for returns, lengths, envs in self._finished:
+            out.extend(
+                EpisodeRecord(r, n, i)
+                for r, n, i in zip(returns.tolist(), lengths.tolist(), envs.tolist(), strict=True)
+            )
+        self._finished = []
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutSettings:
+    """What every :class:`FragmentSampler` is told besides its envs and policies."""
+
+    rollout_fragment_length: int
+    """Steps of every env copy per ``sample()`` (see :class:`FragmentSampler`)."""
+    batch_mode: str = "truncate_episodes"
+    """``truncate_episodes`` (fragments) or ``complete_episodes`` (whole episodes)."""
+    clip_rewards: float | None = None
+    """Clip the batch's rewards to ``[-c, c]`` (the episode metrics stay unclipped)."""
+    seed: int | None = None
+    """The first reset's seed (env copy ``j`` of a MultiAgentSampler: ``seed + j``)."""
+    worker_index: int = 0
+    """The evaluator's index (see :class:`RolloutCore`)."""
+    env_id: str = "env"
+    """The env's id or creator name (error messages)."""
+    callbacks: EpisodeCallbacks | None = None
+    """Called at the end of every episode."""
+
+    def __post_init__(self) -> None:
+        if self.batch_mode not in BATCH_MODES:
+            raise ValueError(
+                f"batch_mode '{self.batch_mode}' is invalid; valid: {', '.join(BATCH_MODES)}"
+            )
+
+
+class FragmentSampler(RolloutCore):
+    """A rollout loop that returns fragments of experience for a PolicyEvaluator.
+
+    ``sample()`` returns, with ``batch_mode="truncate_episodes"``,
+    ``rollout_fragment_length`` steps of every one of ``num_envs`` env copies; with
+    ``"complete_episodes"`` only whole episodes, at least that many steps (subclasses say
+    how they count).  See :class:`RolloutSettings` for the settings.
+
+    Subclasses implement ``_sample_fragment``, ``_sample_episodes``, ``close`` and the
+    ``from_evaluator`` constructor that :attr:`PolicyEvaluator.sampler` calls for their
+    :class:`EnvKind`.
+    """
+
+    resumable: ClassVar[bool] = False
+    """Whether ``hierl.evaluators.env_state`` can snapshot this loop (exact resume)."""
+
+    def __init__(self, num_envs: int, settings: RolloutSettings):
+        super().__init__(
+            env_id=settings.env_id, worker_index=settings.worker_index, callbacks=settings.callbacks
+        )
+        self.settings = settings
+        self.num_envs = num_envs
+        self.fragment_length = int(settings.rollout_fragment_length)
+        self.batch_mode = settings.batch_mode
+        self.clip_rewards = settings.clip_rewards
+        self.steps_sampled = 0
+
+    @classmethod
+    def from_evaluator(cls, evaluator: PolicyEvaluator) -> FragmentSampler:
+        """The loop for ``evaluator``: its envs (created here), policies and settings."""
+        raise NotImplementedError
+
+    def sample(self) -> SampleBatch | MultiAgentBatch:
+        """Collect and postprocess one batch (see the class docstring for its size)."""
+        if self.batch_mode == "truncate_episodes":
+            return self._sample_fragment()
+        return self._sample_episodes(self.fragment_length * self.num_envs)
+
+    def _sample_fragment(self) -> SampleBatch | MultiAgentBatch:
+        raise NotImplementedError
+
+    def _sample_episodes(self, min_steps: int) -> SampleBatch | MultiAgentBatch:
+        raise NotImplementedError
+
+    def clip(self, rewards: np.ndarray) -> np.ndarray:
+        """``rewards`` (a float array) clipped in place to ``[-clip_rewards, clip_rewards]``."""
+        if self.clip_rewards:
+            np.clip(rewards, -self.clip_rewards, self.clip_rewards, out=rewards)
+        return rewards
+
+    def close(self) -> None:
+        """Close the envs."""
+        raise NotImplementedError
+
+
+# -- whole episodes of one env -------------------------------------------------------------
+@dataclasses.dataclass
+class PlayedEpisode:
+    """One episode played by :meth:`EpisodePlayer.play`."""
+
+    record: EpisodeRecord
+    """Its return, length and custom metrics (set by the callbacks)."""
+    observations: np.ndarray | None
+    """The preprocessed, unfiltered observations acted on (``record_observations``)."""
+    last_info: dict[str, Any]
+    """The env's info dict of the last step."""
+
+
+class EpisodePlayer(RolloutCore):
+    """Plays whole episodes of one ``gymnasium.Env`` with one policy: ES perturbations
+    and ``hierl rollout``.
+
+    Observations are preprocessed and normalised by ``obs_filter`` *without* recording
+    them (the caller decides what the filter learns from an episode); recurrent policies
+    carry their state through the episode.  See :meth:`PolicyEvaluator.episode_player`.
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        policy: PolicyGraph,
+        preprocessor: Preprocessor,
+        obs_filter: NoFilter,
+        *,
+        env_id: str = "env",
+        worker_index: int = 0,
+        callbacks: EpisodeCallbacks | None = None,
+    ):
+        super().__init__(env_id=env_id, worker_index=worker_index, callbacks=callbacks)
+        check_plays_episodes(env, env_id)
+        self.env = env
+        self.policy = policy
+        self.preprocessor = preprocessor
+        self.filter = obs_filter
+
+    def play(
+        self,
+        *,
+        seed: int | None = None,
+        explore: bool = False,
+        max_steps: int = -1,
+        record_observations: bool = False,
+    ) -> PlayedEpisode:
+        """Reset with ``seed`` and play until the episode ends or ``max_steps`` steps
+        (-1: no limit); the episode then ends as in every loop (:meth:`end_episode`)."""
+        policy, space = self.policy, self.policy.observation_space
+        raw, info = self.call_env(self.env, "reset", seed=seed, sub_env=0)
+        state = [np.asarray(s)[None] for s in policy.get_initial_state()]
+        total, length, rows = 0.0, 0, []
+        while True:
+            flat = self.preprocessor.transform(batch_obs(space, [raw]))
+            if record_observations:
+                rows.append(flat)
+            # CRUCIAL: update=False: normalise with the current statistics, unchanged by
+            # this episode (the caller records its observations, or not).
+            obs = self.filter(flat, update=False)
+            step = act(policy, obs, policy.action_space, state, explore)
+            raw, reward, terminated, truncated, info = self.call_env(
+                self.env, "step", step.env_actions[0], sub_env=0
+            )
+            state = step.state_out
+            total += float(reward)
+            length += 1
+            if terminated or truncated or length == max_steps:
+                break
+        record = EpisodeRecord(total, length, 0)
+        self.end_episode(record, info)
+        return PlayedEpisode(record, np.concatenate(rows) if rows else None, info)
+
+    def close(self) -> None:
+        """Close the env."""
+        self.env.close()
+
+
+# -- env kinds: the extension point --------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class EnvKind:
+    """One kind of env hierl can roll out: how to recognise it and which loop runs it."""
+
+    name: str
+    """The kind as messages name it (``"MultiAgentEnv"``)."""
+    env_type: type
+    """What an env creator returns for this kind (an ``isinstance`` test)."""
+    sampler: str
+    """``"module:Class"`` of its :class:`FragmentSampler` (imported on first use: the
+    samplers build on this module)."""
+    plays_episodes: bool = False
+    """Whether an :class:`EpisodePlayer` plays it (a single env, single agent)."""
+    multi_agent: bool = False
+    """Whether it has several agents (policies by agent; ``sample()`` returns a
+    MultiAgentBatch)."""
+
+    @property
+    def sampler_class(self) -> type[FragmentSampler]:
+        """The :class:`FragmentSampler` subclass named by ``sampler``."""
+        module, _, name = self.sampler.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+ENV_KINDS: list[EnvKind] = [
+    EnvKind(
+        "MultiAgentEnv",
+        MultiAgentEnv,
+        "hierl.evaluators.multi_agent_sampler:MultiAgentSampler",
+        multi_agent=True,
+    ),
+    EnvKind("VectorEnv", VectorEnv, "hierl.evaluators.sampler:VectorSampler"),
+    EnvKind(
+        "gymnasium.Env", gym.Env, "hierl.evaluators.sampler:VectorSampler", plays_episodes=True
+    ),
+]
+"""Every kind of env, matched in order (the first whose ``env_type`` fits wins)."""
+
+
+class EnvKindError(TypeError):
+    """An env creator returned an env of no kind, or of a kind that cannot be used here.
+
+    Attributes:
+        kind: the env's kind (None: none of :data:`ENV_KINDS`).
+    """
+
+    def __init__(self, message: str, kind: EnvKind | None = None):
+        super().__init__(message)
+        self.kind = kind
+
+
+def env_kind(env: Any) -> EnvKind:
+    """The :class:`EnvKind` of ``env`` (what an env creator returned).
+
+    Raises:
+        EnvKindError: ``env`` is of no kind in :data:`ENV_KINDS`.
+    """
+    for kind in ENV_KINDS:
+        if isinstance(env, kind.env_type):
+            return kind
+    raise EnvKindError(
+        f"env creator returned {type(env).__name__}, expected one of "
+        f"{', '.join(k.name for k in ENV_KINDS)}"
+    )
+
+
+def check_plays_episodes(env: Any, env_id: str) -> None:
+    """EnvKindError (``env`` closed) unless an :class:`EpisodePlayer` can play ``env``."""
+    kind = env_kind(env)
+    if not kind.plays_episodes:
+        env.close()
+        raise EnvKindError(
+            f"playing whole episodes needs an env creator that returns a single "
+            f"gymnasium.Env, but env {env_id!r} is a {kind.name}",
+            kind,
+        )
+
+
+def make_episode_env(
+    creator: EnvCreator,
+    env_config: Mapping[str, Any],
+    worker_index: int = 0,
+    env_id: str = "env",
+) -> gym.Env:
+    """A new env from ``creator`` (vector index 0) that an :class:`EpisodePlayer` plays.
+
+    Raises:
+        EnvKindError: the creator returns another kind of env (named in the message).
+    """
+    env = creator(EnvContext(env_config, worker_index, 0))
+    check_plays_episodes(env, env_id)
+    return env
