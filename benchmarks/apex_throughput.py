@@ -131,7 +131,7 @@ def routing_capacity(
     fake_class = ray.remote(num_cpus=0)(FakeEvaluator)
     evaluators.remote_evaluators = [fake_class.remote(batch) for _ in range(num_fake)]
     # Started, and the task function unpickled once (that imports hierl and torch there).
-    evaluators.get([e.apply.remote(sample_for_replay, False) for e in evaluators.remote_evaluators])
+    evaluators.get([e.apply.remote(sample_for_replay, None) for e in evaluators.remote_evaluators])
     config = ApexConfig.from_dict(
         {
             "num_replay_shards": 4,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -73,7 +73,9 @@ class PolicyGraph(abc.ABC):
 
     Subclasses implement the four abstract methods; everything else has a working
     default.  Gradient-based optimizers (allreduce, async, sharded_ps) additionally
-    need ``compute_gradients`` and ``apply_gradients``.
+    need ``compute_gradients`` and ``apply_gradients``.  Optional capabilities that some
+    optimizers use are the Protocols below (``ExplorationScale``, ``FlatWeights``,
+    ``TDErrors``): a policy has one by implementing its methods.
     """
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any):
@@ -131,14 +133,6 @@ class PolicyGraph(abc.ABC):
         prioritized replay can update priorities; the default ignores both.
         """
         return LearnResult(self.learn_on_batch(batch))
-
-    def compute_priorities(self, batch: SampleBatch) -> np.ndarray | None:
-        """Initial replay priorities of freshly sampled rows (e.g. ``|TD error|``).
-
-        Ape-X evaluators call this before pushing a batch to replay; None (the default)
-        means "insert at the buffer's current maximum priority".
-        """
-        return None
 
     def compute_gradients(
         self, batch: SampleBatch, clip: bool = True
@@ -203,3 +197,55 @@ class PolicyGraph(abc.ABC):
             [s[0] for s in state_out],
             {k: v[0] for k, v in extra.items()},
         )
+
+
+# -- optional capabilities: a policy graph has one by implementing its methods ------------
+@runtime_checkable
+class ExplorationScale(Protocol):
+    """Exploration that can be pinned to a scale: DQN's epsilon (the probability of a
+    random action), DDPG's multiplier of its Gaussian exploration noise.
+
+    Called by Ape-X (``hierl.optimizers.apex.samplers.pin_epsilon``): each sampling
+    evaluator's policies are pinned to that evaluator's rung of the epsilon ladder.
+    Policies without it keep exploring their own way (no ladder).
+    """
+
+    def set_exploration_scale(self, value: float | None) -> None:
+        """Pin exploration to ``value``; None releases it (DQN: back to its epsilon
+        schedule; DDPG: back to the unscaled noise).  Raises ValueError for a value out
+        of the policy's range."""
+        ...
+
+
+@runtime_checkable
+class FlatWeights(Protocol):
+    """The trainable parameters as one flat float32 vector, in a fixed order.
+
+    Required by the ``es`` optimizer (``hierl.optimizers.es``): the driver reads θ with
+    ``get_flat_weights`` and writes the updated θ back; evaluators load each perturbed
+    ``θ ± σε`` with ``set_flat_weights`` before playing an episode.
+    """
+
+    def get_flat_weights(self) -> np.ndarray:
+        """The parameters as a 1-D float32 array (a copy)."""
+        ...
+
+    def set_flat_weights(self, flat: np.ndarray) -> None:
+        """Load a vector shaped like ``get_flat_weights()``'s."""
+        ...
+
+
+@runtime_checkable
+class TDErrors(Protocol):
+    """Per-row TD errors of a freshly sampled batch, for initial replay priorities.
+
+    Called on the evaluators by the replay optimizers (``replay`` with
+    ``worker_side_prioritization``, ``apex`` by default), which add their own
+    ``prioritized_replay_eps``: priority = ``|TD error| + eps``.  Without it, new rows
+    enter replay at the buffer's maximum priority.
+    """
+
+    def compute_td_errors(self, batch: SampleBatch) -> np.ndarray:
+        """``|TD error|`` of each row of ``batch`` (shape ``(batch.count,)``), without
+        any eps; ``batch`` (possibly compressed) is left as it is."""
+        ...

@@ -144,19 +144,21 @@ def test_random_warmup_then_gaussian_noise_scaled_by_epsilon():
     mu, _, _ = policy.compute_actions(obs, explore=False)
     half = (ACT_SPACE.high - ACT_SPACE.low) / 2
     for eps in (1.0, 0.5):
-        policy.set_epsilon(eps)
+        policy.set_exploration_scale(eps)
         noisy, _, _ = policy.compute_actions(obs)
         # mu(0) is near the centre: clipping is negligible; std = eps * 0.1 * half range
         np.testing.assert_allclose((noisy - mu).std(0), eps * 0.1 * half, rtol=0.1)
-    policy.set_epsilon(0.0)
+    policy.set_exploration_scale(0.0)
     np.testing.assert_array_equal(policy.compute_actions(obs)[0], mu)
+    policy.set_exploration_scale(None)  # released: the unscaled noise again
+    assert policy.noise_scale == 1.0
 
 
-@pytest.mark.parametrize("bad", [-0.1, math.nan, math.inf, "0.4", True, None])
-def test_set_epsilon_rejects_bad_values(bad):
+@pytest.mark.parametrize("bad", [-0.1, math.nan, math.inf, "0.4", True])
+def test_set_exploration_scale_rejects_bad_values(bad):
     policy = make_policy()
-    with pytest.raises(ValueError, match="epsilon"):
-        policy.set_epsilon(bad)
+    with pytest.raises(ValueError, match="exploration scale"):
+        policy.set_exploration_scale(bad)
     assert policy.noise_scale == 1.0
 
 
@@ -255,12 +257,12 @@ def test_n_step_targets_by_hand():
 
 
 def test_critic_loss_td_error_and_priority_weights():
-    policy = make_policy(prioritized_replay_eps=1e-3)
+    policy = make_policy()
     batch = make_batch()
     w = policy.get_weights()
     q = np_critic(w, "critic", batch[SB.OBS], normalise(batch[SB.ACTIONS]))
     td = q - targets(policy, batch)
-    np.testing.assert_allclose(policy.compute_priorities(batch), np.abs(td) + 1e-3, rtol=1e-4)
+    np.testing.assert_allclose(policy.compute_td_errors(batch), np.abs(td), rtol=1e-4)
     # zero importance weights: zero critic gradient, Adam leaves the critic as it was
     zero = SB({**batch, SB.PRIO_WEIGHTS: np.zeros(batch.count, np.float32)})
     result = policy.learn_on_replay_batch(zero)
@@ -381,7 +383,7 @@ def test_policy_state_round_trip_resumes_identically():
     batch = make_batch()
     for _ in range(3):
         policy.learn_on_batch(batch)
-    policy.set_epsilon(0.25)
+    policy.set_exploration_scale(0.25)
     policy.on_global_var_update(GlobalVars(timestep=1234))
     state = policy.get_state()
     other = make_policy(twin_q=True, policy_delay=2, smooth_target_policy=True)
@@ -546,10 +548,10 @@ def test_td3_learns_pendulum():
     assert greedy.shape == (1,) and -2.0 <= greedy[0] <= 2.0
 
 
-def test_compute_priorities_leaves_a_compressed_batch_compressed():
+def test_compute_td_errors_leaves_a_compressed_batch_compressed():
     policy = make_policy()
     batch = make_batch()
     batch.compress(bulk=True)
-    priorities = policy.compute_priorities(batch)
-    assert priorities.shape == (batch.count,) and (priorities > 0).all()
+    td_errors = policy.compute_td_errors(batch)
+    assert td_errors.shape == (batch.count,) and (td_errors >= 0).all()
     assert batch.is_compressed(SB.OBS)  # it goes on to replay as it came

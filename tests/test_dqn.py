@@ -133,9 +133,7 @@ def test_loss_is_weighted_huber_and_learn_returns_td_before_the_update():
     expected_loss = np.mean(batch[SB.PRIO_WEIGHTS] * per_row)
     assert float(loss.detach()) == pytest.approx(float(expected_loss), rel=1e-5)
     expected_td = (q_taken - target).detach().numpy()
-    np.testing.assert_allclose(
-        policy.compute_priorities(batch), np.abs(expected_td) + 1e-6, rtol=1e-5
-    )
+    np.testing.assert_allclose(policy.compute_td_errors(batch), np.abs(expected_td), rtol=1e-5)
     before = policy.get_weights()
     result = policy.learn_on_replay_batch(batch)
     np.testing.assert_allclose(result.td_error, expected_td, rtol=1e-5, atol=1e-6)
@@ -167,14 +165,14 @@ def test_epsilon_schedule_pinning_and_validation():
     assert policy.epsilon == pytest.approx(0.55)
     policy.on_global_var_update(GlobalVars(timestep=10_000))
     assert policy.epsilon == pytest.approx(0.1)
-    policy.set_epsilon(0.3)
+    policy.set_exploration_scale(0.3)
     policy.on_global_var_update(GlobalVars(timestep=0))
     assert policy.epsilon == 0.3 and policy.epsilon_pinned
     for bad in (1.5, -0.1):
         with pytest.raises(ValueError, match=f"epsilon must be in \\[0, 1\\], got {bad}"):
-            policy.set_epsilon(bad)
+            policy.set_exploration_scale(bad)
     assert policy.epsilon == 0.3
-    policy.set_epsilon(None)  # back to the schedule
+    policy.set_exploration_scale(None)  # back to the schedule
     assert not policy.epsilon_pinned and policy.epsilon == 1.0
     assert _policy(epsilon_timesteps=0, final_epsilon=0.05).epsilon == 0.05
 
@@ -184,9 +182,9 @@ def test_epsilon_greedy_actions():
     _perturb(policy)
     obs = np.random.default_rng(0).normal(size=(200, 2)).astype(np.float32)
     greedy = _q(policy.model, obs).argmax(1)
-    policy.set_epsilon(0.0)
+    policy.set_exploration_scale(0.0)
     np.testing.assert_array_equal(policy.compute_actions(obs)[0], greedy)
-    policy.set_epsilon(1.0)
+    policy.set_exploration_scale(1.0)
     np.testing.assert_array_equal(policy.compute_actions(obs, explore=False)[0], greedy)
     random_actions = policy.compute_actions(obs)[0]
     assert 0.3 < np.mean(random_actions != greedy) < 0.7  # uniform over 2 actions
@@ -214,7 +212,7 @@ def test_state_round_trip_includes_target_weights_and_epsilon():
     policy.learn_on_batch(_td_batch())  # optimizer moments
     policy.update_target()
     _perturb(policy, seed=3)  # online != target
-    policy.set_epsilon(0.25)
+    policy.set_exploration_scale(0.25)
     policy.on_global_var_update(GlobalVars(timestep=123))
     state = policy.get_state()
     other = _policy(seed=99)
@@ -226,7 +224,7 @@ def test_state_round_trip_includes_target_weights_and_epsilon():
             np.testing.assert_array_equal(theirs[k], v)
     assert other.epsilon == 0.25 and other.epsilon_pinned and other.global_timestep == 123
     batch = _td_batch()
-    np.testing.assert_allclose(other.compute_priorities(batch), policy.compute_priorities(batch))
+    np.testing.assert_allclose(other.compute_td_errors(batch), policy.compute_td_errors(batch))
     policy.learn_on_batch(batch), other.learn_on_batch(batch)  # same moments: same step
     for k, v in policy.get_weights().items():
         np.testing.assert_allclose(other.get_weights()[k], v, rtol=1e-6)

@@ -334,8 +334,8 @@ def test_q_targets_bootstrap_on_truncation_not_termination():
         q_next_online = policy.model(torch.as_tensor(new_obs))[0].numpy()
         q_next_target = policy.target_model(torch.as_tensor(new_obs))[0].numpy()
     boot = q_next_target[1, q_next_online[1].argmax()]
-    expected = np.abs([q[0, 0] - 1.0, q[1, 1] - (1.0 + 0.5 * boot)]) + 1e-6
-    np.testing.assert_allclose(policy.compute_priorities(batch), expected, rtol=1e-5)
+    expected = np.abs([q[0, 0] - 1.0, q[1, 1] - (1.0 + 0.5 * boot)])
+    np.testing.assert_allclose(policy.compute_td_errors(batch), expected, rtol=1e-5)
 
 
 def test_epsilon_schedule_and_pinning():
@@ -347,12 +347,12 @@ def test_epsilon_schedule_and_pinning():
     assert policy.epsilon == pytest.approx(0.55)
     greedy = policy.compute_actions(np.zeros((64, 2), np.float32), explore=False)[0]
     assert len(set(greedy)) == 1
-    policy.set_epsilon(0.0)
+    policy.set_exploration_scale(0.0)
     policy.on_global_var_update(GlobalVars(timestep=1000))
     assert policy.epsilon == 0.0
     np.testing.assert_array_equal(policy.compute_actions(np.zeros((64, 2), np.float32))[0], greedy)
     with pytest.raises(ValueError, match="epsilon must be in"):
-        policy.set_epsilon(1.5)
+        policy.set_exploration_scale(1.5)
 
 
 def test_dqn_trainer_checkpoint_keeps_counters_target_and_epsilon(tmp_path):
@@ -447,23 +447,23 @@ def test_replay_learns_cartpole_with_two_evaluators(ray_session):
 
 
 # -- initial priorities: max priority (Schaul et al. Alg. 1) or worker-side (Ape-X) -------
-def _count_compute_priorities(policy) -> list[np.ndarray]:
-    """Wrap ``policy.compute_priorities`` to record what it returns (one entry per call)."""
+def _count_compute_td_errors(policy) -> list[np.ndarray]:
+    """Wrap ``policy.compute_td_errors`` to record what it returns (one entry per call)."""
     calls: list[np.ndarray] = []
-    compute = policy.compute_priorities
+    compute = policy.compute_td_errors
 
     def recording(batch):
         out = compute(batch)
         calls.append(np.array(out))
         return out
 
-    policy.compute_priorities = recording
+    policy.compute_td_errors = recording
     return calls
 
 
 def test_replay_inserts_new_rows_at_the_max_priority_by_default():
     evaluator, opt = local_setup(learning_starts=100, prioritized_replay_alpha=1.0)
-    calls = _count_compute_priorities(evaluator.policy)
+    calls = _count_compute_td_errors(evaluator.policy)
     opt.step()
     assert opt.buffer.get_state()["priorities"].tolist() == [1.0] * 4  # the initial max
     opt.buffer.update_priorities(np.array([0, 1]), np.array([5.0, 0.25]))
@@ -473,7 +473,7 @@ def test_replay_inserts_new_rows_at_the_max_priority_by_default():
     assert calls == []  # no extra target-network pass per sampled batch
     # also once learning has started: priorities come only from the learner's TD errors
     _, learning = local_setup(learning_starts=4)
-    learning_calls = _count_compute_priorities(learning.local_evaluator.policy)
+    learning_calls = _count_compute_td_errors(learning.local_evaluator.policy)
     for _ in range(3):
         learning.step()
     assert learning.num_updates == 3 and learning_calls == []
@@ -486,19 +486,22 @@ def test_worker_side_prioritization_uses_the_policy_td_priorities():
     assert ApexConfig().initial_priorities_on_workers  # Ape-X keeps evaluator priorities
     assert not ReplayConfig().initial_priorities_on_workers
     evaluator, opt = local_setup(
-        learning_starts=100, prioritized_replay_alpha=1.0, worker_side_prioritization=True
+        learning_starts=100,
+        prioritized_replay_alpha=1.0,
+        worker_side_prioritization=True,
+        prioritized_replay_eps=0.01,
     )
-    calls = _count_compute_priorities(evaluator.policy)
+    calls = _count_compute_td_errors(evaluator.policy)
     for _ in range(2):
         opt.step()
     assert len(calls) == 2
-    expected = np.concatenate(calls)
+    expected = np.concatenate(calls) + 0.01  # the optimizer's eps on the policy's |TD|
     assert not np.allclose(expected, 1.0)  # genuinely |TD| + eps, not the max priority
     np.testing.assert_allclose(opt.buffer.get_state()["priorities"], expected)
     # uniform replay ignores the option: no priorities to compute
     evaluator, uniform = local_setup(
         learning_starts=100, prioritized_replay=False, worker_side_prioritization=True
     )
-    uniform_calls = _count_compute_priorities(evaluator.policy)
+    uniform_calls = _count_compute_td_errors(evaluator.policy)
     uniform.step()
     assert uniform_calls == []

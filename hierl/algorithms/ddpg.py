@@ -9,7 +9,7 @@
   ``twin_q``, ``smooth_target_policy`` and ``policy_delay=2`` on.
 * Ape-X DDPG: Horgan et al. 2018, "Distributed Prioritized Experience Replay",
   https://arxiv.org/abs/1803.00933 (§4.2): the same learner on the ``apex`` optimizer;
-  each evaluator explores with its own noise scale (``DDPGPolicy.set_epsilon``).
+  each evaluator explores with its own noise scale (``DDPGPolicy.set_exploration_scale``).
 
 One learner update (``DDPGPolicy.learn_on_replay_batch``), as in TD3's Algorithm 1::
 
@@ -101,7 +101,7 @@ class DDPGConfig(OffPolicyConfig):
     """The smoothing noise is clipped to ``[-c, c]`` (same units as ``target_noise``)."""
     exploration_noise: float = 0.1
     """Std of the Gaussian noise added to the actor's action when exploring, as a fraction
-    of half the action range; ``set_epsilon(x)`` multiplies it by ``x``."""
+    of half the action range; ``set_exploration_scale(x)`` multiplies it by ``x``."""
     random_timesteps: int = 1000
     """Sampled env steps (the global timestep) with uniformly random actions first."""
     n_step: int = 1
@@ -165,7 +165,7 @@ class ApexDDPGConfig(DDPGConfig):
     """Ape-X DDPG (Horgan et al. 2018, §4.2) on the ``apex`` optimizer.
 
     Evaluator ``i`` of ``N`` explores with noise ``exploration_noise * 0.4 ** (1 + 7 (i-1)
-    / (N-1))`` (the ladder pinned through ``DDPGPolicy.set_epsilon``); replay is
+    / (N-1))`` (the ladder pinned through ``DDPGPolicy.set_exploration_scale``); replay is
     prioritized by |TD error| and sharded.
     """
 
@@ -193,7 +193,7 @@ class ApexDDPGConfig(DDPGConfig):
     max_weight_sync_delay: int = 400
     """Env steps an evaluator samples before it receives fresh weights."""
     per_worker_epsilon: bool = True
-    """Pin the Ape-X noise ladder on the evaluators (``set_epsilon``)."""
+    """Pin the Ape-X noise ladder on the evaluators (``set_exploration_scale``)."""
     epsilon_base: float = 0.4
     """The ladder's largest noise scale."""
     epsilon_alpha: float = 7.0
@@ -302,7 +302,8 @@ class DDPGPolicy(PolicyGraph):
         self.num_updates = 0
         """Critic updates so far (every ``policy_delay``-th also updates actor and targets)."""
         self.noise_scale = 1.0
-        """Multiplies ``exploration_noise``; pinned per evaluator by ``set_epsilon``."""
+        """Multiplies ``exploration_noise``; pinned per evaluator by
+        ``set_exploration_scale``."""
         self.last_actor_loss = math.nan
 
     # -- action scaling --------------------------------------------------------------------
@@ -342,17 +343,21 @@ class DDPGPolicy(PolicyGraph):
         actions = self.scale_actions(u).cpu().numpy().reshape(-1, *self.act_shape)
         return actions.astype(self.action_space.dtype, copy=False), [], {}
 
-    def set_epsilon(self, epsilon: float) -> None:
-        """Scale the exploration noise by ``epsilon`` (Ape-X's per-evaluator ladder).
+    def set_exploration_scale(self, scale: float | None) -> None:
+        """Scale the exploration noise by ``scale`` (``ExplorationScale``: Ape-X's
+        per-evaluator ladder); None: back to the unscaled noise (1).
 
-        The Gaussian noise std becomes ``epsilon * exploration_noise``; 0 explores only
+        The Gaussian noise std becomes ``scale * exploration_noise``; 0 explores only
         during the random warm-up.
         """
-        if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
-            raise ValueError(f"epsilon must be a number (noise scale), got {epsilon!r}")
-        if not (math.isfinite(epsilon) and epsilon >= 0):
-            raise ValueError(f"epsilon (noise scale) must be finite and >= 0, got {epsilon}")
-        self.noise_scale = float(epsilon)
+        if scale is None:
+            self.noise_scale = 1.0
+            return
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+            raise ValueError(f"exploration scale must be a number (noise scale), got {scale!r}")
+        if not (math.isfinite(scale) and scale >= 0):
+            raise ValueError(f"exploration scale (noise) must be finite and >= 0, got {scale}")
+        self.noise_scale = float(scale)
 
     # -- postprocess -----------------------------------------------------------------------
     def postprocess_trajectory(self, batch, other_agent_batches=None):
@@ -471,11 +476,11 @@ class DDPGPolicy(PolicyGraph):
                 t.lerp_(p, tau)  # t + tau (p - t)
 
     @torch.no_grad()
-    def compute_priorities(self, batch: SB) -> np.ndarray:
-        """``|Q_1(s, a) - y| + prioritized_replay_eps`` of fresh rows (Ape-X evaluators)."""
+    def compute_td_errors(self, batch: SB) -> np.ndarray:
+        """``|Q_1(s, a) - y|`` of fresh rows (``TDErrors``: Ape-X initial priorities)."""
         tb = self._tensors(batch)
         td = self.model.critic(tb[SB.OBS], tb["u"]) - self.td_targets(tb)
-        return td.abs().cpu().numpy() + self.config.prioritized_replay_eps
+        return td.abs().cpu().numpy()
 
     # -- weights and state -----------------------------------------------------------------
     def get_weights(self) -> Weights:

@@ -11,7 +11,8 @@
 
 The policy graph holds all numerics: epsilon-greedy ``compute_actions``, n-step
 ``postprocess_trajectories``, the TD ``loss`` and the utilities ``update_target`` and
-``set_epsilon``.  The trainers only schedule the target updates between optimizer steps::
+``set_exploration_scale`` (epsilon).  The trainers only schedule the target updates
+between optimizer steps::
 
     with DQNTrainer({"env": "CartPole-v1"}) as trainer:   # "replay" (default) or "async"
         result = trainer.train()     # >= timesteps_per_iteration env steps
@@ -156,7 +157,8 @@ class DQNPolicy(TorchPolicyGraph):
     """Epsilon-greedy Q-learning with a target network; see the module docstring.
 
     Utilities called between optimizer steps: ``update_target()`` (copy online →
-    target), ``set_epsilon(eps)`` (pin exploration, e.g. Ape-X's ladder) and
+    target), ``set_exploration_scale(eps)`` (pin epsilon, e.g. Ape-X's ladder:
+    ``ExplorationScale``) and
     ``on_global_var_update`` (the linear epsilon schedule over sampled timesteps).
     """
 
@@ -244,12 +246,11 @@ class DQNPolicy(TorchPolicyGraph):
         return LearnResult(stats, self._last_td_error)
 
     @torch.no_grad()
-    def compute_priorities(self, batch: SB) -> np.ndarray:
-        """``|TD error| + prioritized_replay_eps`` of fresh rows (Ape-X initial priorities)."""
+    def compute_td_errors(self, batch: SB) -> np.ndarray:
+        """``|TD error|`` of fresh rows (``TDErrors``: Ape-X initial priorities)."""
         # A shallow copy: the caller's (possibly compressed) batch goes to replay as it is.
         q_taken, target = self.q_and_targets(self.to_tensors(SB(batch)))
-        eps = getattr(self.config, "prioritized_replay_eps", 1e-6)
-        return (q_taken - target).abs().cpu().numpy().astype(np.float64) + eps
+        return (q_taken - target).abs().cpu().numpy().astype(np.float64)
 
     # -- utilities ---------------------------------------------------------------------
     def update_target(self) -> None:
@@ -266,8 +267,9 @@ class DQNPolicy(TorchPolicyGraph):
             {k: torch.tensor(np.asarray(v)) for k, v in weights.items()}, strict=True
         )
 
-    def set_epsilon(self, epsilon: float | None) -> None:
-        """Pin exploration to ``epsilon`` (Ape-X ladder); None follows the schedule again."""
+    def set_exploration_scale(self, epsilon: float | None) -> None:
+        """Pin epsilon (``ExplorationScale``, Ape-X's ladder); None follows the schedule
+        again."""
         if epsilon is None:
             self.epsilon_pinned = False
             self.epsilon = self._scheduled_epsilon(self.global_timestep)

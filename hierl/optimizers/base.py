@@ -58,6 +58,11 @@ class OptimizerConfig(Config):
     """Rows gathered per step (samples are collected until at least this many)."""
 
 
+def _protocol_methods(protocol: type) -> list[str]:
+    """The method names a Protocol declares (for error messages)."""
+    return sorted(k for k, v in vars(protocol).items() if callable(v) and not k.startswith("_"))
+
+
 def single_policy_stats(stats: Mapping[str, float]) -> LearnerStats:
     """The learner stats of an optimizer that trains the one (default) policy, nested
     under its id; ``{}`` when ``stats`` is empty (no update)."""
@@ -85,6 +90,9 @@ class PolicyOptimizer:
     by the policy class (overriding PolicyGraph's ``NotImplementedError`` default, e.g.
     ``compute_gradients``), or exist when PolicyGraph has no such method (e.g. ES's
     ``get_flat_weights``)."""
+    required_policy_protocols: ClassVar[tuple[type, ...]] = ()
+    """Optional capabilities (``hierl.policy_graph`` Protocols, e.g. ``FlatWeights`` for
+    ES) the policy class must implement."""
     required_policy_class: ClassVar[type | None] = None
     """Policies must subclass this (e.g. ``TorchPolicyGraph`` for device towers); None:
     any PolicyGraph."""
@@ -96,7 +104,8 @@ class PolicyOptimizer:
         """What ``policy_class`` lacks for this optimizer (with ``config``) to train it, as
         a phrase for an error message; None when it can.
 
-        Read from ``required_policy_class`` and ``required_policy_methods``; the Trainer
+        Read from ``required_policy_class``, ``required_policy_methods`` and
+        ``required_policy_protocols``; the Trainer
         refuses a policy this returns a reason for, and ``auto`` skips such candidates.
         """
         required = cls.required_policy_class
@@ -107,6 +116,11 @@ class PolicyOptimizer:
             for m in cls.required_policy_methods
             if getattr(policy_class, m, None) is None
             or getattr(policy_class, m) is getattr(PolicyGraph, m, None)
+        ]
+        missing += [
+            f"{protocol.__name__} ({', '.join(_protocol_methods(protocol))})"
+            for protocol in cls.required_policy_protocols
+            if not issubclass(policy_class, protocol)
         ]
         if missing:
             return f"it does not implement {', '.join(missing)}"

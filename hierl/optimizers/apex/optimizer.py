@@ -43,7 +43,7 @@ class ApexConfig(ShardedReplayConfig):
     """Env steps an evaluator samples before it receives fresh weights."""
     per_worker_epsilon: bool = True
     """Pin evaluator i of N to epsilon ``epsilon_base ** (1 + epsilon_alpha (i - 1) / (N - 1))``
-    (its policy's ``set_epsilon``, when it has one); the local evaluator is i = 1 of 1 when
+    (its policy's ``ExplorationScale``, when it has one); the local evaluator is i = 1 of 1 when
     it samples."""
     epsilon_base: float = 0.4
     """The ladder's largest epsilon (the paper's 0.4)."""
@@ -114,7 +114,7 @@ class ApexOptimizer(PolicyOptimizer):
             self._tasks,
             per_actor,
             cfg.max_weight_sync_delay,
-            cfg.initial_priorities_on_workers,
+            cfg.initial_priority_eps,
         )
         self.replay = ShardedReplay(
             cfg, bool(self.remote_evaluators), self._tasks, self.evaluators.get
@@ -212,7 +212,7 @@ class ApexOptimizer(PolicyOptimizer):
         with self.learner.lock, self.timer("sample"):
             self.local_evaluator.set_global_vars(self.global_vars())
             batch, priorities = sample_with_priorities(
-                self.local_evaluator, self.config.initial_priorities_on_workers
+                self.local_evaluator, self.config.initial_priority_eps
             )
         self.num_steps_sampled += batch.count
         self.replay.add(batch, priorities)

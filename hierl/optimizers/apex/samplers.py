@@ -22,7 +22,7 @@ from hierl.evaluators.evaluator_set import is_evaluator_failure
 from hierl.optimizers.failures import handle_failed_task
 from hierl.optimizers.replay.optimizer import sample_with_priorities
 from hierl.optimizers.task_pool import Finished, TaskPool
-from hierl.policy_graph import GlobalVars
+from hierl.policy_graph import ExplorationScale, GlobalVars, PolicyGraph
 from hierl.sample_batch import SampleBatch
 
 
@@ -34,11 +34,12 @@ def epsilon_ladder(index: int, num: int, base: float = 0.4, alpha: float = 7.0) 
 
 
 def pin_epsilon(evaluator: PolicyEvaluator, epsilon: float) -> bool:
-    """``set_epsilon(epsilon)`` on each of the evaluator's policies that has it; True if any."""
+    """Pin ``epsilon`` as the exploration scale of each of the evaluator's policies that
+    has one (``ExplorationScale``); True if any."""
 
-    def pin(policy: Any, _policy_id: str) -> bool:
-        if callable(getattr(policy, "set_epsilon", None)):
-            policy.set_epsilon(epsilon)
+    def pin(policy: PolicyGraph, _policy_id: str) -> bool:
+        if isinstance(policy, ExplorationScale):
+            policy.set_exploration_scale(epsilon)
             return True
         return False
 
@@ -49,7 +50,7 @@ def pin_epsilon_ladder(evaluators: EvaluatorSet, base: float, alpha: float) -> l
     """Pin each sampling evaluator to its rung of the ladder; returns the epsilons.
 
     The samplers are the remote evaluators, or the local one when there are none.
-    Returns [] when no policy has ``set_epsilon`` (no ladder to pin).
+    Returns [] when no policy has an ``ExplorationScale`` (no ladder to pin).
     """
     remotes = evaluators.remote_evaluators
     num = max(1, len(remotes))
@@ -63,16 +64,17 @@ def pin_epsilon_ladder(evaluators: EvaluatorSet, base: float, alpha: float) -> l
 
 
 def sample_for_replay(
-    evaluator: PolicyEvaluator, compute_priorities: bool
+    evaluator: PolicyEvaluator, priority_eps: float | None
 ) -> tuple[SampleBatch, np.ndarray | None, tuple[int, float]]:
-    """A batch, its initial priorities (None unless ``compute_priorities``: the shard then
-    inserts at its max priority) and ``(env steps, seconds taken)``.
+    """A batch, its initial priorities (``|TD error| + priority_eps``; None when
+    ``priority_eps`` is: the shard then inserts at its max priority) and
+    ``(env steps, seconds taken)``.
 
     Called with ``num_returns=3`` so the driver fetches only the small last value and
     hands the first two refs to a replay shard.
     """
     start = time.perf_counter()
-    batch, priorities = sample_with_priorities(evaluator, compute_priorities)
+    batch, priorities = sample_with_priorities(evaluator, priority_eps)
     return batch, priorities, (batch.count, time.perf_counter() - start)
 
 
@@ -94,14 +96,15 @@ class ReplaySamplers:
         tasks: TaskPool,
         max_in_flight: int,
         max_weight_sync_delay: int,
-        compute_priorities: bool,
+        priority_eps: float | None,
     ):
         self.evaluators = evaluators
         self.tasks = tasks
         self.max_in_flight = max_in_flight
         self.max_weight_sync_delay = max_weight_sync_delay
-        self.compute_priorities = compute_priorities
-        """Evaluators compute initial priorities (``worker_side_prioritization``)."""
+        self.priority_eps = priority_eps
+        """Added to the TD errors the evaluators compute as initial priorities; None: no
+        initial priorities (without ``worker_side_prioritization``)."""
         num = len(evaluators.remote_evaluators)
         self.outstanding: dict[Any, int] = {}
         """Per evaluator handle: sample tasks launched whose batches were not yet handed on."""
@@ -171,7 +174,7 @@ class ReplaySamplers:
             while self.outstanding.get(evaluator, 0) < self.max_in_flight:
                 method = evaluator.apply.options(num_returns=3)
                 batch_ref, priorities_ref, info_ref = method.remote(
-                    sample_for_replay, self.compute_priorities
+                    sample_for_replay, self.priority_eps
                 )
                 tag = ("sample", index, batch_ref, priorities_ref)
                 self.tasks.add(evaluator, info_ref, tag=tag)

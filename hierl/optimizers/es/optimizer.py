@@ -41,7 +41,7 @@ from hierl.optimizers.es.rollouts import (
 )
 from hierl.optimizers.es.updates import FlatAdam, centered_ranks, es_gradient
 from hierl.optimizers.registry import register_optimizer
-from hierl.policy_graph import LearnerStats
+from hierl.policy_graph import FlatWeights, LearnerStats
 
 
 @dataclasses.dataclass
@@ -110,7 +110,7 @@ class ESOptimizer(PolicyOptimizer):
 
     name = "es"
     config_class = ESOptimizerConfig
-    required_policy_methods = ("get_flat_weights", "set_flat_weights")  # FlatWeightsPolicy
+    required_policy_protocols = (FlatWeights,)
 
     @classmethod
     def actor_groups(cls, config: ESOptimizerConfig, num_evaluators: int) -> list[ActorGroup]:
@@ -131,8 +131,8 @@ class ESOptimizer(PolicyOptimizer):
         super().__init__(*args, **kwargs)
         cfg = self.config
         policy = self.local_evaluator.policy
-        if not hasattr(policy, "get_flat_weights"):
-            raise TypeError(f"'es' needs get/set_flat_weights (ESPolicy), not {type(policy)}")
+        if not isinstance(policy, FlatWeights):
+            raise TypeError(f"'es' needs get/set_flat_weights (FlatWeights), not {type(policy)}")
         self.dim = int(policy.get_flat_weights().size)
         self.noise = SharedNoiseTable(cfg.noise_size, cfg.noise_seed)
         self.noise.check_dim(self.dim)

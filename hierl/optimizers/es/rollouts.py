@@ -17,22 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import Protocol
 
 import numpy as np
 
 from hierl.evaluators import PolicyEvaluator
 from hierl.evaluators.rollout import EpisodePlayer, EpisodeRecord
 from hierl.optimizers.es.noise_table import noise_slice
+from hierl.policy_graph import FlatWeights
 from hierl.sample_batch import DEFAULT_POLICY_ID
-
-
-class FlatWeightsPolicy(Protocol):
-    """What ES needs of a policy graph: its parameters as one flat float32 vector."""
-
-    def get_flat_weights(self) -> np.ndarray: ...
-
-    def set_flat_weights(self, flat: np.ndarray) -> None: ...
 
 
 @dataclasses.dataclass
@@ -134,7 +126,7 @@ def evaluate_perturbations(
     """
     player = episode_player(evaluator)
     player.pop_episodes()  # none are left unless a call failed half-way
-    policy: FlatWeightsPolicy = evaluator.policy
+    policy: FlatWeights = evaluator.policy
     obs_filter = evaluator.filters[DEFAULT_POLICY_ID]
     frozen = obs_filter.get_state()
     theta = np.asarray(theta, dtype=np.float32)

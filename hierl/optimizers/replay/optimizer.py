@@ -12,7 +12,7 @@ each followed by a priority update from the policy's TD errors
 New rows enter the buffer at the largest priority seen so far (Algorithm 1, line 6:
 ``p_t = max_{i<t} p_i``), so each is replayed at least once before its TD error sets
 its priority.  ``worker_side_prioritization`` instead has the evaluators compute
-``|TD error| + eps`` for fresh rows (``PolicyGraph.compute_priorities``, one extra
+``|TD error| + eps`` for fresh rows (the policy's ``TDErrors``, one extra
 target-network pass per sampled batch): Ape-X's behaviour (Horgan et al. 2018), the
 default of the ``apex`` optimizer.
 """
@@ -31,7 +31,7 @@ from hierl.evaluators import PolicyEvaluator
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, single_policy_stats
 from hierl.optimizers.registry import register_optimizer
 from hierl.optimizers.replay.prioritized import make_replay_buffer
-from hierl.policy_graph import LearnerStats
+from hierl.policy_graph import LearnerStats, TDErrors
 from hierl.sample_batch import SampleBatch
 
 
@@ -66,7 +66,7 @@ class ReplayConfig(OptimizerConfig):
     only: Ape-X shards are not saved)."""
     worker_side_prioritization: bool = False
     """Fresh rows enter prioritized replay at the priority the sampling evaluator computes
-    (``policy.compute_priorities``: ``|TD error| + eps``, as in Ape-X) instead of at the
+    (``|TD error| + eps``, the policy's ``TDErrors``, as in Ape-X) instead of at the
     buffer's max priority (Schaul et al. 2016, Algorithm 1).  Costs one extra
     target-network pass per sampled batch; ignored for uniform replay."""
 
@@ -101,17 +101,28 @@ class ReplayConfig(OptimizerConfig):
         """Whether evaluators compute initial priorities for the rows they sample."""
         return self.prioritized_replay and self.worker_side_prioritization
 
+    @property
+    def initial_priority_eps(self) -> float | None:
+        """What ``sample_with_priorities`` adds to the evaluators' TD errors:
+        ``prioritized_replay_eps``, or None when they compute no initial priorities."""
+        return self.prioritized_replay_eps if self.initial_priorities_on_workers else None
+
 
 def sample_with_priorities(
-    evaluator: PolicyEvaluator, compute_priorities: bool
+    evaluator: PolicyEvaluator, priority_eps: float | None
 ) -> tuple[SampleBatch, np.ndarray | None]:
-    """Evaluator-side: one ``sample()`` plus, if asked, the policy's initial priorities.
+    """Evaluator-side: one ``sample()`` plus, unless ``priority_eps`` is None, the rows'
+    initial priorities ``|TD error| + priority_eps`` (the policy's ``TDErrors``).
 
     Runs inside remote evaluators through ``evaluator.apply``; priorities are None when
-    not asked for or when the policy has none (rows then enter at the max priority).
+    not asked for or when the policy has no TD errors (rows then enter at the max
+    priority).
     """
     batch = evaluator.sample()
-    return batch, evaluator.policy.compute_priorities(batch) if compute_priorities else None
+    policy = evaluator.policy
+    if priority_eps is None or not isinstance(policy, TDErrors):
+        return batch, None
+    return batch, np.abs(policy.compute_td_errors(batch)) + priority_eps
 
 
 @register_optimizer
@@ -158,18 +169,18 @@ class ReplayOptimizer(PolicyOptimizer):
         """One round: sample every evaluator once, store, replay, broadcast weights."""
         # CRUCIAL: by default no initial priorities, so new rows enter at the max priority
         # (Schaul et al. 2016, Algorithm 1) and are replayed at least once.
-        on_workers = self.config.initial_priorities_on_workers
+        eps = self.config.initial_priority_eps
         with self.timer("sample"):
             if self.remote_evaluators:
                 # A failed evaluator is recreated (or dropped): this round uses the others.
                 results = [
                     r
                     for _, r in self.evaluators.call_remotes(
-                        lambda e: e.apply.remote(sample_with_priorities, on_workers)
+                        lambda e: e.apply.remote(sample_with_priorities, eps)
                     )
                 ]
             else:
-                results = [sample_with_priorities(self.local_evaluator, on_workers)]
+                results = [sample_with_priorities(self.local_evaluator, eps)]
             for batch, priorities in results:
                 self.buffer.add(batch, priorities)
         new_rows = sum(batch.count for batch, _ in results)
