@@ -28,6 +28,7 @@ from hierl.algorithms.resources import start_trainer_actor, stop_trainer_actor, 
 from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
 from hierl.evaluators.evaluator_set import is_evaluator_failure
 from hierl.evaluators.ray_runtime import ActorGroup, ensure_ray
+from hierl.evaluators.restarts import RestartBudget
 from hierl.policy_graph import Weights
 
 logger = logging.getLogger(__name__)
@@ -110,10 +111,17 @@ class PopulationTrainer(BaseTrainer):
         self.rng = np.random.default_rng(cfg.seed)
         self.scores = [float("nan")] * cfg.population_size
         """Each member's latest ``episode_reward_mean`` (picks the state a new member gets)."""
-        self.num_member_restarts = 0
-        """Member actors recreated so far."""
+        self.restarts = RestartBudget(
+            cfg.max_member_restarts, "max_member_restarts", MemberFailureError
+        )
+        """Member actors recreated, by member index, against ``max_member_restarts``."""
         self.member_failures: list[tuple[int, str]] = []
         """``(member index, error text)`` of every failure handled, oldest first."""
+
+    @property
+    def num_member_restarts(self) -> int:
+        """Member actors recreated so far."""
+        return self.restarts.made
 
     @staticmethod
     def _member_dict(cfg: PopulationConfig, i: int) -> dict[str, Any]:
@@ -213,7 +221,7 @@ class PopulationTrainer(BaseTrainer):
                 "iteration": self.iteration,
                 "time_total_s": self.time_total_s,
                 "timesteps_total": self.timesteps_total,
-                "num_member_restarts": self.num_member_restarts,
+                "num_member_restarts": self.restarts.get_state(),
             },
             "rng": self.rng.bit_generator.state,
         }
@@ -225,7 +233,7 @@ class PopulationTrainer(BaseTrainer):
         self.iteration = int(counters["iteration"])
         self.time_total_s = float(counters["time_total_s"])
         self.timesteps_total = int(counters["timesteps_total"])
-        self.num_member_restarts = int(counters.get("num_member_restarts", 0))
+        self.restarts.set_state(counters.get("num_member_restarts", 0))
         self.rng.bit_generator.state = state["rng"]
 
     def stop(self) -> None:
@@ -242,12 +250,7 @@ class PopulationTrainer(BaseTrainer):
 
         Raises MemberFailureError once ``max_member_restarts`` recreations were made.
         """
-        if self.num_member_restarts >= self.config.max_member_restarts:
-            raise MemberFailureError(
-                f"member {index} failed after max_member_restarts="
-                f"{self.config.max_member_restarts} recreations ({self.num_member_restarts} "
-                f"made); the last error: {error}"
-            ) from error
+        self.restarts.check(f"member {index}", error)
         stop_trainer_actor(*self.members[index], timeout_s=10.0)  # tolerates a dead actor
         self.members[index] = start_trainer_actor(self.member_class, self.member_configs[index])
         source, state = self._best_surviving_state(exclude=index)
@@ -256,7 +259,7 @@ class PopulationTrainer(BaseTrainer):
         # copied weights compute.  Its evaluators keep member ``index``'s own env seeds.
         self._get(self.members[index][0].set_state.remote(state))
         self.scores[index] = self.scores[source]  # a copy of the source until it trains
-        self.num_member_restarts += 1
+        self.restarts.record(index)
         logger.warning("member %d recreated with the state of member %d", index, source)
         return self.members[index][0]
 

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from hierl.evaluators.env import EnvError
 from hierl.evaluators.policy_evaluator import PolicyEvaluator
 from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S, ensure_ray
+from hierl.evaluators.restarts import RestartBudget
 from hierl.policy_graph import GlobalVars
 
 T = TypeVar("T")
@@ -102,21 +103,31 @@ class EvaluatorSet:
             self.sync_weights()
 
     def _init_failure_handling(self, recreate: bool, max_restarts: int, fail_fast: bool) -> None:
-        if max_restarts < 0:
-            raise ValueError(f"max_evaluator_restarts must be >= 0, got {max_restarts}")
         self.recreate_failed_evaluators = recreate
-        self.max_evaluator_restarts = max_restarts
         self.fail_fast = fail_fast
-        self.num_evaluator_restarts = 0
-        """Remote evaluators recreated so far."""
-        self.restarts_per_index: dict[int, int] = {}
-        """worker_index → times that evaluator was recreated."""
+        self.restarts = RestartBudget(max_restarts, "max_evaluator_restarts", EvaluatorFailureError)
+        """Recreations made, by worker index, against ``max_evaluator_restarts``."""
         self.global_vars: GlobalVars | None = None
         """The last global counters pushed (``sync_weights`` / ``set_global_vars``)."""
         self.failures: list[tuple[int, str]] = []
         """``(worker_index, error text)`` of every failure handled, oldest first."""
         self._dropped: list[Any] = []
         self._replaced: dict[Any, int] = {}  # old handle → worker index
+
+    @property
+    def max_evaluator_restarts(self) -> int:
+        """Recreations allowed in all."""
+        return self.restarts.limit
+
+    @property
+    def num_evaluator_restarts(self) -> int:
+        """Remote evaluators recreated so far."""
+        return self.restarts.made
+
+    @property
+    def restarts_per_index(self) -> dict[int, int]:
+        """worker_index → times that evaluator was recreated."""
+        return dict(self.restarts.counts)
 
     def _make_remote(self, worker_index: int) -> Any:
         cls = PolicyEvaluator.as_remote(
@@ -170,11 +181,8 @@ class EvaluatorSet:
                     f"{index}: {error}"
                 ) from error
             return None
-        if getattr(error, "actor_init_failed", False):
-            raise EvaluatorFailureError(
-                f"evaluator {index} could not be created (recreating it would fail the same "
-                f"way): {error}"
-            ) from error
+        what = f"evaluator {index}"
+        self.restarts.check_recreatable(what, error)
         env_error = env_error_of(error)
         if env_error is not None and env_error.before_first_step and self._restarts(index):
             raise EvaluatorFailureError(
@@ -182,16 +190,11 @@ class EvaluatorSet:
                 f"step, so recreating it cannot help (an env that fails on every reset?): "
                 f"{env_error}"
             ) from error
-        if self.num_evaluator_restarts >= self.max_evaluator_restarts:
-            raise EvaluatorFailureError(
-                f"evaluator {index} failed after max_evaluator_restarts="
-                f"{self.max_evaluator_restarts} recreations ({self.num_evaluator_restarts} "
-                f"made, {self._restarts(index)} of evaluator {index}); the last error: {error}"
-            ) from error
+        self.restarts.check(what, error, detail=f", {self._restarts(index)} of {what}")
         return self._recreate(actor, index, weights)
 
     def _restarts(self, index: int) -> int:
-        return self.restarts_per_index.get(index, 0)
+        return self.restarts.counts[index]
 
     def _recreate(self, actor: Any, index: int, weights: Any) -> Any:
         import ray
@@ -201,8 +204,7 @@ class EvaluatorSet:
         new = self._make_remote(index)
         self.remote_evaluators[index - 1] = new
         self._replaced[actor] = index
-        self.restarts_per_index[index] = self._restarts(index) + 1
-        self.num_evaluator_restarts += 1
+        self.restarts.record(index)
         # CRUCIAL: queued before any caller's task (an actor runs one caller's calls in
         # order), so the new evaluator never samples with its initial random weights.
         if weights is None:

@@ -73,6 +73,7 @@ from hierl.evaluators.evaluator_set import (
     is_evaluator_failure,
 )
 from hierl.evaluators.ray_runtime import ActorGroup
+from hierl.evaluators.restarts import RestartBudget
 from hierl.optimizers.replay.buffer import ReplayBuffer
 from hierl.policy_graph import Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID
@@ -123,8 +124,10 @@ class AlphaZeroTrainer(BaseTrainer):
         self.learner_stats: dict[str, float] = {}
         self.last_arena_score = float("nan")
         self._rt = Runtime(c.num_self_play_workers > 0, c.sample_timeout_s)
-        self.actor_restarts: collections.Counter[str] = collections.Counter()
-        """Role → actors of that role recreated after a failure (Ray only)."""
+        self.restarts = RestartBudget(
+            c.max_actor_restarts, "max_actor_restarts", EvaluatorFailureError
+        )
+        """Actors recreated after a failure, by role, against ``max_actor_restarts``."""
         self._retired: dict[str, tuple[str, int]] = {}  # replaced actor's id → role, index
         self._build_components()
         self._outstanding: dict[Any, tuple[str, int, Any]] = {}
@@ -133,6 +136,11 @@ class AlphaZeroTrainer(BaseTrainer):
         self._candidates: collections.OrderedDict[int, Any] = collections.OrderedDict()
         self._started = False
         self._broadcast_best()
+
+    @property
+    def actor_restarts(self) -> collections.Counter[str]:
+        """Role → actors of that role recreated after a failure (Ray only)."""
+        return self.restarts.counts
 
     # -- construction ------------------------------------------------------------------
     def _build_components(self) -> None:
@@ -401,7 +409,7 @@ class AlphaZeroTrainer(BaseTrainer):
             "train_rounds": int(cnt["train_rounds"]),
             "replay_size": int(min(cnt["replay_added"], self.config.replay_capacity)),
             "arena/last_score": self.last_arena_score,
-            "num_actor_restarts": sum(self.actor_restarts.values()),
+            "num_actor_restarts": self.restarts.made,
         }
         result.update({f"actor_restarts/{r}": self.actor_restarts[r] for r in ROLES})
         result.update({f"learner/{k}": v for k, v in self.learner_stats.items()})
@@ -461,18 +469,14 @@ class AlphaZeroTrainer(BaseTrainer):
         """Replace actor ``role`` / ``index`` by a new one, prepared before any task."""
         import ray
 
-        made = sum(self.actor_restarts.values())
         name = f"ALPHAZERO's {role} actor {index}"
-        if getattr(error, "actor_init_failed", False):
-            raise EvaluatorFailureError(
-                f"{name} could not be created (recreating it would fail the same way): {error}"
-            ) from error
-        if made >= self.config.max_actor_restarts:
-            raise EvaluatorFailureError(
-                f"{name} failed after max_actor_restarts={self.config.max_actor_restarts} "
-                f"recreations ({made} made: {dict(self.actor_restarts)}); the last error: "
-                f"{type(error).__name__}: {error}"
-            ) from error
+        self.restarts.check_recreatable(name, error)
+        self.restarts.check(
+            name,
+            error,
+            detail=f": {dict(self.restarts.counts)}",
+            last_error=f"{type(error).__name__}: {error}",
+        )
         logger.warning("%s failed, recreating it: %s: %s", name, type(error).__name__, error)
         old = self.replay if role == "replay" else self._role_list(role)[index]
         with contextlib.suppress(Exception):  # gone already, or alive after an env error
@@ -484,7 +488,7 @@ class AlphaZeroTrainer(BaseTrainer):
             self.counters["replay_added"] = 0.0  # it starts empty: learning_starts again
         else:
             self._role_list(role)[index] = new
-        self.actor_restarts[role] += 1
+        self.restarts.record(role)
         # CRUCIAL: queued before any loop task (an actor runs one caller's calls in
         # order), so a new self-play actor never plays with its initial random weights
         if role == "self_play":
