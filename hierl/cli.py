@@ -492,14 +492,26 @@ def cmd_config(args: argparse.Namespace) -> int:
 
     cls = _trainer_class(args.algo)
     config_class = cls.config_class
-    defaults = config_class.from_dict({}).to_dict()
-    docs = field_docs(config_class)
+    config = config_class.from_dict({})
     print(f"{args.algo} config keys ({config_class.__name__}), set with --config '{{...}}':")
-    for key, value in defaults.items():
-        print(f"  {key} = {json.dumps(value, default=str)}")
-        if docs.get(key):
-            print(f"      {_one_line(docs[key])}")
+    _print_fields(config.to_dict(), field_docs(config_class), "  ")
+    opt_config = getattr(config, "optimizer_config", None)
+    if opt_config is not None:
+        print(
+            f"  optimizer_config of '{config.optimizer}' ({type(opt_config).__name__}; supported "
+            f"optimizers: {', '.join(config_class.supported_optimizers)}), also as flat keys:"
+        )
+        _print_fields(opt_config.to_dict(), field_docs(type(opt_config)), "    ")
     return 0
+
+
+def _print_fields(values: dict[str, Any], docs: dict[str, str], indent: str) -> None:
+    for key, value in values.items():
+        if key == "optimizer_config":
+            continue  # listed with its own docs below
+        print(f"{indent}{key} = {json.dumps(value, default=str)}")
+        if docs.get(key):
+            print(f"{indent}    {_one_line(docs[key])}")
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

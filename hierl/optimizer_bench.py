@@ -113,10 +113,25 @@ def bench_strategy(
 ) -> dict[str, Any]:
     """Train ``algo`` with optimizer ``name`` for a warm-up + ``iterations``; figures."""
     from hierl.algorithms.registry import get_trainer_class
+    from hierl.optimizers import optimizer_settings
 
     base = get_trainer_class(algo)
-    # The same policy graph under every strategy, whether or not the algorithm lists it.
-    cls = type(f"Bench{base.__name__}", (base,), {"supported_optimizers": STRATEGIES})
+    # The same policy graph under every strategy, whether or not the algorithm lists it,
+    # with the algorithm's default batch settings wherever a strategy has them.
+    base_config = base.config_class
+    defaults = base_config.optimizer_defaults.get(base_config.default_optimizer, {})
+    config_class = type(
+        f"Bench{base_config.__name__}",
+        (base_config,),
+        {
+            "supported_optimizers": STRATEGIES,
+            "optimizer_defaults": {
+                name: {k: v for k, v in defaults.items() if k in optimizer_settings(name)}
+                for name in STRATEGIES
+            },
+        },
+    )
+    cls = type(f"Bench{base.__name__}", (base,), {"config_class": config_class})
     settings = {
         "env": env,
         "num_evaluators": num_evaluators,

@@ -134,6 +134,14 @@ class PolicyGraph(abc.ABC):
         """
         return LearnResult(self.learn_on_batch(batch))
 
+    def learning_rate(self, timestep: int) -> float:
+        """The step size of this policy's gradient updates at env step ``timestep``.
+
+        Optional: an optimizer that runs the update for the policy elsewhere
+        (``sharded_ps``: Adam on parameter-server shards) reads it each step.
+        """
+        raise NotImplementedError
+
     def compute_gradients(
         self, batch: SampleBatch, clip: bool = True
     ) -> tuple[list[np.ndarray], dict[str, float]]:

@@ -434,11 +434,15 @@ class TorchPolicyGraph(PolicyGraph):
         if "optimizer" in state:
             load_optimizer_state(self.optimizer, state["optimizer"], self.device)
 
+    def learning_rate(self, timestep: int) -> float:
+        """``config.lr_schedule`` at ``timestep`` if one is set, else ``config.lr``."""
+        schedule = getattr(self.config, "lr_schedule", None)
+        return piecewise_linear(schedule, timestep) if schedule else float(self.config.lr)
+
     def on_global_var_update(self, global_vars: GlobalVars) -> None:
         """Track the timestep and follow ``config.lr_schedule`` if one is set."""
         super().on_global_var_update(global_vars)
-        schedule = getattr(self.config, "lr_schedule", None)
-        if schedule:
-            lr = piecewise_linear(schedule, self.global_timestep)
+        if getattr(self.config, "lr_schedule", None):
+            lr = self.learning_rate(self.global_timestep)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from hierl.algorithms.pg import PGTrainer
-from hierl.algorithms.trainer import Trainer
+from hierl.algorithms.trainer import Trainer, TrainerConfig
 from hierl.config import ConfigError
 from hierl.optimizers.auto import AutoConfig, AutoOptimizer, initial_order
 from hierl.policy_graph import PolicyGraph
@@ -151,10 +153,15 @@ class LearnOnlyPolicy(PolicyGraph):
         self.updates = np.array(weights["updates"])
 
 
+@dataclasses.dataclass
+class LearnOnlyConfig(TrainerConfig):
+    supported_optimizers = (*ALL, "auto")
+
+
 class LearnOnlyTrainer(Trainer):
     name = "LEARN_ONLY"
+    config_class = LearnOnlyConfig
     policy_class = LearnOnlyPolicy
-    supported_optimizers = (*ALL, "auto")
 
 
 def test_auto_skips_candidates_that_cannot_train_the_policy_and_says_why(counting_env):

@@ -110,7 +110,7 @@ def test_checkpoint_is_complete_and_pickle_free(tmp_path):
         path = trainer.save(tmp_path / "c")
         meta, state = load_checkpoint(path)
     assert meta["format_version"] == 1 and meta["algorithm"] == "DQN"
-    assert meta["config"]["checkpoint_replay_buffer"] is True
+    assert meta["config"]["optimizer_config"]["checkpoint_replay_buffer"] is True
     policy = state["evaluator"]["policies"]["default_policy"]
     assert set(policy) >= {"weights", "optimizer", "target_weights", "epsilon"}
     assert policy["optimizer"]["state"], "Adam moments are saved"

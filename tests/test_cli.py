@@ -78,7 +78,7 @@ def test_train_writes_results_params_and_summary(trained):
     assert results[-1]["timesteps_total"] >= 400
     params = json.loads((out / "params.json").read_text())
     assert params["env"] == "CartPole-v1"
-    assert params["train_batch_size"] == 200
+    assert params["optimizer_config"]["train_batch_size"] == 200
     assert params["seed"] == 3
     # plain (non-TTY) progress lines, stop conditions, final summary
     assert "stop when any of: training_iteration >= 2" in stdout
@@ -100,7 +100,7 @@ def test_train_checkpoints_are_loadable(trained):
     try:
         assert trainer.name == "PG"
         assert trainer.iteration == 2
-        assert trainer.config.train_batch_size == 200
+        assert trainer.config.optimizer_config.train_batch_size == 200
     finally:
         trainer.stop()
 
@@ -142,7 +142,7 @@ def test_train_quiet_yaml_config_and_default_output_dir(tmp_path, monkeypatch):
     assert len(runs) == 1
     assert re.fullmatch(r"PG_CartPole-v1_\d{8}-\d{6}", runs[0].name)
     params = json.loads((runs[0] / "params.json").read_text())
-    assert params["train_batch_size"] == 100
+    assert params["optimizer_config"]["train_batch_size"] == 100
     assert params["lr"] == 0.01
     assert params["seed"] == 7  # --seed overrides the file
     assert (runs[0] / "checkpoints" / "000001" / "checkpoint.json").exists()
@@ -159,7 +159,7 @@ def test_train_merges_repeated_configs_in_order(tmp_path):
     rc, _, stderr = _run([*argv, "--quiet"])
     assert rc == 0, stderr
     params = json.loads((out / "params.json").read_text())
-    assert params["train_batch_size"] == 100  # only in the first
+    assert params["optimizer_config"]["train_batch_size"] == 100  # only in the first
     assert params["lr"] == 0.02  # the later one wins
     # nested dicts merged key by key: hiddens from the second, activation from the first
     assert params["model"]["hiddens"] == [4, 4] and params["model"]["activation"] == "relu"

@@ -373,7 +373,7 @@ def test_registry_and_td3_defaults():
     assert td3.twin_q and td3.smooth_target_policy and td3.policy_delay == 2
     assert not (ddpg.twin_q or ddpg.smooth_target_policy) and ddpg.policy_delay == 1
     assert (td3.target_noise, td3.target_noise_clip, td3.exploration_noise) == (0.2, 0.5, 0.1)
-    assert ApexDDPGTrainer.default_optimizer == "apex"
+    assert ApexDDPGTrainer.config_class.default_optimizer == "apex"
     with pytest.raises(ConfigError, match="not supported by DDPG"):
         DDPGTrainer({**TINY_PENDULUM, "optimizer": "local"})
 

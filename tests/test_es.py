@@ -157,13 +157,14 @@ def test_policy_numpy_forward_equals_the_torch_model(activation):
 
 def test_config_errors_name_the_value():
     with pytest.raises(ConfigError, match="num_aggregators"):
-        ESConfig(env="CartPole-v1", num_evaluators=1, num_aggregators=2)
+        ESConfig.from_dict({"env": "CartPole-v1", "num_evaluators": 1, "num_aggregators": 2})
     with pytest.raises(ConfigError, match="noise_stdev"):
-        ESConfig(env="CartPole-v1", noise_stdev=0.0)
+        ESConfig.from_dict({"env": "CartPole-v1", "noise_stdev": 0.0})
     with pytest.raises(ConfigError, match="valid: es"):
         ESTrainer({**TINY, "optimizer": "local"})
     defaults = ESConfig(env="CartPole-v1")
-    assert (defaults.noise_stdev, defaults.stepsize, defaults.l2_coeff) == (0.02, 0.01, 0.005)
+    es = defaults.optimizer_config
+    assert (es.noise_stdev, es.stepsize, es.l2_coeff) == (0.02, 0.01, 0.005)
     assert defaults.observation_filter == "MeanStdFilter"
 
 

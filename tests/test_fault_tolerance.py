@@ -258,7 +258,7 @@ def test_lost_replay_shard_is_recreated_empty_and_replay_goes_on(ray_session):
         {"num_replay_shards": 2, "buffer_size": 200, "learning_starts": 30, "train_batch_size": 8}
     )
     tasks = TaskPool(4)
-    replay = ShardedReplay(config, True, tasks, lambda refs: ray.get(refs, timeout=TIMEOUT_S))
+    replay = ShardedReplay(config, True, tasks, lambda refs: ray.get(refs, timeout=TIMEOUT_S), 0)
 
     def add(n: int) -> None:
         for i in range(n):

@@ -11,6 +11,8 @@ missing.
 
 from __future__ import annotations
 
+import dataclasses
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -92,6 +94,9 @@ class NumpyQPolicy(PolicyGraph):
         self.apply_gradients(grads)
         return stats
 
+    def learning_rate(self, timestep):  # the step size sharded_ps's Adam shards use
+        return self.config.lr
+
     def get_weights(self):
         return {"w": self.w.copy(), "b": self.b.copy()}
 
@@ -100,14 +105,19 @@ class NumpyQPolicy(PolicyGraph):
         self.b = np.array(weights["b"], np.float32)
 
 
+@dataclasses.dataclass
+class NumpyQConfig(TrainerConfig):
+    """Every registered optimizer allowed."""
+
+    supported_optimizers = tuple(optimizer_names())
+
+
 class NumpyQTrainer(Trainer):
     """A custom algorithm: the numpy policy, every registered optimizer allowed."""
 
     name = "NUMPY_Q"
-    config_class = TrainerConfig
+    config_class = NumpyQConfig
     policy_class = NumpyQPolicy
-    supported_optimizers = tuple(optimizer_names())
-    default_optimizer = "local"
 
 
 BASE = {
@@ -136,7 +146,7 @@ REFUSED = {
 
 def test_the_parametrization_covers_the_known_optimizers():
     known = {"local", "multi_gpu", "allreduce", "async", "sharded_ps", "replay", "apex"}
-    assert known | {"auto", "es"} <= set(NumpyQTrainer.supported_optimizers)
+    assert known | {"auto", "es"} <= set(NumpyQTrainer.config_class.supported_optimizers)
 
 
 def _learns(config: dict) -> None:

@@ -36,7 +36,7 @@ pytestmark = pytest.mark.timeout(120)
 
 TWO_CPUS = ClusterCapacity({"CPU": 2.0}, [{"CPU": 2.0}])
 """The session's Ray (``ray_session``): one node with 2 CPUs."""
-ES_CASE = {"env": "CartPole-v1", "num_evaluators": 2, "num_aggregators": 1}
+ES_CASE = {"env": "CartPole-v1", "num_evaluators": 2, "optimizer_config": {"num_aggregators": 1}}
 """2 evaluators x 1 CPU + an aggregator x 0.1 CPU = 2.1 CPUs."""
 TUNE_CASE = {"env": "CartPole-v1", "num_evaluators": 2}
 """As a Tune trial: driver 1 CPU + 2 evaluators x 1 CPU = 3 CPUs."""
@@ -53,8 +53,7 @@ POPULATION_CASE = {
 APEX_CASE = {
     "env": "CartPole-v1",
     "num_evaluators": 1,
-    "num_replay_shards": 4,
-    "num_cpus_per_replay_shard": 0.5,
+    "optimizer_config": {"num_replay_shards": 4, "num_cpus_per_replay_shard": 0.5},
 }
 """1 evaluator x 1 CPU + 4 replay shards x 0.5 CPU = 3 CPUs."""
 
@@ -89,14 +88,14 @@ def test_es_case_names_total_parts_cluster_and_settings_that_fit():
     assert message.startswith("ES can never be placed")
     assert "it needs 2.1 CPU but the Ray cluster has 2 CPU in all (1 node)" in message
     assert "2 evaluators x 1 CPU (num_cpus_per_evaluator)" in message
-    assert "1 ES aggregator x 0.1 CPU (num_cpus_per_aggregator)" in message
+    assert "1 ES aggregator x 0.1 CPU (optimizer_config.num_cpus_per_aggregator)" in message
     assert "= 2.1 CPU; its driver process reserves nothing in Ray" in message
     assert "driver 1 CPU" not in message  # a plain driver process is no Ray reservation
     assert _fixes(message) == [
         "num_cpus_per_evaluator=0.95",
         "num_evaluators=1",
-        "num_cpus_per_aggregator=0",
-        "num_aggregators=0",
+        "optimizer_config.num_cpus_per_aggregator=0",
+        "optimizer_config.num_aggregators=0",
     ]
     assert f"{SKIP_CHECK_ENV}=1" in message
     _assert_each_fix_fits(ESTrainer, ES_CASE, message, driver=False)
@@ -151,8 +150,8 @@ def test_missing_gpus_are_named():
         (
             ApexTrainer,
             APEX_CASE,
-            "4 Ape-X replay shards x 0.5 CPU (num_cpus_per_replay_shard) = 3 CPU",
-            "num_replay_shards=2",
+            "4 Ape-X replay shards x 0.5 CPU (optimizer_config.num_cpus_per_replay_shard) = 3 CPU",
+            "optimizer_config.num_replay_shards=2",
         ),
         (
             PGTrainer,
@@ -251,7 +250,7 @@ def test_cli_es_case_fails_fast_with_one_error_line(tmp_path):
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("hierl: error: ES can never be placed")
     assert "it needs 2.1 CPU but the Ray cluster has 2 CPU in all" in lines[0]
-    assert "1 ES aggregator x 0.1 CPU (num_cpus_per_aggregator)" in lines[0]
+    assert "1 ES aggregator x 0.1 CPU (optimizer_config.num_cpus_per_aggregator)" in lines[0]
     assert "num_cpus_per_evaluator=0.95" in lines[0]
 
 
@@ -338,8 +337,11 @@ def test_apex_over_reserving_replay_shards_fails_fast(ray_session):
         ApexTrainer(APEX_CASE)
     message = str(error.value)
     assert "it needs 3 CPU but the Ray cluster has 2 CPU in all" in message
-    assert "4 Ape-X replay shards x 0.5 CPU (num_cpus_per_replay_shard)" in message
-    assert _fixes(message)[:2] == ["num_cpus_per_replay_shard=0.25", "num_replay_shards=2"]
+    assert "4 Ape-X replay shards x 0.5 CPU (optimizer_config.num_cpus_per_replay_shard)" in message
+    assert _fixes(message)[:2] == [
+        "optimizer_config.num_cpus_per_replay_shard=0.25",
+        "optimizer_config.num_replay_shards=2",
+    ]
 
 
 @pytest.mark.ray

@@ -62,9 +62,10 @@ def test_unsupported_and_unknown_optimizer_names():
     with pytest.raises(ConfigError, match=r"unknown optimizer 'locl'.*did you mean 'local'"):
         PPOTrainer({**TINY, "optimizer": "locl"})
     # A registered strategy the algorithm does not declare: the valid names are listed.
-    valid = ", ".join(PPOTrainer.supported_optimizers)
-    assert "apex" not in PPOTrainer.supported_optimizers
-    with pytest.raises(ConfigError, match=f"'apex' is not supported by PPO; valid: {valid}$"):
+    supported = PPOTrainer.config_class.supported_optimizers
+    assert "apex" not in supported
+    valid = ", ".join(supported)
+    with pytest.raises(ConfigError, match=f"'apex' is not supported by PPOConfig; valid: {valid}$"):
         PPOTrainer({**TINY, "optimizer": "apex"})
 
 

@@ -16,15 +16,28 @@ from typing import Any
 import torch
 
 from hierl.algorithms.pg import PGConfig, PGPolicy
-from hierl.algorithms.trainer import Trainer
+from hierl.algorithms.trainer import Trainer, same_defaults
 from hierl.postprocessing import compute_advantages
 from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import TensorBatch
 
+A2C_OPTIMIZERS = ("local", "multi_gpu", "allreduce", "auto")
+"""The synchronous strategies A2C runs on."""
+
 
 @dataclasses.dataclass
 class A2CConfig(PGConfig):
-    """A2C settings: many small synchronous updates on short fragments."""
+    """A2C settings: many small synchronous updates on short fragments.
+
+    ``train_batch_size`` (160 by default) is the env steps per update.
+    """
+
+    supported_optimizers = A2C_OPTIMIZERS
+    default_optimizer = "local"
+    optimizer_defaults = {
+        **same_defaults(A2C_OPTIMIZERS, train_batch_size=160),
+        "auto": {"train_batch_size": 160, "candidates": A2C_OPTIMIZERS[:-1]},
+    }
 
     lr: float = 1e-3
     """Learning rate (Adam)."""
@@ -32,9 +45,6 @@ class A2CConfig(PGConfig):
     """Sub-envs per evaluator."""
     rollout_fragment_length: int = 20
     """Steps per sub-env per sample; also the n of the n-step returns."""
-    train_batch_size: int = 160
-    """Env steps per update (A2C) or per iteration (A3C: gradients applied until this
-    many env steps arrived)."""
     use_gae: bool = True
     """GAE advantages (else n-step bootstrapped returns minus V(s))."""
     lambda_: float = 1.0
@@ -57,12 +67,18 @@ class A2CConfig(PGConfig):
 
 @dataclasses.dataclass
 class A3CConfig(A2CConfig):
-    """A3C settings: A2C's, with remote evaluators and longer iterations by default."""
+    """A3C settings: A2C's, with remote evaluators and longer iterations by default.
+
+    ``train_batch_size`` (2000 by default) is the env steps per iteration: gradients are
+    applied until this many arrived.
+    """
+
+    supported_optimizers = ("async", "sharded_ps", "allreduce")
+    default_optimizer = "async"
+    optimizer_defaults = same_defaults(supported_optimizers, train_batch_size=2000)
 
     num_evaluators: int = 2
     """Remote evaluators, each computing gradients on its own samples."""
-    train_batch_size: int = 2000
-    """Env steps per iteration: gradients are applied until this many arrived."""
 
 
 class A2CPolicy(PGPolicy):
@@ -90,7 +106,6 @@ class A2CTrainer(Trainer):
     name = "A2C"
     config_class = A2CConfig
     policy_class = A2CPolicy
-    supported_optimizers = ("local", "multi_gpu", "allreduce", "auto")
 
 
 class A3CTrainer(Trainer):
@@ -99,5 +114,3 @@ class A3CTrainer(Trainer):
     name = "A3C"
     config_class = A3CConfig
     policy_class = A2CPolicy
-    supported_optimizers = ("async", "sharded_ps", "allreduce")
-    default_optimizer = "async"

@@ -40,7 +40,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from hierl.algorithms.off_policy import OffPolicyConfig
-from hierl.algorithms.trainer import Trainer
+from hierl.algorithms.trainer import Trainer, same_defaults
 from hierl.models.networks import MLP, ModelConfig
 from hierl.models.preprocessors import get_preprocessor
 from hierl.policy_graph import LearnResult, PolicyGraph, Weights
@@ -56,6 +56,15 @@ from hierl.torch_policy_graph import (
     writable_array,
 )
 
+DDPG_REPLAY = {
+    "train_batch_size": 256,
+    "replay_ratio": 256.0,
+    "buffer_size": 1_000_000,
+    "prioritized_replay": False,
+}
+"""DDPG's replay under ``replay`` and ``apex``: batches of 256, one update per env step,
+uniform replay over the last million rows."""
+
 
 @dataclasses.dataclass
 class DDPGConfig(OffPolicyConfig):
@@ -63,10 +72,13 @@ class DDPGConfig(OffPolicyConfig):
 
     The defaults are the TD3 paper's re-tuned DDPG ("Our DDPG", Fujimoto et al. 2018,
     §6.1): Adam 1e-3 for both networks, tau 0.005, Gaussian exploration noise 0.1, actions
-    fed to the critic's first layer, no L2 penalty, a uniform-random warm-up.  The replay
-    settings carry the names of the ``replay``/``apex`` optimizer configs and are passed
-    to them.
+    fed to the critic's first layer, no L2 penalty, a uniform-random warm-up.  Replay
+    (``replay`` by default, or ``apex``): batches of 256 rows (``train_batch_size``), 256
+    rows replayed per env step sampled (one update per step: TD3's interleaving),
+    uniform replay over the last million rows.
     """
+
+    optimizer_defaults = same_defaults(("replay", "apex"), **DDPG_REPLAY)
 
     model: ModelConfig = dataclasses.field(
         default_factory=lambda: ModelConfig(hiddens=(256, 256), activation="relu")
@@ -78,8 +90,6 @@ class DDPGConfig(OffPolicyConfig):
     rollout_fragment_length: int = 1
     """Env steps per sub-env per sample; with ``replay_ratio = train_batch_size`` each
     sampled step is followed by one update (TD3's interleaving)."""
-    train_batch_size: int = 256
-    """Rows per replayed batch (one learner update each)."""
     timesteps_per_iteration: int = 1000
     """Env steps per ``train()`` (each optimizer step samples only one)."""
     actor_lr: float = 1e-3
@@ -111,12 +121,6 @@ class DDPGConfig(OffPolicyConfig):
     """Huber critic loss instead of the squared error."""
     huber_threshold: float = 1.0
     """Huber loss delta (with ``use_huber``)."""
-    buffer_size: int = 1_000_000
-    """Rows kept in replay (over all shards with ``apex``)."""
-    prioritized_replay: bool = False
-    """Proportional prioritized replay by |TD error of the first critic| (else uniform)."""
-    replay_ratio: float = 256.0
-    """Rows replayed per env step sampled; ``train_batch_size`` = one update per step."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -142,7 +146,9 @@ class DDPGConfig(OffPolicyConfig):
 class TD3Config(DDPGConfig):
     """TD3 (Fujimoto et al. 2018, Algorithm 1 and §6.1): DDPG with twin critics, target
     policy smoothing (0.2, clipped at 0.5) and actor/target updates every 2 critic updates;
-    10k uniformly random warm-up steps, learning from then on."""
+    10k uniformly random warm-up steps, learning from then on (``learning_starts``)."""
+
+    optimizer_defaults = same_defaults(("replay", "apex"), **DDPG_REPLAY, learning_starts=10_000)
 
     actor_lr: float = 3e-4
     """Learning rate of the actor's Adam optimizer (the authors' code)."""
@@ -156,18 +162,24 @@ class TD3Config(DDPGConfig):
     """Target policy smoothing."""
     random_timesteps: int = 10_000
     """Uniformly random actions for the first this-many sampled env steps."""
-    learning_starts: int = 10_000
-    """Stored rows before the first update (the end of the random warm-up)."""
 
 
 @dataclasses.dataclass
 class ApexDDPGConfig(DDPGConfig):
-    """Ape-X DDPG (Horgan et al. 2018, §4.2) on the ``apex`` optimizer.
+    """The ``APEX_DDPG`` preset (Horgan et al. 2018, §4.2): DDPG on the ``apex`` optimizer.
 
     Evaluator ``i`` of ``N`` explores with noise ``exploration_noise * 0.4 ** (1 + 7 (i-1)
-    / (N-1))`` (the ladder pinned through ``DDPGPolicy.set_exploration_scale``); replay is
-    prioritized by |TD error| and sharded.
+    / (N-1))`` (the optimizer's ladder, pinned through the policy's exploration scale);
+    replay is prioritized by |TD error| and sharded over 4 shards holding 200k rows, and
+    the learner starts after 10k.
     """
+
+    default_optimizer = "apex"
+    optimizer_defaults = same_defaults(
+        ("replay", "apex"),
+        **{**DDPG_REPLAY, "buffer_size": 200_000, "prioritized_replay": True},
+        learning_starts=10_000,
+    )
 
     num_evaluators: int = 2
     """Remote evaluators (the Ape-X actors)."""
@@ -182,32 +194,6 @@ class ApexDDPGConfig(DDPGConfig):
     random_timesteps: int = 0
     """Uniformly random actions while the global timestep (refreshed on weight syncs) is
     below this; the noise ladder explores instead by default."""
-    prioritized_replay: bool = True
-    """Proportional prioritized replay (Ape-X's)."""
-    buffer_size: int = 200_000
-    """Rows kept over all replay shards."""
-    learning_starts: int = 10_000
-    """Rows stored (over all shards) before the learner starts."""
-    num_replay_shards: int = 4
-    """Replay shard actors."""
-    max_weight_sync_delay: int = 400
-    """Env steps an evaluator samples before it receives fresh weights."""
-    per_worker_epsilon: bool = True
-    """Pin the Ape-X noise ladder on the evaluators (``set_exploration_scale``)."""
-    epsilon_base: float = 0.4
-    """The ladder's largest noise scale."""
-    epsilon_alpha: float = 7.0
-    """The ladder's exponent range."""
-    min_step_time_s: float = 1.0
-    """Each ``train()`` runs the apex event loop at least this long."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.check("num_replay_shards", self.num_replay_shards >= 1, "must be >= 1")
-        self.check("max_weight_sync_delay", self.max_weight_sync_delay >= 1, "must be >= 1")
-        self.check("epsilon_base", 0.0 <= self.epsilon_base <= 1.0, "must be in [0, 1]")
-        self.check("epsilon_alpha", self.epsilon_alpha >= 0, "must be >= 0")
-        self.check("min_step_time_s", self.min_step_time_s >= 0, "must be >= 0")
 
 
 # -- networks --------------------------------------------------------------------------------
@@ -519,8 +505,6 @@ class DDPGTrainer(Trainer):
     name = "DDPG"
     config_class = DDPGConfig
     policy_class = DDPGPolicy
-    supported_optimizers = ("replay", "apex")
-    default_optimizer = "replay"
 
 
 class TD3Trainer(DDPGTrainer):
@@ -531,12 +515,10 @@ class TD3Trainer(DDPGTrainer):
 
 
 class ApexDDPGTrainer(DDPGTrainer):
-    """Ape-X DDPG: DDPG on the ``apex`` optimizer with a per-evaluator noise ladder."""
+    """Ape-X DDPG: the ``APEX_DDPG`` preset of DDPG (``ApexDDPGConfig``)."""
 
     name = "APEX_DDPG"
     config_class = ApexDDPGConfig
-    supported_optimizers = ("apex", "replay")
-    default_optimizer = "apex"
 
 
 __all__ = [

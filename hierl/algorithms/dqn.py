@@ -49,9 +49,26 @@ from hierl.utils import piecewise_linear
 class DQNConfig(OffPolicyConfig):
     """DQN settings.  The defaults solve CartPole-v1 with the ``replay`` optimizer.
 
-    The replay fields are ``OffPolicyConfig``'s; ``train_batch_size`` is the number of
-    replayed rows per update.
+    Optimizers: ``replay`` (default), ``apex`` (the Ape-X epsilon ladder; the ``APEX``
+    preset sets it with its trainer defaults) and ``async`` (gradients of fresh
+    samples).  ``train_batch_size`` is the rows per replayed batch (with ``async``: env
+    steps sampled per optimizer step).  Replay: batches of 64 with 16 rows replayed per
+    env step sampled, i.e. one update per 4-step fragment.  Ape-X: batches of 256, two
+    replay shards, 16 replay requests in flight per shard, steps of at least 0.5 s.
     """
+
+    supported_optimizers = ("replay", "apex", "async")
+    optimizer_defaults = {
+        "replay": {"train_batch_size": 64, "replay_ratio": 16.0},
+        "async": {"train_batch_size": 64},
+        "apex": {
+            "train_batch_size": 256,
+            "replay_ratio": 16.0,
+            "num_replay_shards": 2,
+            "replay_requests_in_flight_per_shard": 16,
+            "min_step_time_s": 0.5,
+        },
+    }
 
     lr: float = 1e-3
     """Learning rate (Adam)."""
@@ -86,13 +103,6 @@ class DQNConfig(OffPolicyConfig):
     """Epsilon after ``epsilon_timesteps`` sampled env steps (and from then on)."""
     epsilon_timesteps: int = 10_000
     """Sampled env steps over which epsilon falls linearly to ``final_epsilon``."""
-    # -- replay (OffPolicyConfig's fields, DQN's defaults) ---------------------------
-    train_batch_size: int = 64
-    """Rows per replayed batch (one learner update each); with ``async``, env steps
-    sampled per optimizer step."""
-    replay_ratio: float = 16.0
-    """Rows replayed per env step sampled (16 with batches of 64: an update per 4 steps,
-    i.e. one per sampled fragment)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -320,7 +330,8 @@ def _set_target_weights(weights: Weights, evaluator: PolicyEvaluator) -> None:
 
 
 class DQNTrainer(Trainer):
-    """DQN on the ``replay`` optimizer (default) or ``async`` (gradients of fresh samples).
+    """DQN on the ``replay`` optimizer (default), ``apex`` or ``async`` (gradients of
+    fresh samples).
 
     Between optimizer steps it updates the target network of every evaluator's policy
     (the learner's, and the replicas' that compute gradients or initial priorities) each
@@ -330,8 +341,6 @@ class DQNTrainer(Trainer):
     name = "DQN"
     config_class = DQNConfig
     policy_class = DQNPolicy
-    supported_optimizers = ("replay", "async")
-    default_optimizer = "replay"
 
     def __init__(self, config: Any = None, env: Any = None):
         super().__init__(config, env)
@@ -348,14 +357,12 @@ class DQNTrainer(Trainer):
         return True
 
     def train(self) -> dict[str, Any]:
-        """One iteration (``timesteps_per_iteration`` env steps); adds exploration stats."""
+        """One iteration (``timesteps_per_iteration`` env steps); adds ``epsilon``, the
+        schedule's value (evaluators pinned to a ladder by ``apex`` report theirs as the
+        optimizer's ``epsilon_min`` / ``epsilon_max``)."""
         result = super().train()
-        result.update(self.exploration_stats())
+        result["epsilon"] = self.get_policy().epsilon
         return result
-
-    def exploration_stats(self) -> dict[str, float]:
-        """The samplers' epsilon (the schedule's value, which every evaluator follows)."""
-        return {"epsilon": self.get_policy().epsilon}
 
     def after_optimizer_step(self, learner_stats: LearnerStats) -> None:
         """Between optimizer steps: update the target networks when due."""
@@ -376,14 +383,14 @@ class DQNTrainer(Trainer):
 
 @dataclasses.dataclass
 class ApexDQNConfig(DQNConfig):
-    """Ape-X DQN settings: DQN's plus the ``apex`` optimizer's (same names).
+    """The ``APEX`` preset: DQN on the ``apex`` optimizer with Ape-X trainer defaults.
 
     Evaluators explore with the ladder ``epsilon_base ** (1 + epsilon_alpha i / (N-1))``
     instead of the schedule; the defaults learn CartPole-v1 with 0 or 2 evaluators.
     """
 
-    train_batch_size: int = 256
-    """Rows per replayed batch (one learner update each)."""
+    default_optimizer = "apex"
+
     rollout_fragment_length: int = 16
     """Env steps per sub-env per sample (a batch pushed to a replay shard)."""
     num_envs_per_evaluator: int = 4
@@ -393,49 +400,10 @@ class ApexDQNConfig(DQNConfig):
     env steps were sampled (0: one step)."""
     target_network_update_freq: int = 5000
     """Sampled env steps between target network updates (checked between apex steps)."""
-    replay_ratio: float = 16.0
-    """Most rows replayed per env step stored."""
-    num_replay_shards: int = 2
-    """Replay actors; each holds ``buffer_size // num_replay_shards`` rows."""
-    num_cpus_per_replay_shard: float = 0.0
-    """CPUs each replay actor reserves (0: it shares the machine's)."""
-    replay_requests_in_flight_per_shard: int = 16
-    """Replay batches being fetched from each shard at once (the learner's prefetch)."""
-    learner_queue_size: int = 16
-    """Bound of the learner thread's input and output queues."""
-    max_weight_sync_delay: int = 400
-    """Env steps an evaluator samples before it receives fresh weights."""
-    per_worker_epsilon: bool = True
-    """Pin each evaluator to its rung of the epsilon ladder (else: the schedule)."""
-    epsilon_base: float = 0.4
-    """The ladder's largest epsilon (the paper's 0.4)."""
-    epsilon_alpha: float = 7.0
-    """The ladder's exponent range (the paper's 7)."""
-    min_step_time_s: float = 0.5
-    """Each apex step runs its event loop at least this long."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.check("num_replay_shards", self.num_replay_shards >= 1, "must be >= 1")
-        self.check(
-            "buffer_size",
-            self.buffer_size >= self.num_replay_shards,
-            f"must be >= num_replay_shards={self.num_replay_shards}",
-        )
-        self.check("epsilon_base", 0.0 <= self.epsilon_base <= 1.0, "must be in [0, 1]")
-        self.check("epsilon_alpha", self.epsilon_alpha >= 0, "must be >= 0")
-        self.check("min_step_time_s", self.min_step_time_s >= 0, "must be >= 0")
 
 
 class ApexTrainer(DQNTrainer):
-    """Ape-X DQN: DQN on the ``apex`` optimizer (epsilon ladder, evaluator priorities)."""
+    """Ape-X DQN: the ``APEX`` preset of DQN (``ApexDQNConfig``)."""
 
     name = "APEX"
     config_class = ApexDQNConfig
-    supported_optimizers = ("apex",)
-    default_optimizer = "apex"
-
-    def exploration_stats(self) -> dict[str, float]:
-        """The ladder's smallest and largest epsilon (the schedule's when not pinned)."""
-        epsilons = getattr(self.optimizer, "epsilons", None) or [self.get_policy().epsilon]
-        return {"epsilon_min": min(epsilons), "epsilon_max": max(epsilons)}

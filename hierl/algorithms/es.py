@@ -21,7 +21,6 @@ import torch
 from hierl.algorithms.trainer import Trainer, TrainerConfig
 from hierl.models.networks import MLP
 from hierl.models.preprocessors import get_preprocessor
-from hierl.optimizers.es.noise_table import DEFAULT_NOISE_SIZE
 from hierl.policy_graph import PolicyGraph, Weights
 from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import module_weights
@@ -37,57 +36,17 @@ _NUMPY_ACTIVATIONS = {
 
 @dataclasses.dataclass
 class ESConfig(TrainerConfig):
-    """ES settings; the ES defaults are the RLlib paper's (appendix D) for MuJoCo tasks.
-
-    ``l2_coeff`` has the paper's meaning because the update is scaled as in the reference
-    code (``g = 1/n Σ (F⁺ - F⁻) ε_i``, not divided by sigma; see ``hierl.optimizers.es.updates``).
+    """ES settings: the ``es`` optimizer's (``optimizer_config``: noise, step size, L2,
+    episodes per batch, aggregators ...; its defaults are the RLlib paper's, appendix D,
+    for MuJoCo tasks) plus the policy's network and observation filter.
     """
+
+    supported_optimizers = ("es",)
+    default_optimizer = "es"
 
     observation_filter: Literal["NoFilter", "MeanStdFilter"] = "MeanStdFilter"
     """Observation normalisation (Salimans et al. normalise; statistics merged across
     evaluators after every iteration)."""
-    noise_stdev: float = 0.02
-    """``sigma``: standard deviation of the parameter perturbations."""
-    stepsize: float = 0.01
-    """Adam step size."""
-    l2_coeff: float = 0.005
-    """L2 coefficient: Adam descends ``-g + l2_coeff · θ`` with ``g = 1/n Σ (F⁺ - F⁻) ε_i``
-    (not divided by sigma), as in the reference ``es_distributed/es.py``."""
-    episodes_per_batch: int = 5000
-    """Perturbed episodes per update (antithetic pairs: rounded up to even)."""
-    timesteps_per_batch: int = 0
-    """Also play on until this many env steps per update (0: no minimum)."""
-    eval_prob: float = 0.003
-    """Chance per pair of one extra unperturbed episode (reported as ``eval_return_mean``)."""
-    fitness_shaping: Literal["centered_ranks", "none"] = "centered_ranks"
-    """Returns → weights: centered ranks in [-0.5, 0.5] (Salimans), or raw returns."""
-    noise_size: int = DEFAULT_NOISE_SIZE
-    """Entries of the shared float32 noise table (in the object store once)."""
-    noise_seed: int = 123
-    """Seed of the noise table."""
-    max_episode_steps: int = 0
-    """Cut every episode after this many steps (0: the env's own time limit)."""
-    num_aggregators: int = 0
-    """Aggregator actors between driver and evaluators (at most ``num_evaluators``)."""
-    num_cpus_per_aggregator: float = 0.1
-    """CPUs reserved by each aggregator actor."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.check("noise_stdev", self.noise_stdev > 0, "must be > 0")
-        self.check("stepsize", self.stepsize > 0, "must be > 0")
-        self.check("l2_coeff", self.l2_coeff >= 0, "must be >= 0")
-        self.check("episodes_per_batch", self.episodes_per_batch >= 2, "must be >= 2")
-        self.check("timesteps_per_batch", self.timesteps_per_batch >= 0, "must be >= 0")
-        self.check("eval_prob", 0.0 <= self.eval_prob <= 1.0, "must be in [0, 1]")
-        self.check("noise_size", self.noise_size >= 1, "must be >= 1")
-        self.check("max_episode_steps", self.max_episode_steps >= 0, "must be >= 0")
-        self.check(
-            "num_aggregators",
-            0 <= self.num_aggregators <= self.num_evaluators,
-            f"must be in [0, num_evaluators={self.num_evaluators}]",
-        )
-        self.check("num_cpus_per_aggregator", self.num_cpus_per_aggregator >= 0, ">= 0")
 
 
 class ESPolicy(PolicyGraph):
@@ -214,10 +173,3 @@ class ESTrainer(Trainer):
     name = "ES"
     config_class = ESConfig
     policy_class = ESPolicy
-    supported_optimizers = ("es",)
-    default_optimizer = "es"
-
-    def _collect_episodes(self) -> list:
-        # The perturbed episodes reach the driver with the step's results (through the
-        # aggregators when there are any), so no extra call per evaluator is needed.
-        return self.local_evaluator.get_metrics() + self.optimizer.pop_episodes()

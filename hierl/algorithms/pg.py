@@ -11,21 +11,26 @@ from typing import Any
 
 import torch
 
-from hierl.algorithms.trainer import Trainer, TrainerConfig
+from hierl.algorithms.trainer import Trainer, TrainerConfig, same_defaults
 from hierl.models.distributions import ActionDistribution
 from hierl.postprocessing import compute_advantages
 from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
+
+PG_OPTIMIZERS = ("local", "multi_gpu", "allreduce", "async", "sharded_ps", "auto")
+"""The strategies PG runs on (any gradient strategy: its loss allows them all)."""
 
 
 @dataclasses.dataclass
 class PGConfig(TrainerConfig):
     """PG settings (defaults solve CartPole-v1 to ~200 in well under a minute)."""
 
+    supported_optimizers = PG_OPTIMIZERS
+    # env steps per update; auto compares every gradient strategy (its default)
+    optimizer_defaults = same_defaults(PG_OPTIMIZERS, train_batch_size=2000)
+
     lr: float = 0.004
     """Learning rate (Adam)."""
-    train_batch_size: int = 2000
-    """Environment steps per update."""
     num_envs_per_evaluator: int = 8
     """Sub-envs per evaluator."""
     vf_loss_coeff: float = 0.5
@@ -71,4 +76,3 @@ class PGTrainer(Trainer):
     name = "PG"
     config_class = PGConfig
     policy_class = PGPolicy
-    supported_optimizers = ("local", "multi_gpu", "allreduce", "async", "sharded_ps", "auto")

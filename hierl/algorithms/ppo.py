@@ -19,27 +19,36 @@ from typing import Any
 
 import torch
 
-from hierl.algorithms.trainer import Trainer, TrainerConfig
+from hierl.algorithms.trainer import Trainer, TrainerConfig, same_defaults
 from hierl.policy_graph import LearnerStats, PolicyGraph
 from hierl.postprocessing import compute_advantages
 from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
 
+PPO_OPTIMIZERS = ("local", "multi_gpu", "allreduce", "auto")
+"""The strategies PPO runs on (those that run SGD epochs over each batch)."""
+PPO_SGD = {"train_batch_size": 1024, "num_sgd_iter": 10, "sgd_minibatch_size": 256}
+"""PPO's batch, epochs and minibatch under each of them."""
+
 
 @dataclasses.dataclass
 class PPOConfig(TrainerConfig):
-    """PPO settings.  The defaults solve the classic-control tasks without flags."""
+    """PPO settings.  The defaults solve the classic-control tasks without flags.
+
+    Under every strategy: 1024 env steps per iteration (``train_batch_size``), 10 epochs
+    over them (``num_sgd_iter``) in minibatches of 256 rows (``sgd_minibatch_size``).
+    """
+
+    supported_optimizers = PPO_OPTIMIZERS
+    optimizer_defaults = {
+        **same_defaults(PPO_OPTIMIZERS, **PPO_SGD),
+        "auto": {**PPO_SGD, "candidates": PPO_OPTIMIZERS[:-1]},
+    }
 
     lr: float = 2e-3
     """Learning rate (Adam)."""
     num_envs_per_evaluator: int = 16
     """Sub-envs per evaluator."""
-    train_batch_size: int = 1024
-    """Environment steps per iteration."""
-    num_sgd_iter: int = 10
-    """Epochs over each train batch."""
-    sgd_minibatch_size: int = 256
-    """Rows per SGD minibatch."""
     lambda_: float = 0.95
     """GAE lambda."""
     use_gae: bool = True
@@ -155,7 +164,6 @@ class PPOTrainer(Trainer):
     name = "PPO"
     config_class = PPOConfig
     policy_class = PPOPolicy
-    supported_optimizers = ("local", "multi_gpu", "allreduce", "auto")
 
     def after_optimizer_step(self, learner_stats: LearnerStats) -> None:
         """Adapt each policy's KL coefficient from its own epoch-mean KL."""

@@ -59,15 +59,6 @@ def resolve_config(trainer_cls: type[BaseTrainer], config: BaseConfig | Mapping[
     return config
 
 
-def _optimizer_setting(config: TrainerConfig, field: str) -> str:
-    """Where ``config`` sets optimizer field ``field``: the same-named trainer field, unless
-    ``optimizer_config`` overrides it or the trainer has no such field."""
-    trainer_fields = {f.name for f in dataclasses.fields(config)}
-    if field in config.optimizer_config or field not in trainer_fields:
-        return f"optimizer_config.{field}"
-    return field
-
-
 def trainer_groups(
     trainer_cls: type[BaseTrainer], config: BaseConfig | Mapping[str, Any]
 ) -> list[ActorGroup]:
@@ -94,16 +85,15 @@ def trainer_groups(
             )
         )
     if issubclass(trainer_cls, Trainer):
-        # read the way the trainer builds its optimizer, so both always agree
-        name = cfg.optimizer or trainer_cls.default_optimizer
-        opt_config = trainer_cls.optimizer_config(cfg, name)
-        for g in get_optimizer_class(name).actor_groups(opt_config, cfg.num_evaluators):
+        # the config the trainer builds its optimizer from, so both always agree
+        opt_class = get_optimizer_class(cfg.optimizer)
+        for g in opt_class.actor_groups(cfg.optimizer_config, cfg.num_evaluators):
             groups.append(
                 dataclasses.replace(
                     g,
-                    count_setting=g.count_setting and _optimizer_setting(cfg, g.count_setting),
+                    count_setting=g.count_setting and f"optimizer_config.{g.count_setting}",
                     share_settings={
-                        r: _optimizer_setting(cfg, s) for r, s in g.share_settings.items()
+                        r: f"optimizer_config.{s}" for r, s in g.share_settings.items()
                     },
                 )
             )

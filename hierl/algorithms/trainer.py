@@ -19,19 +19,24 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 
 from hierl.algorithms import multi_agent
 from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
 from hierl.checkpoint import CheckpointError
-from hierl.config import ConfigError
+from hierl.config import ConfigError, from_dict, suggest
 from hierl.evaluators import EvaluatorSet, env_state
 from hierl.evaluators.evaluator_set import DEFAULT_MAX_EVALUATOR_RESTARTS
 from hierl.evaluators.policy_map import PolicySpec
 from hierl.models.networks import ModelConfig
-from hierl.optimizers import PolicyOptimizer, get_optimizer_class
+from hierl.optimizers import (
+    OptimizerConfig,
+    PolicyOptimizer,
+    get_optimizer_class,
+    optimizer_settings,
+)
 from hierl.policy_graph import LearnerStats, PolicyGraph, Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID
 from hierl.utils import seed_everything
@@ -42,11 +47,31 @@ MULTI_AGENT = (
 )
 RECURRENT = ("supports_recurrent", "recurrent models (model.use_lstm=True)")
 """Optimizer capabilities a config may need: (PolicyOptimizer class flag, description)."""
+TC = TypeVar("TC", bound="TrainerConfig")
+
+
+def same_defaults(names: tuple[str, ...], **settings: Any) -> dict[str, dict[str, Any]]:
+    """``optimizer_defaults`` giving each optimizer in ``names`` the same ``settings``
+    (e.g. an algorithm's batch size under every strategy it runs on)."""
+    return {name: dict(settings) for name in names}
 
 
 @dataclasses.dataclass
 class TrainerConfig(BaseConfig):
-    """Settings shared by every algorithm.  Algorithm configs subclass this."""
+    """Settings shared by every algorithm.  Algorithm configs subclass this.
+
+    An algorithm names the optimizers it supports and states, per optimizer, the
+    settings it changes (``optimizer_defaults``); the optimizer's settings themselves are
+    declared only in its config class (``optimizer_config``).  Flat keys such as
+    ``train_batch_size`` are aliases of ``optimizer_config.<key>`` (``resolve_aliases``).
+    """
+
+    supported_optimizers: ClassVar[tuple[str, ...]] = ("local",)
+    """The optimizer names this algorithm runs on."""
+    default_optimizer: ClassVar[str] = "local"
+    """The optimizer used when ``optimizer`` is empty."""
+    optimizer_defaults: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    """Optimizer name -> the settings of its config this algorithm changes."""
 
     num_evaluators: int = 0
     """Remote evaluator actors; 0 samples in the driver process (no Ray needed)."""
@@ -62,16 +87,10 @@ class TrainerConfig(BaseConfig):
     """Evaluators sample in a background thread, queueing one batch ahead (A3C-style)."""
     batch_mode: Literal["truncate_episodes", "complete_episodes"] = "truncate_episodes"
     """Cut episodes at fragment ends (bootstrapping) or return whole episodes only."""
-    train_batch_size: int = 4000
-    """Environment steps gathered per training iteration."""
     timesteps_per_iteration: int = 0
     """Each ``train()`` repeats optimizer steps until this many env steps were sampled
     (0: one step), so that an iteration of a one-step-per-update algorithm (DQN, DDPG)
     is not a single env step."""
-    num_sgd_iter: int = 1
-    """Epochs over each train batch."""
-    sgd_minibatch_size: int = 0
-    """Minibatch size of each SGD update; 0 = whole batch."""
     gamma: float = 0.99
     """Discount factor."""
     lr: float = 5e-4
@@ -83,9 +102,12 @@ class TrainerConfig(BaseConfig):
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     """Network settings (hiddens, activation, vf_share_layers, conv_filters...)."""
     optimizer: str = ""
-    """Policy optimizer by name; empty = the algorithm's default."""
-    optimizer_config: dict = dataclasses.field(default_factory=dict)
-    """Settings of the chosen optimizer (e.g. ``{"num_towers": 2}``), checked by it."""
+    """Policy optimizer by name (one of ``supported_optimizers``); empty: the algorithm's
+    ``default_optimizer``."""
+    optimizer_config: dict | OptimizerConfig = dataclasses.field(default_factory=dict)
+    """Settings of the chosen optimizer (its config class: e.g. ``{"num_towers": 2}`` for
+    ``multi_gpu``), over the algorithm's ``optimizer_defaults`` for it; a dict becomes
+    that typed config when the config is built."""
     observation_filter: Literal["NoFilter", "MeanStdFilter"] = "NoFilter"
     """Observation normalisation, synchronised across evaluators every iteration."""
     clip_rewards: float | None = None
@@ -126,10 +148,7 @@ class TrainerConfig(BaseConfig):
         self.check("num_envs_per_evaluator", self.num_envs_per_evaluator >= 1, "must be >= 1")
         self.check("num_cpus_per_evaluator", self.num_cpus_per_evaluator >= 0, "must be >= 0")
         self.check("rollout_fragment_length", self.rollout_fragment_length >= 0, "must be >= 0")
-        self.check("train_batch_size", self.train_batch_size >= 1, "must be >= 1")
         self.check("timesteps_per_iteration", self.timesteps_per_iteration >= 0, ">= 0")
-        self.check("num_sgd_iter", self.num_sgd_iter >= 1, "must be >= 1")
-        self.check("sgd_minibatch_size", self.sgd_minibatch_size >= 0, "must be >= 0")
         self.check("gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
         self.check("lr", self.lr > 0, "must be > 0")
         self.check("grad_clip", self.grad_clip is None or self.grad_clip > 0, "must be > 0")
@@ -138,6 +157,131 @@ class TrainerConfig(BaseConfig):
         self.check("max_evaluator_restarts", self.max_evaluator_restarts >= 0, "must be >= 0")
         self.policies = {str(pid): PolicySpec.coerce(pid, s) for pid, s in self.policies.items()}
         multi_agent.validate(self)
+        self._resolve_optimizer()
+
+    # -- the optimizer's settings ------------------------------------------------------
+    def _resolve_optimizer(self) -> None:
+        """Fill in the optimizer's name and make ``optimizer_config`` its typed config."""
+        name = self.optimizer = self.check_optimizer(self.optimizer)
+        opt_class = get_optimizer_class(name)
+        if isinstance(self.optimizer_config, OptimizerConfig):
+            if type(self.optimizer_config) is not opt_class.config_class:
+                raise ConfigError(
+                    f"config field 'optimizer_config' is a {type(self.optimizer_config).__name__}"
+                    f"; optimizer '{name}' takes a {opt_class.config_class.__name__} or a dict"
+                )
+        else:
+            self.optimizer_config = self.optimizer_config_for(name, self.optimizer_config)
+        try:
+            opt_class.check_config(self.optimizer_config, self.num_evaluators)
+        except ConfigError as e:
+            raise ConfigError(f"optimizer_config of '{name}': {e}") from e
+
+    @classmethod
+    def check_optimizer(cls, name: str) -> str:
+        """The optimizer ``name`` stands for (empty: ``default_optimizer``); ConfigError
+        for an unknown name ("did you mean") or one this algorithm does not support."""
+        name = name or cls.default_optimizer
+        if name not in cls.supported_optimizers:
+            get_optimizer_class(name)  # unknown names: "did you mean"
+            raise ConfigError(
+                f"config field 'optimizer' = '{name}' is not supported by "
+                f"{cls.__name__}; valid: {', '.join(cls.supported_optimizers)}"
+            )
+        return name
+
+    @classmethod
+    def optimizer_config_for(
+        cls, name: str, settings: Mapping[str, Any] | None = None
+    ) -> OptimizerConfig:
+        """The config of optimizer ``name``: this algorithm's ``optimizer_defaults`` for it
+        under ``settings``."""
+        opt_class = get_optimizer_class(name)
+        try:
+            return opt_class.config_class.from_dict(
+                {**cls.optimizer_defaults.get(name, {}), **(settings or {})}
+            )
+        except ConfigError as e:
+            raise ConfigError(f"optimizer_config of '{name}': {e}") from e
+
+    @classmethod
+    def from_dict(cls: type[TC], data: Mapping[str, Any] | None = None) -> TC:
+        """Build the config from a dict, reading flat optimizer keys as aliases
+        (``resolve_aliases``); unknown keys raise a "did you mean" ConfigError."""
+        return from_dict(cls, cls.resolve_aliases(data or {}))
+
+    @classmethod
+    def resolve_aliases(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        """``data`` with every flat optimizer key moved into ``optimizer_config``.
+
+        The one place where settings are linked by name: a top-level key that is no field
+        of this config but a field of the chosen optimizer's config (``optimizer``, else
+        ``default_optimizer``) is an alias of ``optimizer_config.<key>``, so the flat
+        files users bring from RLlib keep working (``{"train_batch_size": 4000,
+        "num_sgd_iter": 30}`` for ``local``).  Giving a key both ways with different
+        values is an error; a key that is neither raises with "did you mean".
+        """
+        if not isinstance(data, Mapping):
+            return data  # from_dict names the wrong type
+        own = {f.name for f in dataclasses.fields(cls) if f.init}
+        flat = [k for k in data if k not in own]
+        if not flat:
+            return dict(data)
+        name = data.get("optimizer") or ""
+        nested = data.get("optimizer_config") or {}
+        if isinstance(nested, OptimizerConfig):
+            nested = nested.to_dict()
+        if not isinstance(name, str) or not isinstance(nested, Mapping):
+            return dict(data)  # from_dict / __post_init__ name the wrong type
+        name = cls.check_optimizer(name)
+        opt_fields = optimizer_settings(name)
+        out = {k: v for k, v in data.items() if k in own}
+        nested = dict(nested)
+        for key in flat:
+            if key not in opt_fields:
+                raise ConfigError(cls._unknown_key_message(str(key), name, own, opt_fields))
+            if key in nested and nested[key] != data[key]:
+                raise ConfigError(
+                    f"config key '{key}' = {data[key]!r} and optimizer_config.{key} = "
+                    f"{nested[key]!r} disagree ('{key}' is an alias of optimizer_config.{key})"
+                    "; give it once"
+                )
+            nested[key] = data[key]
+        out["optimizer_config"] = nested
+        return out
+
+    @classmethod
+    def _unknown_key_message(
+        cls, key: str, optimizer: str, own: set[str], opt_fields: frozenset[str]
+    ) -> str:
+        owners = [
+            n for n in cls.supported_optimizers if n != optimizer and key in optimizer_settings(n)
+        ]
+        hint = (
+            f"; it is a setting of optimizer {', '.join(repr(n) for n in owners)}, not of "
+            f"'{optimizer}'"
+            if owners
+            else ""
+        )
+        return (
+            f"unknown config key '{key}' for {cls.__name__}"
+            f"{suggest(key, sorted(own | opt_fields))}{hint}; valid keys: "
+            f"{', '.join(sorted(own))}, and the settings of optimizer '{optimizer}' "
+            f"(aliases of optimizer_config.<key>): {', '.join(sorted(opt_fields))}"
+        )
+
+    def replace(self: TC, **changes: Any) -> TC:
+        """A copy with ``changes`` applied (flat optimizer keys as in ``from_dict``); a
+        new ``optimizer`` starts from the algorithm's defaults for it."""
+        data = self.to_dict()
+        if changes.get("optimizer", self.optimizer) != self.optimizer:
+            data["optimizer_config"] = {}
+        nested = {**data["optimizer_config"], **dict(changes.pop("optimizer_config", {}))}
+        own = {f.name for f in dataclasses.fields(self)}
+        for key in [k for k in changes if k not in own]:
+            nested[key] = changes.pop(key)
+        data.update(changes, optimizer_config=nested)
+        return type(self).from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict; callables (env, callbacks) are recorded by name only."""
@@ -192,8 +336,6 @@ class Trainer(BaseTrainer):
     name: ClassVar[str] = ""
     config_class: ClassVar[type[TrainerConfig]] = TrainerConfig
     policy_class: ClassVar[type[PolicyGraph]]
-    supported_optimizers: ClassVar[tuple[str, ...]] = ("local",)
-    default_optimizer: ClassVar[str] = "local"
 
     def __init__(self, config: TrainerConfig | Mapping[str, Any] | None = None, env: Any = None):
         # validates the config (``validate_config``), then fails fast if the cluster can
@@ -218,40 +360,35 @@ class Trainer(BaseTrainer):
 
     # -- construction hooks ------------------------------------------------------------
     def validate_config(self, config: TrainerConfig) -> TrainerConfig:
-        """The optimizer must be one this algorithm supports, with the capabilities the
-        config needs; returns the config with the optimizer's name filled in."""
-        optimizer_name = config.optimizer or self.default_optimizer
-        if optimizer_name not in self.supported_optimizers:
-            get_optimizer_class(optimizer_name)  # unknown names: "did you mean"
-            raise ConfigError(
-                f"config field 'optimizer' = '{optimizer_name}' is not supported by "
-                f"{self.name or type(self).__name__}; valid: {', '.join(self.supported_optimizers)}"
-            )
+        """The config's optimizer (one the algorithm supports: checked by the config) must
+        have the capabilities the config needs and train its policy classes."""
         if config.policies:
-            self._check_optimizer_supports(optimizer_name, MULTI_AGENT)
+            self._check_optimizer_supports(config.optimizer, MULTI_AGENT)
         if config.model.use_lstm:
-            self._check_optimizer_supports(optimizer_name, RECURRENT)
-        self._check_optimizer_trains_policies(optimizer_name, config)
-        return dataclasses.replace(config, optimizer=optimizer_name)
+            self._check_optimizer_supports(config.optimizer, RECURRENT)
+        self._check_optimizer_trains_policies(config.optimizer, config)
+        return config
 
     def _check_optimizer_supports(self, name: str, feature: tuple[str, str]) -> None:
         """ConfigError unless optimizer ``name`` has the capability ``(flag, description)``."""
         flag, what = feature
         if getattr(get_optimizer_class(name), flag, False):
             return
-        ok = [n for n in self.supported_optimizers if getattr(get_optimizer_class(n), flag, False)]
+        supported = self.config_class.supported_optimizers
+        ok = [n for n in supported if getattr(get_optimizer_class(n), flag, False)]
         raise ConfigError(
             f"config field 'optimizer' = '{name}' does not support {what}; valid for "
             f"{self.name or type(self).__name__}: {', '.join(ok) or 'none'}"
         )
 
     def rollout_fragment_length(self) -> int:
-        """The configured fragment length, or train_batch_size split over all sub-envs."""
+        """The configured fragment length, or the optimizer's ``train_batch_size`` split
+        over all sub-envs."""
         cfg = self.config
         if cfg.rollout_fragment_length:
             return cfg.rollout_fragment_length
         envs = max(1, cfg.num_evaluators) * cfg.num_envs_per_evaluator
-        return max(1, math.ceil(cfg.train_batch_size / envs))
+        return max(1, math.ceil(cfg.optimizer_config.train_batch_size / envs))
 
     def _make_evaluators(self) -> EvaluatorSet:
         cfg = self.config
@@ -292,29 +429,17 @@ class Trainer(BaseTrainer):
             fail_fast=cfg.fail_fast_on_evaluator_failure,
         )
 
-    @classmethod
-    def optimizer_config(cls, config: TrainerConfig, name: str, with_overrides: bool = True) -> Any:
-        """The config of optimizer ``name``: same-named trainer fields + ``optimizer_config``."""
-        opt_class = get_optimizer_class(name)
-        fields = {f.name for f in dataclasses.fields(opt_class.config_class)}
-        settings = {k: v for k, v in config.to_dict().items() if k in fields}
-        # e.g. auto's candidates: the strategies this algorithm supports
-        settings.update(opt_class.algorithm_settings(cls.supported_optimizers))
-        if with_overrides:
-            settings.update(config.optimizer_config)
-        try:
-            return opt_class.config_class.from_dict(settings)
-        except ConfigError as e:
-            raise ConfigError(f"optimizer_config of '{name}': {e}") from e
+    def _make_optimizer(self, name: str) -> PolicyOptimizer:
+        """Build the config's optimizer through its ``create`` (the one construction path,
+        ``auto`` included); optimizers it builds in turn (``auto``'s candidates) get the
+        algorithm's defaults for them under the settings it passes."""
 
-    def _make_optimizer(self, name: str, with_overrides: bool = True) -> PolicyOptimizer:
-        """Build optimizer ``name`` from the same-named trainer fields + ``optimizer_config``;
-        optimizers it builds in turn (``auto``'s candidates) get the trainer fields only
-        (``optimizer_config`` is its own)."""
-        config = self.optimizer_config(self.config, name, with_overrides)
-        return get_optimizer_class(name).create(
-            self.evaluators, config, lambda n: self._make_optimizer(n, with_overrides=False)
-        )
+        def factory(other: str, settings: Mapping[str, Any]) -> PolicyOptimizer:
+            config = self.config.optimizer_config_for(other, settings)
+            return get_optimizer_class(other).create(self.evaluators, config, factory)
+
+        opt_class = get_optimizer_class(name)
+        return opt_class.create(self.evaluators, self.config.optimizer_config, factory)
 
     def _check_optimizer_trains_policies(self, name: str, config: TrainerConfig) -> None:
         """ConfigError unless optimizer ``name`` can train every policy class of ``config``
@@ -326,18 +451,17 @@ class Trainer(BaseTrainer):
                 for pid in config.policies
             ]
 
-        def missing(opt: str, policy_class: type, with_overrides: bool) -> str | None:
-            opt_config = self.optimizer_config(config, opt, with_overrides)
+        def missing(opt: str, policy_class: type, opt_config: Any) -> str | None:
             return get_optimizer_class(opt).missing_policy_capability(policy_class, opt_config)
 
         for policy_class in dict.fromkeys(classes):
-            why = missing(name, policy_class, True)
+            why = missing(name, policy_class, config.optimizer_config)
             if why is None:
                 continue
             ok = []
-            for other in self.supported_optimizers:
+            for other in self.config_class.supported_optimizers:
                 try:
-                    if missing(other, policy_class, False) is None:
+                    if missing(other, policy_class, config.optimizer_config_for(other)) is None:
                         ok.append(other)
                 except ConfigError:  # its defaults do not fit this config: not listed
                     pass
@@ -366,13 +490,6 @@ class Trainer(BaseTrainer):
             raise ValueError(f"unknown policy id {policy_id!r}; valid: {sorted(policy_map)}")
         return policy_map[policy_id]
 
-    def _collect_episodes(self) -> list:
-        episodes = self.local_evaluator.get_metrics()
-        if self.evaluators.remote_evaluators:  # a failed one is handled and skipped
-            for _, eps in self.evaluators.call_remotes(lambda e: e.get_metrics.remote()):
-                episodes.extend(eps)
-        return episodes
-
     def train(self) -> dict[str, Any]:
         """Run one iteration; return the flat result dict."""
         start = time.perf_counter()
@@ -389,7 +506,7 @@ class Trainer(BaseTrainer):
         learner_stats = _mean_stats(step_stats)
         if self.config.observation_filter != "NoFilter":
             self.evaluators.sync_filters()
-        episodes = self._collect_episodes()
+        episodes = self.optimizer.collect_episodes()
         self._episodes.extend((e.episode_reward, e.episode_length) for e in episodes)
         self.episodes_total += len(episodes)
         self._policy_rewards.add(episodes)

@@ -83,6 +83,9 @@ class PolicySpec(Config):
 
 MULTI_AGENT_FIELDS = ("policies", "policy_mapping_fn", "policies_to_train")
 """Trainer config fields that describe the multi-agent setup, not one policy."""
+TRAINER_ONLY_FIELDS = ("optimizer", "optimizer_config")
+"""Trainer config fields a policy's config does not share: the trainer's optimizer
+trains every policy (a policy of another algorithm keeps its class's defaults)."""
 
 
 def apply_overrides(
@@ -94,7 +97,8 @@ def apply_overrides(
     """``base`` (a policy config) with one policy's config ``overrides``.
 
     A Config ``base`` gives a ``config_class`` (default: ``base``'s class) built from the
-    fields the two share, minus ``MULTI_AGENT_FIELDS``, then the overrides; an unknown
+    fields the two share, minus ``MULTI_AGENT_FIELDS`` and ``TRAINER_ONLY_FIELDS``, then
+    the overrides; an unknown
     key is a ConfigError naming the policy.  A dict or None ``base`` gives a merged dict.
     """
     if not overrides and (config_class is None or config_class is type(base)):
@@ -103,7 +107,7 @@ def apply_overrides(
         config_class = type(base)
     if config_class is not None:
         names = {f.name for f in dataclasses.fields(config_class) if f.init}
-        names -= set(MULTI_AGENT_FIELDS)
+        names -= {*MULTI_AGENT_FIELDS, *TRAINER_ONLY_FIELDS}
         shared = {n: getattr(base, n) for n in names if hasattr(base, n)}
         try:
             return config_class.from_dict({**shared, **overrides})

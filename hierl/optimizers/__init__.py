@@ -16,7 +16,12 @@ from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, TimerStat
 from hierl.optimizers.es import ESOptimizer
 from hierl.optimizers.local import LocalOptimizer
 from hierl.optimizers.multi_gpu import MultiGPUOptimizer
-from hierl.optimizers.registry import get_optimizer_class, optimizer_names, register_optimizer
+from hierl.optimizers.registry import (
+    get_optimizer_class,
+    optimizer_names,
+    optimizer_settings,
+    register_optimizer,
+)
 from hierl.optimizers.replay import ReplayOptimizer
 from hierl.optimizers.sharded_ps import ShardedPSOptimizer
 
@@ -35,5 +40,6 @@ __all__ = [
     "TimerStat",
     "get_optimizer_class",
     "optimizer_names",
+    "optimizer_settings",
     "register_optimizer",
 ]

@@ -38,6 +38,7 @@ class AsyncConfig(OptimizerConfig):
     """Gradient tasks queued on each evaluator (more hides latency, adds staleness)."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.check("grads_per_step", self.grads_per_step >= 0, "must be >= 0")
         self.check("max_in_flight_per_evaluator", self.max_in_flight_per_evaluator >= 1, ">= 1")
 

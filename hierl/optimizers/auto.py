@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from hierl.config import ConfigError
 from hierl.evaluators import EvaluatorSet
-from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
+from hierl.optimizers.base import OptimizerConfig, OptimizerFactory, PolicyOptimizer
 from hierl.optimizers.registry import get_optimizer_class, register_optimizer
+from hierl.optimizers.sgd import SGDConfig
 from hierl.policy_graph import GlobalVars, LearnerStats
 
 GRADIENT_STRATEGIES = ("local", "multi_gpu", "allreduce", "async", "sharded_ps")
@@ -38,17 +39,21 @@ GRADIENT_STRATEGIES = ("local", "multi_gpu", "allreduce", "async", "sharded_ps")
 
 
 @dataclasses.dataclass
-class AutoConfig(OptimizerConfig):
-    """Settings of the ``auto`` optimizer."""
+class AutoConfig(SGDConfig):
+    """Settings of the ``auto`` optimizer.
 
-    candidates: tuple[str, ...] = ("local",)
-    """Strategies to compare (a Trainer passes the ones its algorithm supports)."""
+    Its SGD settings (``train_batch_size``, ``num_sgd_iter``, ``sgd_minibatch_size``) are
+    given to every candidate that has them; several SGD passes favour ``multi_gpu``.
+    """
+
+    candidates: tuple[str, ...] = GRADIENT_STRATEGIES
+    """Strategies to compare (an algorithm's ``optimizer_defaults`` may name fewer, e.g.
+    those its loss allows); the ones that cannot train the policy are skipped."""
     calibration_steps: int = 3
     """Steps measured per candidate; the first of them is a warm-up when there are >= 2."""
-    num_sgd_iter: int = 1
-    """The algorithm's SGD passes per batch (several favour ``multi_gpu``)."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         bad = [c for c in self.candidates if c not in GRADIENT_STRATEGIES]
         self.check(
             "candidates",
@@ -101,13 +106,15 @@ def skipped_candidates(candidates: Sequence[str], policy_classes: Sequence[type]
 class AutoOptimizer(PolicyOptimizer):
     """Calibrates each candidate strategy for a few steps, then keeps the fastest.
 
-    ``factory(name)`` builds a candidate over the same evaluators (a Trainer passes
-    its own, so each candidate gets the algorithm's settings); by default candidates
-    get only ``train_batch_size``.
+    ``factory(name, settings)`` builds a candidate over the same evaluators with
+    ``settings``: the SGD settings of this optimizer's config that the candidate's config
+    has too (a Trainer's factory puts them over its algorithm's defaults for the
+    candidate); without a factory, candidates get just those.
     """
 
     name = "auto"
     config_class = AutoConfig
+    learns_on = "varies"
 
     @classmethod
     def missing_policy_capability(
@@ -125,24 +132,19 @@ class AutoOptimizer(PolicyOptimizer):
         return f"none of its candidates can train it ({listed})"
 
     @classmethod
-    def algorithm_settings(cls, supported_optimizers: Sequence[str]) -> dict[str, Any]:
-        """The candidates: the gradient strategies the algorithm supports."""
-        return {"candidates": [n for n in supported_optimizers if n in GRADIENT_STRATEGIES]}
-
-    @classmethod
     def create(
         cls,
         evaluators: EvaluatorSet,
         config: OptimizerConfig,
-        factory: Callable[[str], PolicyOptimizer],
+        factory: OptimizerFactory,
     ) -> PolicyOptimizer:
-        """Candidates are built by ``factory`` (with the algorithm's settings)."""
+        """Candidates are built by ``factory`` (with the algorithm's defaults for each)."""
         return cls(evaluators, config=config, factory=factory)
 
     def __init__(
         self,
         *args: Any,
-        factory: Callable[[str], PolicyOptimizer] | None = None,
+        factory: OptimizerFactory | None = None,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
@@ -173,13 +175,19 @@ class AutoOptimizer(PolicyOptimizer):
         self.choice: str | None = None
         self.current = self.order[0]
 
-    def _default_factory(self, name: str) -> PolicyOptimizer:
-        cls = get_optimizer_class(name)
-        return cls(self.evaluators, config={"train_batch_size": self.config.train_batch_size})
+    def _default_factory(self, name: str, settings: Mapping[str, Any]) -> PolicyOptimizer:
+        return get_optimizer_class(name)(self.evaluators, config=dict(settings))
+
+    def candidate_settings(self, name: str) -> dict[str, Any]:
+        """The settings candidate ``name`` takes from this optimizer's config: the fields
+        of the shared config bases (``SGDConfig``, ``OptimizerConfig``) its config has."""
+        candidate = get_optimizer_class(name).config_class
+        base = SGDConfig if issubclass(candidate, SGDConfig) else OptimizerConfig
+        return {f.name: getattr(self.config, f.name) for f in dataclasses.fields(base)}
 
     def _get(self, name: str) -> PolicyOptimizer:
         if name not in self.optimizers:
-            self.optimizers[name] = self.factory(name)
+            self.optimizers[name] = self.factory(name, self.candidate_settings(name))
         return self.optimizers[name]
 
     def _next_candidate(self) -> str | None:

@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 
 from hierl.config import Config
-from hierl.evaluators import EvaluatorSet, PolicyEvaluator
+from hierl.evaluators import EpisodeRecord, EvaluatorSet, PolicyEvaluator
 from hierl.evaluators.ray_runtime import ActorGroup
 from hierl.policy_graph import GlobalVars, LearnerStats, PolicyGraph
 from hierl.sample_batch import DEFAULT_POLICY_ID
 
 T = TypeVar("T")
+OptimizerFactory = Callable[[str, Mapping[str, Any]], "PolicyOptimizer"]
+"""``factory(name, settings)``: optimizer ``name`` over the same evaluators, its config
+the algorithm's defaults for it under ``settings``."""
+LearnsOn = Literal["driver", "evaluators", "servers", "varies", "none"]
+"""The values of ``PolicyOptimizer.learns_on``."""
 
 
 class TimerStat:
@@ -52,10 +57,20 @@ class TimerStat:
 
 @dataclasses.dataclass
 class OptimizerConfig(Config):
-    """Settings every optimizer understands."""
+    """Settings every optimizer understands.
+
+    An optimizer's settings are declared only in its config class; a Trainer passes them
+    as ``optimizer_config`` (its algorithm's ``optimizer_defaults`` under the user's
+    values).  Seeds are not settings here: an optimizer's random draws (minibatch order,
+    replay sampling) follow the local evaluator's seed (``PolicyOptimizer.seed``).
+    """
 
     train_batch_size: int = 4000
-    """Rows gathered per step (samples are collected until at least this many)."""
+    """Rows gathered per step (samples are collected until at least this many); for the
+    replay optimizers, rows per replayed batch."""
+
+    def __post_init__(self) -> None:
+        self.check("train_batch_size", self.train_batch_size >= 1, "must be >= 1")
 
 
 def _protocol_methods(protocol: type) -> list[str]:
@@ -96,6 +111,13 @@ class PolicyOptimizer:
     required_policy_class: ClassVar[type | None] = None
     """Policies must subclass this (e.g. ``TorchPolicyGraph`` for device towers); None:
     any PolicyGraph."""
+    learns_on: ClassVar[LearnsOn] = "driver"
+    """Where the policy's own update (its torch optimizer) runs: on the ``driver``'s
+    policy, on the ``evaluators``' replicas, on ``servers`` that hold the weights and
+    run their own update (the policy's optimizer is unused), ``varies`` (``auto``: the
+    chosen strategy's) or ``none`` (no gradient updates, e.g. ES).  Settings that change
+    the policies' optimizer at run time (Tune's learning-rate mutation) apply only with
+    ``driver`` or ``evaluators``."""
 
     @classmethod
     def missing_policy_capability(
@@ -127,22 +149,22 @@ class PolicyOptimizer:
         return None
 
     @classmethod
-    def algorithm_settings(cls, supported_optimizers: Sequence[str]) -> dict[str, Any]:
-        """Settings this optimizer takes from the algorithm that uses it, given the
-        optimizer names the algorithm supports (``auto``: its candidates); the Trainer
-        applies them under its ``optimizer_config``.  Default: none."""
-        return {}
+    def check_config(cls, config: OptimizerConfig, num_evaluators: int) -> None:
+        """Raise ConfigError if ``config`` cannot run with ``num_evaluators`` remote
+        evaluators (e.g. more ES aggregators than evaluators); called when a trainer's
+        config is built, before any actor starts.  Default: any number fits."""
 
     @classmethod
     def create(
         cls,
         evaluators: EvaluatorSet,
         config: OptimizerConfig,
-        factory: Callable[[str], PolicyOptimizer],
+        factory: OptimizerFactory,
     ) -> PolicyOptimizer:
-        """Build it over ``evaluators``; ``factory(name)`` builds another registered
-        optimizer with the algorithm's settings (``auto`` builds its candidates so).
-        Default: ``cls(evaluators, config=config)``."""
+        """Build it over ``evaluators``: the one construction path a Trainer uses for
+        every optimizer.  ``factory(name, settings)`` builds another registered optimizer
+        with the algorithm's defaults for it under ``settings`` (``auto`` builds its
+        candidates so).  Default: ``cls(evaluators, config=config)``."""
         return cls(evaluators, config=config)
 
     @classmethod
@@ -172,6 +194,12 @@ class PolicyOptimizer:
         self.timers: dict[str, TimerStat] = {}
         self.learner_stats: LearnerStats = {}
         """What the last ``step()`` returned."""
+
+    @property
+    def seed(self) -> int | None:
+        """The seed of this optimizer's random draws: the local evaluator's (the trainer's
+        ``seed``; None: random)."""
+        return self.local_evaluator.seed
 
     @property
     def local_evaluator(self) -> PolicyEvaluator:
@@ -224,6 +252,16 @@ class PolicyOptimizer:
         for phase, t in self.timers.items():
             out[f"{phase}_time_ms"] = round(t.mean_ms, 3)
         return out
+
+    def collect_episodes(self) -> list[EpisodeRecord]:
+        """The episodes finished since the last call, for the trainer's result: by
+        default every evaluator's (a failed remote one is handled and skipped);
+        optimizers that play episodes themselves (ES) add theirs."""
+        episodes = self.local_evaluator.get_metrics()
+        if self.remote_evaluators:
+            for _, eps in self.evaluators.call_remotes(lambda e: e.get_metrics.remote()):
+                episodes.extend(eps)
+        return episodes
 
     def foreach_evaluator(self, fn: Callable[[PolicyEvaluator], T]) -> list[T]:
         """Apply ``fn`` to the local and every remote evaluator."""

@@ -13,24 +13,16 @@ import dataclasses
 
 import numpy as np
 
-from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, single_policy_stats
+from hierl.optimizers.base import PolicyOptimizer, single_policy_stats
 from hierl.optimizers.registry import register_optimizer
-from hierl.optimizers.sgd import minibatch_sgd
+from hierl.optimizers.sgd import SGDConfig, minibatch_sgd
 from hierl.policy_graph import LearnerStats
 from hierl.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
 
 
 @dataclasses.dataclass
-class LocalConfig(OptimizerConfig):
-    """Settings of the ``local`` optimizer."""
-
-    num_sgd_iter: int = 1
-    """Epochs over each gathered batch."""
-    sgd_minibatch_size: int = 0
-    """Minibatch size; 0 = the whole batch in one update.  A remainder under half a
-    minibatch joins the epoch's last minibatch (``hierl.sample_batch.minibatch_bounds``)."""
-    seed: int | None = 0
-    """Seeds minibatch shuffling (None: random)."""
+class LocalConfig(SGDConfig):
+    """Settings of the ``local`` optimizer (the SGD epochs')."""
 
 
 @register_optimizer
@@ -44,7 +36,7 @@ class LocalOptimizer(PolicyOptimizer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.rng = np.random.default_rng(self.config.seed)
+        self.rng = np.random.default_rng(self.seed)
 
     def gather(self) -> SampleBatch | MultiAgentBatch:
         """Sample in rounds over all evaluators until ``train_batch_size`` rows

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from hierl.config import ConfigError, suggest
 from hierl.optimizers.base import PolicyOptimizer
 
@@ -24,6 +26,11 @@ def get_optimizer_class(name: str) -> type[PolicyOptimizer]:
             f"valid: {', '.join(sorted(_OPTIMIZERS))}"
         )
     return _OPTIMIZERS[name]
+
+
+def optimizer_settings(name: str) -> frozenset[str]:
+    """The setting names of optimizer ``name`` (the fields of its config class)."""
+    return frozenset(f.name for f in dataclasses.fields(get_optimizer_class(name).config_class))
 
 
 def optimizer_names() -> list[str]:

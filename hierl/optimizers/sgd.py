@@ -1,13 +1,33 @@
-"""Minibatch SGD epochs over one batch on one policy (shared by several optimizers)."""
+"""Minibatch SGD epochs over one batch on one policy, and their settings (shared by the
+optimizers that run epochs: ``local``, ``multi_gpu``, ``allreduce`` and ``auto``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 import numpy as np
 
+from hierl.optimizers.base import OptimizerConfig
 from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import SampleBatch
+
+
+@dataclasses.dataclass
+class SGDConfig(OptimizerConfig):
+    """Settings of the optimizers that run SGD epochs over each gathered batch."""
+
+    num_sgd_iter: int = 1
+    """Epochs over each gathered batch."""
+    sgd_minibatch_size: int = 0
+    """Minibatch size; 0 = the whole batch in one update.  A remainder under half a
+    minibatch joins the epoch's last minibatch (``hierl.sample_batch.minibatch_bounds``).
+    ``allreduce`` splits each minibatch evenly across the evaluators."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.check("num_sgd_iter", self.num_sgd_iter >= 1, "must be >= 1")
+        self.check("sgd_minibatch_size", self.sgd_minibatch_size >= 0, "must be >= 0")
 
 
 def minibatch_sgd(

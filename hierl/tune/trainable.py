@@ -45,6 +45,7 @@ from hierl.algorithms.resources import check_cluster_fits, trainer_bundles
 from hierl.algorithms.trainer import Trainer, TrainerConfig
 from hierl.algorithms.trainer_base import BaseTrainer
 from hierl.config import ConfigError, suggest
+from hierl.optimizers import get_optimizer_class
 
 DEFAULT_METRIC = "episode_reward_mean"
 """The result key RL searches optimise by default (the mean return, smoothed)."""
@@ -148,7 +149,6 @@ class TrainerTrainable(tune.Trainable):
             return False
         if not issubclass(cls, Trainer):  # nested algorithms: always rebuilt
             return self._rebuild(new)
-        new = dataclasses.replace(new, optimizer=new.optimizer or cls.default_optimizer)
         # as JSON: env creators and callbacks arrive as fresh copies, equal by name
         new_dict, old_dict = new.to_dict(), old.to_dict()
         changed = {k for k, v in new_dict.items() if v != old_dict.get(k)}
@@ -181,13 +181,11 @@ class TrainerTrainable(tune.Trainable):
 
     def _can_set_lr(self, config: TrainerConfig) -> bool:
         """Whether ``lr`` is one Adam learning rate per policy, set from the config."""
-        name = config.optimizer or self.trainer_class.default_optimizer
-        opt_fields = {f.name for f in dataclasses.fields(type(self.trainer.optimizer.config))}
+        learns_on = get_optimizer_class(config.optimizer).learns_on
         return (
             not config.policies
             and not config.lr_schedule
-            and "lr" not in opt_fields  # e.g. sharded_ps: the servers own the Adam
-            and name != "auto"
+            and learns_on in ("driver", "evaluators")  # not sharded_ps's servers, nor auto
             and all(
                 hasattr(getattr(p, "optimizer", None), "param_groups")
                 for p in self.trainer.local_evaluator.policy_map.values()
@@ -283,12 +281,13 @@ def validate_param_space(algo: str | type[Trainer], param_space: Mapping[str, An
     if not isinstance(param_space, Mapping):
         raise ConfigError(f"param_space must be a dict, got {type(param_space).__name__}")
     try:
-        _check_keys(cls.config_class, param_space, "")
-        optimizer = param_space.get("optimizer") or getattr(cls, "default_optimizer", None)
-        opt_space = param_space.get("optimizer_config", {})
+        space: Mapping[str, Any] = param_space
+        if issubclass(cls.config_class, TrainerConfig):  # flat optimizer keys: aliases
+            space = cls.config_class.resolve_aliases(param_space)
+        _check_keys(cls.config_class, space, "")
+        optimizer = space.get("optimizer") or getattr(cls.config_class, "default_optimizer", None)
+        opt_space = space.get("optimizer_config", {})
         if isinstance(optimizer, str) and isinstance(opt_space, Mapping):
-            from hierl.optimizers import get_optimizer_class
-
             opt_class = get_optimizer_class(optimizer)
             try:
                 _check_keys(opt_class.config_class, opt_space, "")

@@ -49,32 +49,24 @@ from hierl.optimizers.allreduce.replica_state import (
     state_nbytes,
     weights_digest,
 )
-from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, single_policy_stats
+from hierl.optimizers.base import PolicyOptimizer, single_policy_stats
 from hierl.optimizers.registry import register_optimizer
+from hierl.optimizers.sgd import SGDConfig
 from hierl.optimizers.task_pool import TaskPool
 from hierl.policy_graph import LearnerStats
 
 
 @dataclasses.dataclass
-class AllReduceConfig(OptimizerConfig):
-    """Settings of the ``allreduce`` optimizer."""
+class AllReduceConfig(SGDConfig):
+    """Settings of the ``allreduce`` optimizer (the SGD epochs' plus its own)."""
 
-    num_sgd_iter: int = 1
-    """Epochs over each rank's batch."""
-    sgd_minibatch_size: int = 0
-    """Global minibatch rows, split evenly across the evaluators; 0 = whole batches.  A
-    remainder under half a minibatch joins the last one (``minibatch_bounds``)."""
-    seed: int | None = 0
-    """Seeds the ranks' minibatch shuffling (None: random)."""
     check_replicas_every: int = 0
     """Every this-many steps compare digests of all replicas' weights (0: never)."""
     group_timeout_s: float = collective.DEFAULT_GROUP_TIMEOUT_S
     """Upper bound on forming the process group and on each collective call."""
 
     def __post_init__(self) -> None:
-        self.check("train_batch_size", self.train_batch_size >= 1, "must be >= 1")
-        self.check("num_sgd_iter", self.num_sgd_iter >= 1, "must be >= 1")
-        self.check("sgd_minibatch_size", self.sgd_minibatch_size >= 0, "must be >= 0")
+        super().__post_init__()
         self.check("check_replicas_every", self.check_replicas_every >= 0, "must be >= 0")
         self.check("group_timeout_s", self.group_timeout_s > 0, "must be > 0")
 
@@ -101,10 +93,11 @@ class AllReduceOptimizer(PolicyOptimizer):
     name = "allreduce"
     config_class = AllReduceConfig
     required_policy_methods = ("compute_gradients", "apply_gradients", "gradient_names")
+    learns_on = "evaluators"
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.rng = np.random.default_rng(self.config.seed)
+        self.rng = np.random.default_rng(self.seed)
         self.group: collective.GroupInfo | None = None
         self._members: list[Any] = []
         self._steps = 0

@@ -117,7 +117,7 @@ class ApexOptimizer(PolicyOptimizer):
             cfg.initial_priority_eps,
         )
         self.replay = ShardedReplay(
-            cfg, bool(self.remote_evaluators), self._tasks, self.evaluators.get
+            cfg, bool(self.remote_evaluators), self._tasks, self.evaluators.get, self.seed
         )
         self.epsilons: list[float] = []
         """The epsilon pinned on each sampling evaluator (empty without a ladder)."""
@@ -244,7 +244,9 @@ class ApexOptimizer(PolicyOptimizer):
     def stats(self) -> dict[str, float]:
         """Counters, queue and in-flight sizes, and rates over the last ``step()``: env
         steps delivered (``sample_steps_per_s``), learner updates and rows completed
-        (``learner_updates_per_s``, ``learner_rows_per_s``) and ``learner_busy_frac``."""
+        (``learner_updates_per_s``, ``learner_rows_per_s``) and ``learner_busy_frac``;
+        with the epsilon ladder, its smallest and largest value (``epsilon_min``,
+        ``epsilon_max``)."""
         out = {
             **super().stats(),
             **self.replay.stats(),
@@ -259,6 +261,8 @@ class ApexOptimizer(PolicyOptimizer):
         }
         if self.config.prioritized_replay:
             out["prioritized_replay_beta"] = self.beta
+        if self.epsilons:
+            out.update(epsilon_min=min(self.epsilons), epsilon_max=max(self.epsilons))
         return out
 
     def stop(self) -> None:

@@ -38,6 +38,7 @@ class ShardedReplay:
             caller waits on it (together with its own tasks) and hands every finished
             replay task to :meth:`replayed`.
         get: fetches object refs with the caller's timeout (``EvaluatorSet.get``).
+        seed: shard ``i`` samples with ``seed + i`` (None: fresh entropy).
     """
 
     def __init__(
@@ -46,6 +47,7 @@ class ShardedReplay:
         remote: bool,
         tasks: TaskPool,
         get: Callable[[Any], Any],
+        seed: int | None = None,
     ):
         n = config.num_replay_shards
         self.config = config
@@ -55,7 +57,7 @@ class ShardedReplay:
         """Rows per shard."""
         self.learning_starts = max(1, config.learning_starts // n)
         """Rows a shard must hold before it serves replay batches."""
-        seeds = [None if config.seed is None else config.seed + i for i in range(n)]
+        seeds = [None if seed is None else seed + i for i in range(n)]
         buffer = (self.capacity, config.prioritized_replay, config.prioritized_replay_alpha)
         args = [(*buffer, self.learning_starts, seed) for seed in seeds]
         self._shard_args = args

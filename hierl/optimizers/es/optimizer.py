@@ -81,10 +81,9 @@ class ESOptimizerConfig(OptimizerConfig):
     """Adam's first-moment decay."""
     adam_beta2: float = 0.999
     """Adam's second-moment decay."""
-    seed: int | None = 0
-    """Seeds offsets and env seeds of every step (None: random)."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.check("noise_stdev", self.noise_stdev > 0, "must be > 0")
         self.check("stepsize", self.stepsize > 0, "must be > 0")
         self.check("l2_coeff", self.l2_coeff >= 0, "must be >= 0")
@@ -112,6 +111,17 @@ class ESOptimizer(PolicyOptimizer):
     config_class = ESOptimizerConfig
     required_policy_protocols = (FlatWeights,)
 
+    learns_on = "none"
+
+    @classmethod
+    def check_config(cls, config: ESOptimizerConfig, num_evaluators: int) -> None:
+        """At most one aggregator per remote evaluator."""
+        config.check(
+            "num_aggregators",
+            config.num_aggregators <= num_evaluators,
+            f"must be in [0, num_evaluators={num_evaluators}]",
+        )
+
     @classmethod
     def actor_groups(cls, config: ESOptimizerConfig, num_evaluators: int) -> list[ActorGroup]:
         """The aggregator actors (only with remote evaluators)."""
@@ -137,12 +147,9 @@ class ESOptimizer(PolicyOptimizer):
         self.noise = SharedNoiseTable(cfg.noise_size, cfg.noise_seed)
         self.noise.check_dim(self.dim)
         self.adam = FlatAdam(self.dim, cfg.stepsize, cfg.adam_beta1, cfg.adam_beta2)
-        self.seed = int(np.random.SeedSequence(cfg.seed).entropy)
-        if cfg.num_aggregators > len(self.remote_evaluators):
-            raise ValueError(
-                f"num_aggregators={cfg.num_aggregators} needs at least as many remote "
-                f"evaluators; there are {len(self.remote_evaluators)}"
-            )
+        self.step_seed = int(np.random.SeedSequence(self.seed).entropy)
+        """Seeds the offsets and env seeds of every step (with the update count)."""
+        self.check_config(cfg, len(self.remote_evaluators))
         self.tree: AggregationTree | None = None
         if self.remote_evaluators:
             self.noise.put()
@@ -197,7 +204,7 @@ class ESOptimizer(PolicyOptimizer):
         theta = policy.get_flat_weights()
         # CRUCIAL: the step's randomness is a function of (seed, update count), so a
         # restored checkpoint continues with exactly the offsets it would have drawn.
-        rng = np.random.default_rng([self.seed, self.num_updates])
+        rng = np.random.default_rng([self.step_seed, self.num_updates])
         pairs, results = math.ceil(cfg.episodes_per_batch / 2), []
         with self.timer("sample"):
             while True:
@@ -248,10 +255,12 @@ class ESOptimizer(PolicyOptimizer):
             "num_pairs": int(batch.returns.shape[0]),
         }
 
-    def pop_episodes(self) -> list[EpisodeRecord]:
-        """The perturbed episodes played since the last call (the Trainer's metrics)."""
+    def collect_episodes(self) -> list[EpisodeRecord]:
+        """The local evaluator's episodes and the perturbed episodes played since the last
+        call: those reach the driver with the step's results (through the aggregators
+        when there are any), so no call per remote evaluator is needed."""
         out, self._episodes = self._episodes, []
-        return out
+        return self.local_evaluator.get_metrics() + out
 
     def stats(self) -> dict[str, float]:
         """Base counters and timers plus the last step's ES figures."""
@@ -262,13 +271,13 @@ class ESOptimizer(PolicyOptimizer):
 
     def save(self) -> dict[str, Any]:
         """Counters, the Adam moments and step counter, and the step seed."""
-        return {**super().save(), "adam": self.adam.get_state(), "seed": str(self.seed)}
+        return {**super().save(), "adam": self.adam.get_state(), "seed": str(self.step_seed)}
 
     def restore(self, state: dict[str, Any]) -> None:
         """Inverse of ``save``."""
         super().restore(state)
         self.adam.set_state(state["adam"])
-        self.seed = int(state["seed"])
+        self.step_seed = int(state["seed"])
 
     def stop(self) -> None:
         """Kill the aggregators and close the local evaluator's ES env."""

@@ -30,9 +30,7 @@ class MultiGPUConfig(LocalConfig):
     Each minibatch is split into ``sgd_minibatch_size // num_towers`` rows per tower."""
 
     def __post_init__(self) -> None:
-        self.check("train_batch_size", self.train_batch_size >= 1, "must be >= 1")
-        self.check("num_sgd_iter", self.num_sgd_iter >= 1, "must be >= 1")
-        self.check("sgd_minibatch_size", self.sgd_minibatch_size >= 0, "must be >= 0")
+        super().__post_init__()
         self.check("num_towers", self.num_towers >= 0, "must be >= 0 (0 = one per GPU)")
         self.check(
             "sgd_minibatch_size",

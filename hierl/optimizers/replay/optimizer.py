@@ -59,8 +59,6 @@ class ReplayConfig(OptimizerConfig):
     """Stored rows needed before the first update."""
     replay_ratio: float = 1.0
     """Rows replayed per env step sampled (at least one update per step once learning)."""
-    seed: int | None = 0
-    """Seeds replay sampling (None: random)."""
     checkpoint_replay_buffer: bool = False
     """Save the buffer's rows, priorities and sampling RNG in checkpoints (``replay``
     only: Ape-X shards are not saved)."""
@@ -71,12 +69,12 @@ class ReplayConfig(OptimizerConfig):
     target-network pass per sampled batch; ignored for uniform replay."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.check(
             "checkpoint_replay_buffer",
             not self.checkpoint_replay_buffer or type(self) is ReplayConfig,
             "True is only supported by the 'replay' optimizer; use False",
         )
-        self.check("train_batch_size", self.train_batch_size >= 1, "must be >= 1")
         self.check("buffer_size", self.buffer_size >= 1, "must be >= 1")
         self.check("prioritized_replay_alpha", self.prioritized_replay_alpha >= 0, "must be >= 0")
         self.check("prioritized_replay_beta", self.prioritized_replay_beta >= 0, "must be >= 0")
@@ -139,7 +137,7 @@ class ReplayOptimizer(PolicyOptimizer):
             cfg.buffer_size,
             cfg.prioritized_replay,
             alpha=cfg.prioritized_replay_alpha,
-            seed=cfg.seed,
+            seed=self.seed,
         )
         self.num_updates = 0
         self.num_steps_replayed = 0

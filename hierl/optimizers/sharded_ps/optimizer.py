@@ -43,7 +43,6 @@ from hierl.optimizers.sharded_ps.param_server import GradientInfo, compute_gradi
 from hierl.optimizers.sharded_ps.shard_group import ShardGroup
 from hierl.optimizers.sharded_ps.sharding import ShardSpec
 from hierl.policy_graph import GlobalVars, LearnerStats
-from hierl.utils import piecewise_linear
 
 
 @dataclasses.dataclass
@@ -58,19 +57,15 @@ class ShardedPSConfig(OptimizerConfig):
     """Gradients applied per ``step()``; 0 = as many as it takes to apply gradients of at
     least ``train_batch_size`` sampled rows."""
     num_cpus_per_shard: float = 0.0
-    """CPUs reserved by each shard actor (an Adam step on a slice is cheap)."""
-    lr: float = 5e-4
-    """Adam learning rate of the shards (copied from the trainer config)."""
-    lr_schedule: tuple[tuple[float, float], ...] | None = None
-    """Piecewise-linear ``[[timestep, lr], ...]`` overriding ``lr``, evaluated at the start
-    of each step (copied from the trainer config)."""
+    """CPUs reserved by each shard actor (an Adam step on a slice is cheap).  The shards'
+    Adam learning rate is the policy's (``PolicyGraph.learning_rate``, read each step)."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.check("num_shards", self.num_shards >= 1, "must be >= 1")
         self.check("max_in_flight_per_evaluator", self.max_in_flight_per_evaluator >= 1, ">= 1")
         self.check("grads_per_step", self.grads_per_step >= 0, "must be >= 0 (0 = by rows)")
         self.check("num_cpus_per_shard", self.num_cpus_per_shard >= 0, "must be >= 0")
-        self.check("lr", self.lr > 0, "must be > 0")
 
 
 @register_optimizer
@@ -93,7 +88,9 @@ class ShardedPSOptimizer(PolicyOptimizer):
 
     name = "sharded_ps"
     config_class = ShardedPSConfig
-    required_policy_methods = ("compute_gradients", "gradient_names")  # the shards run Adam
+    # the shards run Adam at the policy's learning rate
+    required_policy_methods = ("compute_gradients", "gradient_names", "learning_rate")
+    learns_on = "servers"
 
     @classmethod
     def actor_groups(cls, config: ShardedPSConfig, num_evaluators: int) -> list[ActorGroup]:
@@ -145,9 +142,7 @@ class ShardedPSOptimizer(PolicyOptimizer):
 
     # -- helpers -----------------------------------------------------------------------
     def _scheduled_lr(self) -> float:
-        if self.config.lr_schedule:
-            return piecewise_linear(self.config.lr_schedule, self.num_steps_sampled)
-        return self.config.lr
+        return self.local_evaluator.policy.learning_rate(self.num_steps_sampled)
 
     def _record(self, info: GradientInfo, totals: dict[str, float]) -> None:
         self.num_gradients_applied += 1
