@@ -222,8 +222,9 @@ class SampleBatch(dict):
     ADVANTAGES = "advantages"
     VALUE_TARGETS = "value_targets"
     SEQ_LENS = "seq_lens"
-    #: Importance-sampling weight of each replayed row (prioritized replay).
-    PRIO_WEIGHTS = "weights"
+    #: Importance-sampling weight of each replayed row (prioritized replay; all 1 for
+    #: uniform replay).  Added when a replay buffer samples, never stored or checkpointed.
+    PRIO_WEIGHTS = "prio_weights"
     #: Index of each replayed row in its replay buffer (for priority updates).
     BATCH_INDEXES = "batch_indexes"
     #: Prefix of recurrent state input columns: ``state_in_0``, ``state_in_1``, ...

@@ -62,7 +62,7 @@ def _td_batch() -> SB:
         rewards=np.array([1.0, -0.5, 2.0], np.float32),
         terminateds=np.array([True, False, False]),
         truncateds=np.array([False, True, False]),
-        weights=np.array([1.0, 0.5, 2.0], np.float32),
+        prio_weights=np.array([1.0, 0.5, 2.0], np.float32),
     )
 
 

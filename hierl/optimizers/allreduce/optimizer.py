@@ -42,7 +42,13 @@ import numpy as np
 
 from hierl.evaluators.evaluator_set import is_evaluator_failure
 from hierl.optimizers.allreduce import collective
-from hierl.optimizers.allreduce.rank import ShardResult, disband_group, form_group, sample_and_learn
+from hierl.optimizers.allreduce.rank import (
+    RoundSpec,
+    ShardResult,
+    disband_group,
+    form_group,
+    sample_and_learn,
+)
 from hierl.optimizers.allreduce.replica_state import (
     policy_states,
     set_policy_states,
@@ -120,11 +126,11 @@ class AllReduceOptimizer(PolicyOptimizer):
             self.group = form_group(remotes, self.config.group_timeout_s)
         self._members = remotes
 
-    def _run_round(self, kwargs: dict[str, Any]) -> list[ShardResult] | None:
+    def _run_round(self, spec: RoundSpec) -> list[ShardResult] | None:
         """Every rank's result, or None after a failed evaluator was handled (rerun)."""
         pool = TaskPool()
         for rank, e in enumerate(self._members):
-            pool.add(e, e.apply.remote(sample_and_learn, **kwargs), tag=rank)
+            pool.add(e, e.apply.remote(sample_and_learn, spec), tag=rank)
         results: list[Any] = [None] * self.world_size
         errors = []
         while len(pool):  # all ranks, even after an error: it may be a peer's failure
@@ -156,23 +162,22 @@ class AllReduceOptimizer(PolicyOptimizer):
         cfg = self.config
         self._steps += 1
         check = cfg.check_replicas_every > 0 and self._steps % cfg.check_replicas_every == 0
-        kwargs = {
-            "train_batch_size": cfg.train_batch_size,
-            "num_sgd_iter": cfg.num_sgd_iter,
-            "sgd_minibatch_size": cfg.sgd_minibatch_size,
-            "seed": int(self.rng.integers(2**31)),
-            "global_vars": self.global_vars(),
-            "world_size": self.world_size,
-            "check_replicas": check,
-        }
+        spec = RoundSpec(
+            train_batch_size=cfg.train_batch_size,
+            num_sgd_iter=cfg.num_sgd_iter,
+            sgd_minibatch_size=cfg.sgd_minibatch_size,
+            seed=int(self.rng.integers(2**31)),
+            global_vars=self.global_vars(),
+            world_size=self.world_size,
+            check_replicas=check,
+        )
         if self.remote_evaluators:
             results = None
             while results is None:  # bounded: the set ends training after too many failures
                 self._ensure_group()
-                kwargs["world_size"] = self.world_size
-                results = self._run_round(kwargs)
+                results = self._run_round(dataclasses.replace(spec, world_size=self.world_size))
         else:
-            results = [sample_and_learn(self.local_evaluator, **kwargs)]
+            results = [sample_and_learn(self.local_evaluator, spec)]
         # Ranks run in parallel: a phase takes as long as its slowest rank.
         for phase in ("sample", "learn", "wait", "allreduce"):
             self.timer(phase).push(max(getattr(r, f"{phase}_s") for r in results))

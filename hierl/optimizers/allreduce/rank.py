@@ -167,32 +167,46 @@ def learn_on_shard(
     )
 
 
-def sample_and_learn(
-    evaluator: PolicyEvaluator,
-    train_batch_size: int,
-    num_sgd_iter: int = 1,
-    sgd_minibatch_size: int = 0,
-    seed: int | None = None,
-    global_vars: GlobalVars | None = None,
-    world_size: int | None = None,
-    check_replicas: bool = False,
-) -> ShardResult:
-    """One rank's round: sample its share of ``train_batch_size``, then ``learn_on_shard``.
+@dataclasses.dataclass(frozen=True)
+class RoundSpec:
+    """What the driver sends every rank for one round (``sample_and_learn``)."""
 
-    ``global_vars`` are set first (every replica sees the same timestep, so learning-rate
-    schedules agree).  The share is ``ceil(train_batch_size / world_size)`` rows, sampled
-    in whole ``sample()`` calls.  ``world_size``, if given, must match the group.
+    train_batch_size: int
+    """Rows sampled over all ranks: each samples ``ceil(train_batch_size / world size)``."""
+    num_sgd_iter: int = 1
+    """Epochs over each rank's batch."""
+    sgd_minibatch_size: int = 0
+    """Global minibatch rows, split evenly across the ranks; 0 = whole batches."""
+    seed: int | None = None
+    """Seeds the round's minibatch shuffling (the same on every rank)."""
+    global_vars: GlobalVars | None = None
+    """Set on every replica first (the same timestep everywhere, so learning-rate
+    schedules agree)."""
+    world_size: int | None = None
+    """The group size the driver expects; a rank in a group of another size refuses the
+    round.  None: not checked."""
+    check_replicas: bool = False
+    """Return a digest of the rank's weights after the round."""
+
+
+def sample_and_learn(evaluator: PolicyEvaluator, spec: RoundSpec) -> ShardResult:
+    """One rank's round: sample its share of ``spec.train_batch_size``, then
+    ``learn_on_shard``.
+
+    ``spec.global_vars`` are set first.  The share is ``ceil(train_batch_size /
+    world_size)`` rows, sampled in whole ``sample()`` calls.  ``spec.world_size``, if
+    given, must match the group.
     """
     group_size = collective.world_size()
-    if world_size is not None and world_size != group_size:
+    if spec.world_size is not None and spec.world_size != group_size:
         raise RuntimeError(
             f"evaluator {evaluator.worker_index} is in a group of {group_size}, but the "
-            f"driver runs a round over {world_size} evaluators"
+            f"driver runs a round over {spec.world_size} evaluators"
         )
-    if global_vars is not None:
-        evaluator.set_global_vars(global_vars)
+    if spec.global_vars is not None:
+        evaluator.set_global_vars(spec.global_vars)
     start = time.perf_counter()
-    share = math.ceil(train_batch_size / group_size)
+    share = math.ceil(spec.train_batch_size / group_size)
     batches: list[SampleBatch] = []
     count = 0
     while count < share:
@@ -200,9 +214,9 @@ def sample_and_learn(
         count += batches[-1].count
     sample_s = time.perf_counter() - start
     batch = batches[0] if len(batches) == 1 else SampleBatch.concat_samples(batches)
-    result = learn_on_shard(evaluator, batch, num_sgd_iter, sgd_minibatch_size, seed)
+    result = learn_on_shard(evaluator, batch, spec.num_sgd_iter, spec.sgd_minibatch_size, spec.seed)
     result.rows_sampled, result.sample_s = count, sample_s
-    if check_replicas:
+    if spec.check_replicas:
         result.weights_digest = weights_digest(evaluator)
     return result
 

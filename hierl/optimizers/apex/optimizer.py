@@ -23,6 +23,7 @@ from hierl.evaluators.ray_runtime import ActorGroup
 from hierl.optimizers.apex.learner_thread import LearnerThread
 from hierl.optimizers.apex.samplers import ReplaySamplers, pin_epsilon_ladder
 from hierl.optimizers.apex.sharded_replay import ShardedReplay, ShardedReplayConfig
+from hierl.optimizers.apex.tasks import ApexTask
 from hierl.optimizers.base import PolicyOptimizer, single_policy_stats
 from hierl.optimizers.registry import register_optimizer
 from hierl.optimizers.replay.optimizer import ReplayOptimizer, sample_with_priorities
@@ -186,7 +187,7 @@ class ApexOptimizer(PolicyOptimizer):
                 time.sleep(self.config.wait_timeout_s)
         with self.timer("replay"):
             for done in finished:
-                if done.tag[0] == "replay":
+                if done.tag[0] is ApexTask.REPLAY:
                     item = self.replay.replayed(done.tag[1], done.value, done.error)
                     if item is not None:
                         self._to_learn.append(item)
@@ -195,7 +196,7 @@ class ApexOptimizer(PolicyOptimizer):
             if not self._to_learn:  # else the learner is behind: prefetch nothing more
                 self.replay.request_replays(self.beta)
         with self.timer("route"):
-            sampled = [done for done in finished if done.tag[0] == "sample"]
+            sampled = [done for done in finished if done.tag[0] is ApexTask.SAMPLE]
             for ticket, batch_ref, priorities_ref, rows, seconds in self.samplers.receive(
                 sampled, self._weights_ref
             ):

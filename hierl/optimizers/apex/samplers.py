@@ -19,6 +19,7 @@ import numpy as np
 
 from hierl.evaluators import EvaluatorSet, PolicyEvaluator
 from hierl.evaluators.evaluator_set import is_evaluator_failure
+from hierl.optimizers.apex.tasks import ApexTask
 from hierl.optimizers.failures import handle_failed_task
 from hierl.optimizers.replay.optimizer import sample_with_priorities
 from hierl.optimizers.task_pool import Finished, TaskPool
@@ -82,7 +83,7 @@ class ReplaySamplers:
     """The driver's side of the remote evaluators that sample for replay.
 
     Keeps ``max_in_flight`` sample tasks per live evaluator in ``tasks``, tagged
-    ``("sample", index, batch_ref, priorities_ref)``.  A task counts as in flight until
+    ``(ApexTask.SAMPLE, index, batch_ref, priorities_ref)``.  A task counts as in flight until
     its batch was handed on (:meth:`routed`), so an evaluator whose batches wait for a
     shard gets no new task.  An evaluator receives fresh weights once it has sampled
     ``max_weight_sync_delay`` env steps with its current ones.  A failed evaluator goes
@@ -176,6 +177,6 @@ class ReplaySamplers:
                 batch_ref, priorities_ref, info_ref = method.remote(
                     sample_for_replay, self.priority_eps
                 )
-                tag = ("sample", index, batch_ref, priorities_ref)
+                tag = (ApexTask.SAMPLE, index, batch_ref, priorities_ref)
                 self.tasks.add(evaluator, info_ref, tag=tag)
                 self.outstanding[evaluator] = self.outstanding.get(evaluator, 0) + 1

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from hierl.optimizers.apex.replay_shard import ReplayShard, ShardedReplayConfig
+from hierl.optimizers.apex.tasks import ApexTask
 from hierl.optimizers.task_pool import TaskPool
 from hierl.sample_batch import SampleBatch
 
@@ -34,7 +35,8 @@ class ShardedReplay:
     Args:
         config: the replay and shard settings.
         remote: shards as Ray actors (else in-process objects, called directly).
-        tasks: the pool replay requests are added to, tagged ``("replay", shard)``; the
+        tasks: the pool replay requests are added to, tagged ``(ApexTask.REPLAY, (shard,
+            generation))``; the
             caller waits on it (together with its own tasks) and hands every finished
             replay task to :meth:`replayed`.
         get: fetches object refs with the caller's timeout (``EvaluatorSet.get``).
@@ -180,7 +182,7 @@ class ShardedReplay:
         for shard in self._targets(lambda s: self.tasks.count(self.shards[s]) < limit):
             actor = self.shards[shard]
             key = (shard, self.generation[shard])
-            self.tasks.add(actor, actor.replay.remote(size, beta), tag=("replay", key))
+            self.tasks.add(actor, actor.replay.remote(size, beta), tag=(ApexTask.REPLAY, key))
 
     def replay_local(
         self, beta: float, has_room: Callable[[], bool]
