@@ -7,8 +7,7 @@ Public names are imported lazily, so ``import hierl`` (and ``hierl --help``) sta
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from hierl._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -39,13 +38,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'hierl' has no attribute '{name}'")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports("hierl", globals(), _EXPORTS)

@@ -5,8 +5,7 @@ Names are imported lazily so that the registry (and ``hierl --help``) loads no t
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from hierl._lazy import lazy_exports
 
 _EXPORTS = {
     "BaseConfig": "hierl.algorithms.trainer_base",
@@ -21,7 +20,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'hierl.algorithms' has no attribute '{name}'")
+__getattr__, __dir__ = lazy_exports("hierl.algorithms", globals(), _EXPORTS)

@@ -56,3 +56,10 @@ class ActorGroup:
 
     def __post_init__(self) -> None:
         self.bundle = {k: float(v) for k, v in self.bundle.items() if v > 0}
+
+    @classmethod
+    def from_settings(cls, what: str, config: Any, count: str, cpus_each: str) -> ActorGroup:
+        """Actors whose number and CPU share are ``config``'s settings named ``count`` and
+        ``cpus_each`` (the names a request that can never fit proposes to change)."""
+        cpus = getattr(config, cpus_each)
+        return cls(what, getattr(config, count), {"CPU": cpus}, count, {"CPU": cpus_each})

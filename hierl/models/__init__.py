@@ -17,45 +17,36 @@ lazily, so that ``hierl.models.preprocessors`` loads without torch:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from hierl._lazy import lazy_exports
+from hierl.models import preprocessors
 
 _EXPORTS = {
-    "ActionDistribution": "hierl.models.distributions",
-    "ActorCritic": "hierl.models.networks",
-    "BoxPreprocessor": "hierl.models.preprocessors",
-    "Categorical": "hierl.models.distributions",
-    "DiagGaussian": "hierl.models.distributions",
-    "DictPreprocessor": "hierl.models.preprocessors",
-    "DiscretePreprocessor": "hierl.models.preprocessors",
-    "ImagePreprocessor": "hierl.models.preprocessors",
-    "MLP": "hierl.models.networks",
-    "ModelConfig": "hierl.models.networks",
-    "MultiBinaryPreprocessor": "hierl.models.preprocessors",
-    "MultiCategorical": "hierl.models.distributions",
-    "MultiDiscretePreprocessor": "hierl.models.preprocessors",
-    "NatureCNN": "hierl.models.networks",
-    "Preprocessor": "hierl.models.preprocessors",
-    "RecurrentActorCritic": "hierl.models.networks",
-    "TuplePreprocessor": "hierl.models.preprocessors",
-    "get_action_dist": "hierl.models.distributions",
-    "get_activation": "hierl.models.networks",
-    "get_preprocessor": "hierl.models.preprocessors",
-    "is_image_space": "hierl.models.preprocessors",
-    "make_actor_critic": "hierl.models.networks",
-    "to_env_action": "hierl.models.preprocessors",
+    **dict.fromkeys(
+        (
+            "ActionDistribution",
+            "Categorical",
+            "DiagGaussian",
+            "MultiCategorical",
+            "get_action_dist",
+        ),
+        "hierl.models.distributions",
+    ),
+    **dict.fromkeys(
+        (
+            "ActorCritic",
+            "MLP",
+            "ModelConfig",
+            "NatureCNN",
+            "RecurrentActorCritic",
+            "get_activation",
+            "make_actor_critic",
+        ),
+        "hierl.models.networks",
+    ),
+    **dict.fromkeys(preprocessors.__all__, preprocessors.__name__),  # numpy only
 }
 
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'hierl.models' has no attribute '{name}'")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports("hierl.models", globals(), _EXPORTS)

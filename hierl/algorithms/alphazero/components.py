@@ -95,13 +95,15 @@ class SelfPlayEvaluator(PolicyEvaluator):
         return rows, stats
 
 
-class AlphaZeroLearner:
-    """Trains a candidate network on batches pulled from the shared replay buffer.
+class _NetworkActor:
+    """What the learner and the arena actors share: they seed their process and build
+    ``AlphaZeroPolicy`` networks for the env's spaces and the AlphaZeroConfig.
 
     Args:
         observation_space, action_space: the env's spaces.
         config: the AlphaZeroConfig.
-        seed: seeds network init, augmentation and minibatch order.
+        seed: seeds the networks' construction (and the learner's augmentation and
+            minibatch order).
         num_threads: torch threads of this process (actors: 1).
     """
 
@@ -115,7 +117,21 @@ class AlphaZeroLearner:
     ):
         _seed(seed, num_threads)
         self.config = config
-        self.policy = AlphaZeroPolicy(observation_space, action_space, config)
+        self._spaces = (observation_space, action_space)
+
+    def _network(self) -> AlphaZeroPolicy:
+        return AlphaZeroPolicy(*self._spaces, self.config)
+
+
+class AlphaZeroLearner(_NetworkActor):
+    """Trains a candidate network on batches pulled from the shared replay buffer.
+
+    Args: as ``_NetworkActor``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.policy = self._network()
 
     def set_weights(self, weights: Weights) -> None:
         """Restart the candidate from ``weights`` (the new best)."""
@@ -137,28 +153,16 @@ class AlphaZeroLearner:
         return self.policy.get_weights(), mean
 
 
-class Arena:
+class Arena(_NetworkActor):
     """Plays matches between networks (and fixed opponents) with greedy MCTS.
 
-    Args:
-        observation_space, action_space: the env's spaces.
-        config: the AlphaZeroConfig.
-        seed: seeds the networks' construction (weights are always set before play).
-        num_threads: torch threads of this process (actors: 1).
+    Args: as ``_NetworkActor`` (weights are always set before play).
     """
 
-    def __init__(
-        self,
-        observation_space: Any,
-        action_space: Any,
-        config: Any,
-        seed: int | None,
-        num_threads: int | None = None,
-    ):
-        _seed(seed, num_threads)
-        self.config = config
-        self.first = AlphaZeroPolicy(observation_space, action_space, config)
-        self.second = AlphaZeroPolicy(observation_space, action_space, config)
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.first = self._network()
+        self.second = self._network()
         self.game = self.first.game
 
     def _player(

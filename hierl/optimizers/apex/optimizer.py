@@ -94,12 +94,8 @@ class ApexOptimizer(PolicyOptimizer):
         if not num_evaluators:
             return []
         return [
-            ActorGroup(
-                "Ape-X replay shard",
-                config.num_replay_shards,
-                {"CPU": config.num_cpus_per_replay_shard},
-                "num_replay_shards",
-                {"CPU": "num_cpus_per_replay_shard"},
+            ActorGroup.from_settings(
+                "Ape-X replay shard", config, "num_replay_shards", "num_cpus_per_replay_shard"
             )
         ]
 

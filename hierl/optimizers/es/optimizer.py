@@ -128,12 +128,8 @@ class ESOptimizer(PolicyOptimizer):
         if not num_evaluators:
             return []
         return [
-            ActorGroup(
-                "ES aggregator",
-                config.num_aggregators,
-                {"CPU": config.num_cpus_per_aggregator},
-                "num_aggregators",
-                {"CPU": "num_cpus_per_aggregator"},
+            ActorGroup.from_settings(
+                "ES aggregator", config, "num_aggregators", "num_cpus_per_aggregator"
             )
         ]
 

@@ -98,13 +98,7 @@ class ShardedPSOptimizer(PolicyOptimizer):
         if not num_evaluators:
             return []
         return [
-            ActorGroup(
-                "parameter shard",
-                config.num_shards,
-                {"CPU": config.num_cpus_per_shard},
-                "num_shards",
-                {"CPU": "num_cpus_per_shard"},
-            )
+            ActorGroup.from_settings("parameter shard", config, "num_shards", "num_cpus_per_shard")
         ]
 
     def __init__(self, *args: Any, **kwargs: Any):
