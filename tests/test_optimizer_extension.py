@@ -19,7 +19,7 @@ from hierl.algorithms.pg import PGConfig, PGTrainer
 from hierl.algorithms.resources import trainer_bundles
 from hierl.config import ConfigError
 from hierl.evaluators.ray_runtime import ActorGroup
-from hierl.optimizers import LocalOptimizer, get_optimizer_class, register_optimizer
+from hierl.optimizers import LocalOptimizer, get_optimizer_class, register_optimizer, registry
 from hierl.optimizers.sgd import SGDConfig
 
 TIMEOUT_S = 60
@@ -83,7 +83,12 @@ class CountingOptimizer(LocalOptimizer):
         ray.kill(self.counter)
 
 
-register_optimizer(CountingOptimizer)
+@pytest.fixture(autouse=True, scope="module")
+def registered():
+    """Registered for this module's tests only (``auto`` would otherwise compare it too)."""
+    register_optimizer(CountingOptimizer)
+    yield
+    registry._OPTIMIZERS.pop(CountingOptimizer.name)
 
 
 @dataclasses.dataclass

@@ -33,7 +33,6 @@ class A2CConfig(PGConfig):
     """
 
     supported_optimizers = A2C_OPTIMIZERS
-    default_optimizer = "local"
     optimizer_defaults = {
         **same_defaults(A2C_OPTIMIZERS, train_batch_size=160),
         "auto": {"train_batch_size": 160, "candidates": A2C_OPTIMIZERS[:-1]},

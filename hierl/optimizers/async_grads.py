@@ -84,6 +84,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
     name = "async"
     config_class = AsyncConfig
     required_policy_methods = ("compute_gradients", "apply_gradients")
+    samples_to_driver = False  # gradients in, weights out
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

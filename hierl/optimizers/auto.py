@@ -30,12 +30,20 @@ import numpy as np
 from hierl.config import ConfigError
 from hierl.evaluators import EvaluatorSet
 from hierl.optimizers.base import OptimizerConfig, OptimizerFactory, PolicyOptimizer
-from hierl.optimizers.registry import get_optimizer_class, register_optimizer
+from hierl.optimizers.registry import get_optimizer_class, optimizer_names, register_optimizer
 from hierl.optimizers.sgd import SGDConfig
 from hierl.policy_graph import GlobalVars, LearnerStats
 
-GRADIENT_STRATEGIES = ("local", "multi_gpu", "allreduce", "async", "sharded_ps")
-"""Strategies that ``auto`` may compare (same algorithm semantics per sample)."""
+
+def gradient_strategies() -> tuple[str, ...]:
+    """The registered strategies ``auto`` may compare: those that learn from fresh
+    samples (``learns_from``; the same algorithm semantics per sample), except itself."""
+    return tuple(
+        name
+        for name in optimizer_names()
+        if get_optimizer_class(name).learns_from == "samples"
+        and get_optimizer_class(name).learns_on != "varies"
+    )
 
 
 @dataclasses.dataclass
@@ -46,20 +54,19 @@ class AutoConfig(SGDConfig):
     given to every candidate that has them; several SGD passes favour ``multi_gpu``.
     """
 
-    candidates: tuple[str, ...] = GRADIENT_STRATEGIES
-    """Strategies to compare (an algorithm's ``optimizer_defaults`` may name fewer, e.g.
-    those its loss allows); the ones that cannot train the policy are skipped."""
+    candidates: tuple[str, ...] = ()
+    """Strategies to compare; empty: every one of ``gradient_strategies()`` (an
+    algorithm's ``optimizer_defaults`` may name fewer, e.g. those its loss allows).  The
+    ones that cannot train the policy are skipped."""
     calibration_steps: int = 3
     """Steps measured per candidate; the first of them is a warm-up when there are >= 2."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        bad = [c for c in self.candidates if c not in GRADIENT_STRATEGIES]
-        self.check(
-            "candidates",
-            bool(self.candidates) and not bad,
-            f"a non-empty subset of {', '.join(GRADIENT_STRATEGIES)}",
-        )
+        valid = gradient_strategies()
+        self.candidates = self.candidates or valid
+        bad = [c for c in self.candidates if c not in valid]
+        self.check("candidates", not bad, f"a subset of {', '.join(valid)}")
         self.check("calibration_steps", self.calibration_steps >= 1, "must be >= 1")
 
 
@@ -74,19 +81,30 @@ def initial_order(
 ) -> list[str]:
     """Order the candidates by the appendix-C heuristics, most promising first.
 
+    Read from each strategy's capabilities (``samples_to_driver``, ``uses_device_towers``):
+
     - no remote evaluators: every strategy runs in-process; driver-side SGD first;
-    - a GPU on the driver and a loss that allows several passes: ``multi_gpu`` first;
+    - a GPU on the driver and a loss that allows several passes: device towers
+      (``multi_gpu``) first;
     - samples larger than the model traffic of a round (model x evaluators): keep
       samples on the evaluators (``allreduce``, ``async``, ``sharded_ps``) first;
     - otherwise send samples to the driver (``local``, ``multi_gpu``) first.
+
+    Ties keep name order.
     """
-    driver_side = ["multi_gpu", "local"] if has_gpu and num_sgd_iter > 1 else ["local", "multi_gpu"]
-    evaluator_side = ["allreduce", "async", "sharded_ps"]
+    towers_first = has_gpu and num_sgd_iter > 1
     big_samples = sample_bytes > model_bytes * num_remote_evaluators
-    if num_remote_evaluators and big_samples and not (has_gpu and num_sgd_iter > 1):
-        driver_side, evaluator_side = evaluator_side, driver_side
-    preference = driver_side + evaluator_side
-    return sorted(candidates, key=preference.index)
+    samples_stay = bool(num_remote_evaluators) and big_samples and not towers_first
+
+    def key(name: str) -> tuple[bool, bool, str]:
+        cls = get_optimizer_class(name)
+        return (
+            cls.samples_to_driver == samples_stay,
+            cls.uses_device_towers != towers_first,
+            name,
+        )
+
+    return sorted(candidates, key=key)
 
 
 def skipped_candidates(candidates: Sequence[str], policy_classes: Sequence[type]) -> dict[str, str]:

@@ -27,6 +27,8 @@ OptimizerFactory = Callable[[str, Mapping[str, Any]], "PolicyOptimizer"]
 the algorithm's defaults for it under ``settings``."""
 LearnsOn = Literal["driver", "evaluators", "servers", "varies", "none"]
 """The values of ``PolicyOptimizer.learns_on``."""
+LearnsFrom = Literal["samples", "replay", "returns"]
+"""The values of ``PolicyOptimizer.learns_from``."""
 
 
 class TimerStat:
@@ -111,6 +113,17 @@ class PolicyOptimizer:
     required_policy_class: ClassVar[type | None] = None
     """Policies must subclass this (e.g. ``TorchPolicyGraph`` for device towers); None:
     any PolicyGraph."""
+    learns_from: ClassVar[LearnsFrom] = "samples"
+    """What each update learns from: freshly sampled batches, each row once per step
+    (``samples``: interchangeable strategies, the ones ``auto`` compares), rows drawn
+    again from a ``replay`` buffer, or episode ``returns`` (ES, no gradients)."""
+    samples_to_driver: ClassVar[bool] = True
+    """Its bulk data into the driver are the sampled rows (``local``, ``multi_gpu``,
+    the replay optimizers); False: samples stay on the evaluators and gradients or
+    weights travel instead (``allreduce``, ``async``, ``sharded_ps``)."""
+    uses_device_towers: ClassVar[bool] = False
+    """Its learner splits each batch over device towers (``multi_gpu``): the strategy to
+    prefer with a GPU and a loss that allows several SGD passes."""
     learns_on: ClassVar[LearnsOn] = "driver"
     """Where the policy's own update (its torch optimizer) runs: on the ``driver``'s
     policy, on the ``evaluators``' replicas, on ``servers`` that hold the weights and

@@ -100,6 +100,7 @@ class AllReduceOptimizer(PolicyOptimizer):
     config_class = AllReduceConfig
     required_policy_methods = ("compute_gradients", "apply_gradients", "gradient_names")
     learns_on = "evaluators"
+    samples_to_driver = False
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

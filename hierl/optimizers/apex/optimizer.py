@@ -87,6 +87,7 @@ class ApexOptimizer(PolicyOptimizer):
 
     name = "apex"
     config_class = ApexConfig
+    learns_from = "replay"
 
     @classmethod
     def actor_groups(cls, config: ApexConfig, num_evaluators: int) -> list[ActorGroup]:

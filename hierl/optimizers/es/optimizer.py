@@ -112,6 +112,7 @@ class ESOptimizer(PolicyOptimizer):
     required_policy_protocols = (FlatWeights,)
 
     learns_on = "none"
+    learns_from = "returns"
 
     @classmethod
     def check_config(cls, config: ESOptimizerConfig, num_evaluators: int) -> None:

@@ -54,6 +54,7 @@ class MultiGPUOptimizer(LocalOptimizer):
     supports_multi_agent = False  # one learner over one policy
     supports_recurrent = False  # towers split batches by rows
     required_policy_class = TorchPolicyGraph  # the towers are copies of its torch model
+    uses_device_towers = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -129,6 +129,7 @@ class ReplayOptimizer(PolicyOptimizer):
 
     name = "replay"
     config_class = ReplayConfig
+    learns_from = "replay"
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

@@ -91,6 +91,7 @@ class ShardedPSOptimizer(PolicyOptimizer):
     # the shards run Adam at the policy's learning rate
     required_policy_methods = ("compute_gradients", "gradient_names", "learning_rate")
     learns_on = "servers"
+    samples_to_driver = False
 
     @classmethod
     def actor_groups(cls, config: ShardedPSConfig, num_evaluators: int) -> list[ActorGroup]:
