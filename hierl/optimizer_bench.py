@@ -26,18 +26,32 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-STRATEGIES = ("local", "multi_gpu", "allreduce", "async", "sharded_ps", "replay", "apex")
-"""Every named strategy (``auto`` picks among the gradient ones, so it is not listed)."""
+
+def strategies() -> tuple[str, ...]:
+    """Every registered strategy that trains a policy graph on samples, fresh or replayed
+    (``learns_from``); not ES (episode returns) nor ``auto``, which picks among them."""
+    from hierl.optimizers import get_optimizer_class, optimizer_names
+
+    return tuple(
+        name
+        for name in optimizer_names()
+        if get_optimizer_class(name).learns_from != "returns"
+        and get_optimizer_class(name).learns_on != "varies"
+    )
+
 
 HUMANOID_OBS, HUMANOID_ACT = 376, 17
 
-_REPLAY = {"train_batch_size": 256, "learning_starts": 1000, "buffer_size": 50_000}
-STRATEGY_SETTINGS: dict[str, dict[str, Any]] = {
-    "replay": _REPLAY,
-    "apex": {**_REPLAY, "num_replay_shards": 2, "min_step_time_s": 1.0},
+REPLAY_SETTINGS = {
+    "train_batch_size": 256,
+    "learning_starts": 1000,
+    "buffer_size": 50_000,
+    "num_replay_shards": 2,
+    "min_step_time_s": 1.0,
 }
-"""Per-strategy ``optimizer_config`` defaults: replay strategies learn on minibatch-sized
-replayed batches, not on the algorithm's multi-thousand-row train batch."""
+"""``optimizer_config`` of the strategies that learn from replay, each taking those it
+has: they learn on minibatch-sized replayed batches, not on the algorithm's
+multi-thousand-row train batch."""
 
 TARGETS = {"multi_gpu_1_tower_vs_pure_torch": 0.9, "async_overhead_round_trips": 2.0}
 """The issue's speed targets: at least / at most these."""
@@ -113,9 +127,10 @@ def bench_strategy(
 ) -> dict[str, Any]:
     """Train ``algo`` with optimizer ``name`` for a warm-up + ``iterations``; figures."""
     from hierl.algorithms.registry import get_trainer_class
-    from hierl.optimizers import optimizer_settings
+    from hierl.optimizers import get_optimizer_class, optimizer_settings
 
     base = get_trainer_class(algo)
+    names = strategies()
     # The same policy graph under every strategy, whether or not the algorithm lists it,
     # with the algorithm's default batch settings wherever a strategy has them.
     base_config = base.config_class
@@ -124,10 +139,9 @@ def bench_strategy(
         f"Bench{base_config.__name__}",
         (base_config,),
         {
-            "supported_optimizers": STRATEGIES,
+            "supported_optimizers": names,
             "optimizer_defaults": {
-                name: {k: v for k, v in defaults.items() if k in optimizer_settings(name)}
-                for name in STRATEGIES
+                n: {k: v for k, v in defaults.items() if k in optimizer_settings(n)} for n in names
             },
         },
     )
@@ -140,8 +154,9 @@ def bench_strategy(
         "seed": 0,
         **dict(config or {}),
     }
+    replay = get_optimizer_class(name).learns_from == "replay"
     settings["optimizer_config"] = {
-        **STRATEGY_SETTINGS.get(name, {}),
+        **{k: v for k, v in REPLAY_SETTINGS.items() if replay and k in optimizer_settings(name)},
         **dict(settings.get("optimizer_config") or {}),
     }
     trainer = cls(settings)
@@ -171,10 +186,11 @@ def bench_strategy(
     }
 
 
-def bench_strategies(names: Sequence[str] = STRATEGIES, **kwargs: Any) -> list[dict[str, Any]]:
-    """:func:`bench_strategy` for each name; a failing strategy is reported, not fatal."""
+def bench_strategies(names: Sequence[str] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+    """:func:`bench_strategy` for each name (default: :func:`strategies`); a failing
+    strategy is reported, not fatal."""
     rows = []
-    for name in names:
+    for name in names or strategies():
         try:
             rows.append(bench_strategy(name, **kwargs))
         except Exception as e:  # report and go on: the table shows what ran
@@ -391,11 +407,12 @@ def async_overhead(env: str = "CartPole-v1", gradients: int = 200) -> dict[str, 
     applying, the weight push).  The target is at most two actor round trips.
     """
     from hierl.algorithms.pg import PGTrainer
+    from hierl.optimizers import AsyncGradientsOptimizer
 
     config = {
         "env": env,
         "num_evaluators": 1,
-        "optimizer": "async",
+        "optimizer": AsyncGradientsOptimizer.name,
         "optimizer_config": {"grads_per_step": gradients},
         "num_envs_per_evaluator": 1,
         "rollout_fragment_length": 8,
@@ -455,7 +472,7 @@ def main(argv: Sequence[str] | None = None, parser_class: type | None = None) ->
     parser.add_argument("--evaluators", type=int, default=2, help="remote evaluators")
     parser.add_argument("--iterations", type=int, default=5, help="timed train() calls")
     parser.add_argument(
-        "--optimizers", nargs="+", default=list(STRATEGIES), choices=STRATEGIES, metavar="NAME"
+        "--optimizers", nargs="+", default=list(strategies()), choices=strategies(), metavar="NAME"
     )
     parser.add_argument("--skip-sgd", action="store_true", help="skip the Table-3 SGD figures")
     parser.add_argument("--skip-async", action="store_true", help="skip the async overhead")
