@@ -77,6 +77,7 @@ from common import RESULTS_DIR, CpuMeter, bar_png, process_tree, record, wait_fo
 
 from hierl.algorithms.ppo import PPOConfig, PPOPolicy
 from hierl.evaluators.policy_evaluator import PolicyEvaluator
+from hierl.evaluators.spec import EvaluatorSpec
 from hierl.models import ActorCritic, ModelConfig
 from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
@@ -333,7 +334,7 @@ def process_scaling(
 
 
 def remote_scaling(
-    evaluator_kwargs: Mapping[str, Any], actions_per_sample: int, seconds: float, rounds: int
+    spec: EvaluatorSpec, actions_per_sample: int, seconds: float, rounds: int
 ) -> dict[str, Any]:
     """Aggregate actions/s of rounds of ``ray.get([e.sample.remote() ...])``, 1 vs 2 actors.
 
@@ -343,8 +344,8 @@ def remote_scaling(
     import ray
 
     remote_cls = PolicyEvaluator.as_remote(num_cpus=1)
-    evs = [remote_cls.remote(worker_index=i + 1, **evaluator_kwargs) for i in range(2)]
-    local = PolicyEvaluator(worker_index=0, **evaluator_kwargs)
+    evs = [remote_cls.remote(spec, worker_index=i + 1, num_threads=1) for i in range(2)]
+    local = PolicyEvaluator(spec, worker_index=0, num_threads=1)
     ray.get([e.ping.remote() for e in evs])
     ray.get([e.sample.remote() for e in evs])  # warm-up round (env creation, first forward)
     local.sample()
@@ -468,7 +469,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"a) Pendulum-v1 x{PENDULUM_ENVS} SyncVectorEnv, in process", flush=True)
 
     def make_ev(env: Any, policy_class: type, **kwargs: Any) -> PolicyEvaluator:
-        return PolicyEvaluator(env, policy_class, cfg, seed=0, num_threads=1, **kwargs)
+        spec = EvaluatorSpec(env, policy_class, cfg, seed=0, **kwargs)
+        return PolicyEvaluator(spec, num_threads=1)
 
     def pendulum_ev(policy_class: type) -> PolicyEvaluator:
         return make_ev(
@@ -545,15 +547,14 @@ def main(argv: list[str] | None = None) -> None:
                 "pendulum remote",
                 functools.partial(
                     remote_scaling,
-                    {
-                        "env": "Pendulum-v1",
-                        "policy_class": SamplingPolicy,
-                        "policy_config": cfg,
-                        "num_envs": PENDULUM_ENVS,
-                        "rollout_fragment_length": PENDULUM_FRAGMENT,
-                        "seed": 0,
-                        "num_threads": 1,
-                    },
+                    EvaluatorSpec(
+                        "Pendulum-v1",
+                        SamplingPolicy,
+                        cfg,
+                        num_envs=PENDULUM_ENVS,
+                        rollout_fragment_length=PENDULUM_FRAGMENT,
+                        seed=0,
+                    ),
                     PENDULUM_FRAGMENT * PENDULUM_ENVS,
                     seconds,
                     rounds,
@@ -564,15 +565,14 @@ def main(argv: list[str] | None = None) -> None:
                 "cartpole_vec remote",
                 functools.partial(
                     remote_scaling,
-                    {
-                        "env": cartpole_vec_creator,
-                        "policy_class": SamplingPolicy,
-                        "policy_config": cfg,
-                        "env_config": {"num_envs": CARTPOLE_ENVS},
-                        "rollout_fragment_length": CARTPOLE_FRAGMENT,
-                        "seed": 0,
-                        "num_threads": 1,
-                    },
+                    EvaluatorSpec(
+                        cartpole_vec_creator,
+                        SamplingPolicy,
+                        cfg,
+                        env_config={"num_envs": CARTPOLE_ENVS},
+                        rollout_fragment_length=CARTPOLE_FRAGMENT,
+                        seed=0,
+                    ),
                     CARTPOLE_FRAGMENT * CARTPOLE_ENVS,
                     seconds,
                     rounds,

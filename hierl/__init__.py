@@ -16,6 +16,7 @@ _EXPORTS = {
     "ConfigError": "hierl.config",
     "EpisodeCallbacks": "hierl.evaluators",
     "EvaluatorSet": "hierl.evaluators",
+    "EvaluatorSpec": "hierl.evaluators",
     "ModelConfig": "hierl.models",
     "MultiAgentBatch": "hierl.sample_batch",
     "MultiAgentEnv": "hierl.evaluators",

@@ -310,16 +310,14 @@ def allreduce_sgd(batch: Any, num_sgd_iter: int, minibatch: int, world: int) -> 
     import ray
 
     from hierl.algorithms.ppo import PPOPolicy
-    from hierl.evaluators import PolicyEvaluator
+    from hierl.evaluators import EvaluatorSpec, PolicyEvaluator
     from hierl.evaluators.ray_runtime import ensure_ray
     from hierl.optimizers.allreduce.rank import disband_group, form_group, learn_on_shard
 
     ensure_ray()
     cls = PolicyEvaluator.as_remote(num_cpus=min(1.0, 2.0 / world))
-    actors = [
-        cls.remote(HumanoidShapedEnv, PPOPolicy, _ppo_config(lr=5e-5), worker_index=i + 1, seed=0)
-        for i in range(world)
-    ]
+    spec = EvaluatorSpec(HumanoidShapedEnv, PPOPolicy, _ppo_config(lr=5e-5), seed=0)
+    actors = [cls.remote(spec, worker_index=i + 1) for i in range(world)]
     try:
         form_group(actors)
         share = batch.count // world

@@ -20,7 +20,7 @@ from learning import SEED, train_until
 import hierl.optimizers.allreduce  # noqa: F401  (registers "allreduce")
 from hierl import ConfigError
 from hierl.algorithms.pg import PGConfig, PGPolicy, PGTrainer
-from hierl.evaluators import EvaluatorSet
+from hierl.evaluators import EvaluatorSet, EvaluatorSpec
 from hierl.optimizers.allreduce import collective
 from hierl.optimizers.allreduce.optimizer import AllReduceConfig, ReplicaDivergenceError
 from hierl.optimizers.allreduce.rank import disband_group, form_group, learn_on_shard
@@ -61,15 +61,15 @@ def _weights(evaluator_or_actor) -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def group(ray_session):
     """Two remote PG evaluators (same initial weights) forming a gloo group."""
-    kwargs = {
-        "env": "CartPole-v1",
-        "policy_class": PGPolicy,
-        "policy_config": PGConfig.from_dict(POLICY_CONFIG),
-        "num_envs": 2,
-        "rollout_fragment_length": 32,
-        "seed": 0,
-    }
-    evs = EvaluatorSet(kwargs, num_evaluators=2, num_cpus_per_evaluator=0.25, get_timeout_s=60)
+    spec = EvaluatorSpec(
+        "CartPole-v1",
+        PGPolicy,
+        PGConfig.from_dict(POLICY_CONFIG),
+        num_envs=2,
+        rollout_fragment_length=32,
+        seed=0,
+    )
+    evs = EvaluatorSet(spec, num_evaluators=2, num_cpus_per_evaluator=0.25, get_timeout_s=60)
     info = form_group(evs.remote_evaluators, timeout_s=60)
     assert (info.world_size, info.backend) == (2, "gloo")
     yield evs

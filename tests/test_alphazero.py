@@ -272,16 +272,19 @@ def test_symmetry_augmentation_keeps_pairs_consistent():
 
 def test_self_play_returns_whole_games_as_training_rows():
     from hierl.algorithms.alphazero.components import TRAIN_COLUMNS, SelfPlayEvaluator
+    from hierl.evaluators import EvaluatorSpec
 
     config = AlphaZeroConfig.from_dict(_config(num_simulations=4))
     ev = SelfPlayEvaluator(
-        TTT,
-        AlphaZeroPolicy,
-        config,
-        num_envs=4,
-        rollout_fragment_length=9,
-        batch_mode="complete_episodes",
-        seed=0,
+        EvaluatorSpec(
+            TTT,
+            AlphaZeroPolicy,
+            config,
+            num_envs=4,
+            rollout_fragment_length=9,
+            batch_mode="complete_episodes",
+            seed=0,
+        )
     )
     rows, stats = ev.self_play()
     assert sorted(rows) == sorted(TRAIN_COLUMNS)

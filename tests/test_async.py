@@ -11,7 +11,7 @@ import pytest
 from learning import SEED, train_until
 
 from hierl.algorithms.pg import PGPolicy, PGTrainer
-from hierl.evaluators import PolicyEvaluator
+from hierl.evaluators import EvaluatorSpec, PolicyEvaluator
 from hierl.evaluators.sample_queue import SampleQueue
 from hierl.optimizers.async_grads import AsyncGradientsOptimizer
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
@@ -171,13 +171,15 @@ class FailingEnv(gym.Env):
 
 def test_background_sampling_queues_batches_and_reraises_env_errors(counting_env):
     ev = PolicyEvaluator(
-        counting_env,
-        PGPolicy,
-        PGTrainer.config_class(env="x"),
-        rollout_fragment_length=5,
-        seed=0,
-        sample_async=True,
-        max_queued_samples=2,
+        EvaluatorSpec(
+            counting_env,
+            PGPolicy,
+            PGTrainer.config_class(env="x"),
+            rollout_fragment_length=5,
+            seed=0,
+            sample_async=True,
+            max_queued_samples=2,
+        )
     )
     batches = [ev.sample() for _ in range(3)]
     assert [b.count for b in batches] == [5, 5, 5]
@@ -188,11 +190,13 @@ def test_background_sampling_queues_batches_and_reraises_env_errors(counting_env
     assert ev._queue is None
 
     broken = PolicyEvaluator(
-        FailingEnv,
-        PGPolicy,
-        PGTrainer.config_class(env="x"),
-        rollout_fragment_length=5,
-        sample_async=True,
+        EvaluatorSpec(
+            FailingEnv,
+            PGPolicy,
+            PGTrainer.config_class(env="x"),
+            rollout_fragment_length=5,
+            sample_async=True,
+        )
     )
     broken.sample()
     with pytest.raises(Exception, match="step 7"):

@@ -8,7 +8,7 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from hierl.algorithms.pg import PGConfig, PGPolicy
-from hierl.evaluators import EvaluatorSet, PolicyEvaluator
+from hierl.evaluators import EvaluatorSet, EvaluatorSpec, PolicyEvaluator
 from hierl.evaluators.filters import MeanStdFilter, RunningStat
 from hierl.sample_batch import SampleBatch as SB
 
@@ -20,7 +20,9 @@ def make_evaluator(env, env_config=None, **kwargs) -> PolicyEvaluator:
     kwargs.setdefault("num_envs", 2)
     kwargs.setdefault("rollout_fragment_length", 3)
     kwargs.setdefault("seed", 0)
-    return PolicyEvaluator(env, PGPolicy, config, env_config=env_config or {}, **kwargs)
+    worker_index = kwargs.pop("worker_index", 0)
+    spec = EvaluatorSpec(env, PGPolicy, config, env_config=env_config or {}, **kwargs)
+    return PolicyEvaluator(spec, worker_index=worker_index)
 
 
 def test_batch_size_and_episode_accounting_across_fragments(counting_env):
@@ -153,16 +155,16 @@ def test_mean_std_filter_buffer_flush_and_apply():
 @pytest.mark.timeout(300)
 def test_remote_evaluators_sample_sync_weights_and_filters(ray_session, counting_env):
     config = PGConfig.from_dict({"env": "CartPole-v1", "model": {"hiddens": (8, 8)}})
-    kwargs = {
-        "env": "CartPole-v1",
-        "policy_class": PGPolicy,
-        "policy_config": config,
-        "num_envs": 2,
-        "rollout_fragment_length": 5,
-        "seed": 0,
-        "observation_filter": "MeanStdFilter",
-    }
-    evs = EvaluatorSet(kwargs, num_evaluators=2, num_cpus_per_evaluator=0.5, get_timeout_s=240)
+    spec = EvaluatorSpec(
+        "CartPole-v1",
+        PGPolicy,
+        config,
+        num_envs=2,
+        rollout_fragment_length=5,
+        seed=0,
+        observation_filter="MeanStdFilter",
+    )
+    evs = EvaluatorSet(spec, num_evaluators=2, num_cpus_per_evaluator=0.5, get_timeout_s=240)
     try:
         local_w = evs.local_evaluator.get_weights()["default_policy"]
         for w in evs.get([e.get_weights.remote() for e in evs.remote_evaluators]):
@@ -173,7 +175,7 @@ def test_remote_evaluators_sample_sync_weights_and_filters(ray_session, counting
         # different worker indices → different env seeds → different data
         assert not np.array_equal(batches[0][SB.OBS], batches[1][SB.OBS])
         # a remote evaluator samples exactly what a local one with its index would
-        twin = PolicyEvaluator(worker_index=1, **kwargs)
+        twin = PolicyEvaluator(spec, worker_index=1)
         twin.set_weights(evs.local_evaluator.get_weights())
         np.testing.assert_array_equal(twin.sample()[SB.OBS], batches[0][SB.OBS])
         evs.sync_filters()
@@ -212,13 +214,15 @@ def test_ppo_bootstraps_truncation_and_cuts_but_not_termination(counting_env, te
         {"env": counting_env, "gamma": 0.5, "lambda_": 1.0, "model": {"hiddens": [8]}}
     )
     ev = PolicyEvaluator(
-        counting_env,
-        PPOPolicy,
-        config,
-        env_config={"length": 2, "terminate": terminate},
-        num_envs=1,
-        rollout_fragment_length=3,
-        seed=0,
+        EvaluatorSpec(
+            counting_env,
+            PPOPolicy,
+            config,
+            env_config={"length": 2, "terminate": terminate},
+            num_envs=1,
+            rollout_fragment_length=3,
+            seed=0,
+        )
     )
     b = ev.sample()  # rows: t=0, t=1 (episode ends), t=0 (fragment cut)
     v_next = ev.policy.value(b[SB.NEW_OBS])

@@ -15,7 +15,7 @@ from learning_configs import APEX_CARTPOLE
 from hierl.algorithms.dqn import ApexTrainer
 from hierl.algorithms.pg import PGConfig, PGPolicy, PGTrainer
 from hierl.algorithms.ppo import PPOTrainer
-from hierl.evaluators import EnvError, EvaluatorSet
+from hierl.evaluators import EnvError, EvaluatorSet, EvaluatorSpec
 from hierl.evaluators.evaluator_set import EvaluatorFailureError
 from hierl.optimizers.apex.replay_shard import ShardedReplayConfig
 from hierl.optimizers.apex.sharded_replay import ShardedReplay
@@ -127,15 +127,15 @@ def _train_until(trainer, threshold: float, max_iterations: int, kill) -> Learni
 # -- the evaluator set -----------------------------------------------------------------
 def test_recreated_evaluator_gets_weights_filters_and_counters_before_sampling(ray_session):
     ray = ray_session
-    kwargs = {
-        "env": "CartPole-v1",
-        "policy_class": PGPolicy,
-        "policy_config": PGConfig.from_dict(TINY_PG),
-        "rollout_fragment_length": 20,
-        "observation_filter": "MeanStdFilter",
-        "seed": 0,
-    }
-    evaluators = EvaluatorSet(kwargs, num_evaluators=2, num_cpus_per_evaluator=0.25)
+    spec = EvaluatorSpec(
+        "CartPole-v1",
+        PGPolicy,
+        PGConfig.from_dict(TINY_PG),
+        rollout_fragment_length=20,
+        observation_filter="MeanStdFilter",
+        seed=0,
+    )
+    evaluators = EvaluatorSet(spec, num_evaluators=2, num_cpus_per_evaluator=0.25)
     try:
         local = evaluators.local_evaluator
         local.sample()  # the local filter has statistics now

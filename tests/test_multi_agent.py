@@ -15,6 +15,7 @@ from hierl.algorithms.ppo import PPOConfig, PPOTrainer
 from hierl.checkpoint import CheckpointError
 from hierl.config import ConfigError
 from hierl.evaluators import (
+    EvaluatorSpec,
     MultiAgentEnv,
     MultiAgentEpisodeRecord,
     PolicyEvaluator,
@@ -126,14 +127,10 @@ def make_ma_evaluator(env=EnterLeaveEnv, mapping=abc_mapping, **kwargs):
     kwargs.setdefault("rollout_fragment_length", 5)
     kwargs.setdefault("seed", 0)
     policies = kwargs.pop("policies", {"pa": PolicySpec(), "pbc": PolicySpec()})
-    return PolicyEvaluator(
-        env,
-        RecordingPolicy,
-        None,
-        policies=policies,
-        policy_mapping_fn=mapping,
-        **kwargs,
+    spec = EvaluatorSpec(
+        env, RecordingPolicy, None, policies=policies, policy_mapping_fn=mapping, **kwargs
     )
+    return PolicyEvaluator(spec)
 
 
 # -- sampler -------------------------------------------------------------------------------
@@ -220,7 +217,9 @@ def test_turn_based_rewards_accumulate_until_the_next_observation():
 
 def test_single_policy_default_mapping_and_filters_per_policy():
     ev = PolicyEvaluator(
-        EnterLeaveEnv, RecordingPolicy, None, observation_filter="MeanStdFilter", seed=0
+        EvaluatorSpec(
+            EnterLeaveEnv, RecordingPolicy, None, observation_filter="MeanStdFilter", seed=0
+        )
     )
     batch = ev.sample()
     assert list(batch.policy_batches) == ["default_policy"]

@@ -20,7 +20,7 @@ import hierl.optimizers.multi_gpu  # noqa: F401  (registers "multi_gpu")
 from hierl import ConfigError
 from hierl.algorithms.pg import PGPolicy, PGTrainer
 from hierl.algorithms.ppo import PPOConfig, PPOPolicy, PPOTrainer
-from hierl.evaluators import PolicyEvaluator
+from hierl.evaluators import EvaluatorSpec, PolicyEvaluator
 from hierl.optimizers.local import LocalOptimizer
 from hierl.optimizers.multi_gpu import MultiGPUConfig, MultiGPUOptimizer
 from hierl.optimizers.multi_gpu.learner import MultiDeviceLearner
@@ -54,7 +54,9 @@ POLICY_CONFIG = {
 def _evaluator() -> PolicyEvaluator:
     config = PPOConfig.from_dict(POLICY_CONFIG)
     return PolicyEvaluator(
-        "CartPole-v1", PPOPolicy, config, num_envs=2, rollout_fragment_length=128, seed=0
+        EvaluatorSpec(
+            "CartPole-v1", PPOPolicy, config, num_envs=2, rollout_fragment_length=128, seed=0
+        )
     )
 
 
@@ -270,12 +272,14 @@ def test_bad_settings_are_named(setup):
 
 def test_optimizer_works_without_a_trainer(setup):
     ev = PolicyEvaluator(
-        "CartPole-v1",
-        PGPolicy,
-        PGTrainer.config_class.from_dict({"model": {"hiddens": [8]}}),
-        num_envs=2,
-        rollout_fragment_length=50,
-        seed=1,
+        EvaluatorSpec(
+            "CartPole-v1",
+            PGPolicy,
+            PGTrainer.config_class.from_dict({"model": {"hiddens": [8]}}),
+            num_envs=2,
+            rollout_fragment_length=50,
+            seed=1,
+        )
     )
     opt = MultiGPUOptimizer(ev, config={"train_batch_size": 200, "num_towers": 2})
     before = ev.policy.get_weights()

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from hierl.algorithms.ppo import PPOConfig, PPOPolicy
-from hierl.evaluators import PolicyEvaluator
+from hierl.evaluators import EvaluatorSpec, PolicyEvaluator
 from hierl.optimizers.allreduce.rank import learn_on_shard
 from hierl.optimizers.multi_gpu.learner import MultiDeviceLearner
 from hierl.optimizers.sgd import minibatch_sgd
@@ -27,7 +27,9 @@ def evaluator_and_batch():
     torch.manual_seed(0)
     config = PPOConfig.from_dict({"model": {"hiddens": [8]}, "normalize_advantages": True})
     ev = PolicyEvaluator(
-        "CartPole-v1", PPOPolicy, config, num_envs=1, rollout_fragment_length=1150, seed=0
+        EvaluatorSpec(
+            "CartPole-v1", PPOPolicy, config, num_envs=1, rollout_fragment_length=1150, seed=0
+        )
     )
     batch = ev.sample()
     assert batch.count == 1150

@@ -12,7 +12,7 @@ from torch import nn
 
 from hierl.algorithms.ppo import PPOConfig, PPOPolicy, PPOTrainer
 from hierl.config import ConfigError
-from hierl.evaluators import PolicyEvaluator
+from hierl.evaluators import EvaluatorSpec, PolicyEvaluator
 from hierl.optimizers.multi_gpu.learner import MultiDeviceLearner
 from hierl.sample_batch import SampleBatch as SB
 from hierl.torch_policy_graph import TorchPolicyGraph
@@ -39,7 +39,7 @@ def make_evaluator(env=make_repeat_cue, use_lstm=True, **kwargs) -> PolicyEvalua
     kwargs.setdefault("num_envs", 3)
     kwargs.setdefault("rollout_fragment_length", 11)
     kwargs.setdefault("seed", 0)
-    return PolicyEvaluator(env, PPOPolicy, config, env_config={"delay": 3}, **kwargs)
+    return PolicyEvaluator(EvaluatorSpec(env, PPOPolicy, config, env_config={"delay": 3}, **kwargs))
 
 
 def sequence_starts(batch: SB) -> np.ndarray:

@@ -14,7 +14,7 @@ import hierl.optimizers.replay  # noqa: F401  (registers "replay")
 from hierl.algorithms.dqn import DQNConfig, DQNPolicy, DQNTrainer
 from hierl.checkpoint import load_checkpoint, save_checkpoint
 from hierl.config import ConfigError
-from hierl.evaluators import PolicyEvaluator
+from hierl.evaluators import EvaluatorSpec, PolicyEvaluator
 from hierl.optimizers.replay import ReplayOptimizer
 from hierl.optimizers.replay.buffer import ReplayBuffer
 from hierl.optimizers.replay.prioritized import (
@@ -221,7 +221,14 @@ def local_setup(**optimizer_config):
     """A local evaluator (4 rows per sample) and a replay optimizer over it."""
     config = DQNConfig.from_dict({"env": CountingEnv, "model": {"hiddens": [8]}, "lr": 1e-2})
     evaluator = PolicyEvaluator(
-        CountingEnv, DQNPolicy, config, env_config={"length": 6}, rollout_fragment_length=4, seed=0
+        EvaluatorSpec(
+            CountingEnv,
+            DQNPolicy,
+            config,
+            env_config={"length": 6},
+            rollout_fragment_length=4,
+            seed=0,
+        )
     )
     base = {"train_batch_size": 4, "learning_starts": 10, "buffer_size": 100}
     return evaluator, ReplayOptimizer(evaluator, config={**base, **optimizer_config})

@@ -14,7 +14,7 @@ from learning import SEED, train_until
 import hierl.optimizers.sharded_ps  # noqa: F401  (registers "sharded_ps")
 from hierl.algorithms.pg import PGConfig, PGPolicy, PGTrainer
 from hierl.config import ConfigError
-from hierl.evaluators import EvaluatorSet
+from hierl.evaluators import EvaluatorSet, EvaluatorSpec
 from hierl.optimizers.sharded_ps import ShardedPSConfig, ShardedPSOptimizer
 from hierl.optimizers.sharded_ps.param_server import ParameterShard
 from hierl.optimizers.sharded_ps.sharding import ShardSpec
@@ -279,16 +279,16 @@ def test_pg_cartpole_learns_on_two_shards_with_two_evaluators(ray_session):
 def test_weight_pushes_and_dead_evaluators_do_not_break_step(ray_session):
     import ray
 
-    kwargs = {
-        "env": "CartPole-v1",
-        "policy_class": PGPolicy,
-        "policy_config": PGConfig.from_dict(TINY),
-        "num_envs": 2,
-        "rollout_fragment_length": 16,
-        "seed": 0,
-    }
+    spec = EvaluatorSpec(
+        "CartPole-v1",
+        PGPolicy,
+        PGConfig.from_dict(TINY),
+        num_envs=2,
+        rollout_fragment_length=16,
+        seed=0,
+    )
     evaluators = EvaluatorSet(
-        kwargs, num_evaluators=2, num_cpus_per_evaluator=0.5, recreate_failed_evaluators=False
+        spec, num_evaluators=2, num_cpus_per_evaluator=0.5, recreate_failed_evaluators=False
     )
     opt = ShardedPSOptimizer(evaluators, config={"num_shards": 2, "grads_per_step": 3})
     local = evaluators.local_evaluator

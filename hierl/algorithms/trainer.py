@@ -27,7 +27,7 @@ from hierl.algorithms import multi_agent
 from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
 from hierl.checkpoint import CheckpointError
 from hierl.config import ConfigError, from_dict, suggest
-from hierl.evaluators import EvaluatorSet, env_state
+from hierl.evaluators import EvaluatorSet, EvaluatorSpec, env_state
 from hierl.evaluators.evaluator_set import DEFAULT_MAX_EVALUATOR_RESTARTS
 from hierl.evaluators.policy_map import PolicySpec
 from hierl.models.networks import ModelConfig
@@ -391,27 +391,28 @@ class Trainer(BaseTrainer):
         return max(1, math.ceil(cfg.optimizer_config.train_batch_size / envs))
 
     def _make_evaluators(self) -> EvaluatorSet:
+        """The local evaluator and ``num_evaluators`` remote ones, all from one spec."""
         cfg = self.config
-        kwargs = {
-            "env": cfg.env,
-            "policy_class": self.policy_class,
-            "policy_config": cfg,
-            "env_config": cfg.env_config,
-            "num_envs": cfg.num_envs_per_evaluator,
-            "rollout_fragment_length": self.rollout_fragment_length(),
-            "batch_mode": cfg.batch_mode,
-            "observation_filter": cfg.observation_filter,
-            "clip_rewards": cfg.clip_rewards,
-            "seed": cfg.seed,
-            "compress_observations": cfg.compress_observations,
-            "callbacks": cfg.callbacks,
-            "sample_async": cfg.sample_async,
-            "policies": multi_agent.resolve_policy_specs(cfg, self.policy_class),
-            "policy_mapping_fn": cfg.policy_mapping_fn,
-            "policies_to_train": cfg.policies_to_train,
-        }
+        spec = EvaluatorSpec(
+            cfg.env,
+            self.policy_class,
+            cfg,
+            env_config=cfg.env_config,
+            num_envs=cfg.num_envs_per_evaluator,
+            rollout_fragment_length=self.rollout_fragment_length(),
+            batch_mode=cfg.batch_mode,
+            observation_filter=cfg.observation_filter,
+            clip_rewards=cfg.clip_rewards,
+            seed=cfg.seed,
+            compress_observations=cfg.compress_observations,
+            callbacks=cfg.callbacks,
+            sample_async=cfg.sample_async,
+            policies=multi_agent.resolve_policy_specs(cfg, self.policy_class),
+            policy_mapping_fn=cfg.policy_mapping_fn,
+            policies_to_train=cfg.policies_to_train,
+        )
         return EvaluatorSet(
-            kwargs,
+            spec,
             num_evaluators=cfg.num_evaluators,
             num_cpus_per_evaluator=cfg.num_cpus_per_evaluator,
             num_gpus_per_evaluator=cfg.num_gpus_per_evaluator,

@@ -7,6 +7,7 @@ from hierl.evaluators.multi_agent_sampler import MultiAgentEpisodeRecord
 from hierl.evaluators.policy_evaluator import PolicyEvaluator
 from hierl.evaluators.policy_map import PolicySpec
 from hierl.evaluators.rollout import EpisodeCallbacks, EpisodeRecord
+from hierl.evaluators.spec import EvaluatorSpec
 
 __all__ = [
     "EnvContext",
@@ -14,6 +15,7 @@ __all__ = [
     "EpisodeCallbacks",
     "EpisodeRecord",
     "EvaluatorSet",
+    "EvaluatorSpec",
     "MultiAgentEnv",
     "MultiAgentEpisodeRecord",
     "PolicyEvaluator",

@@ -35,6 +35,7 @@ from hierl.evaluators.env import EnvError
 from hierl.evaluators.policy_evaluator import PolicyEvaluator
 from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S, ensure_ray
 from hierl.evaluators.restarts import RestartBudget
+from hierl.evaluators.spec import EvaluatorSpec
 from hierl.policy_graph import GlobalVars
 
 T = TypeVar("T")
@@ -68,7 +69,8 @@ def is_evaluator_failure(error: BaseException) -> bool:
 class EvaluatorSet:
     """Creates, addresses, recreates and stops a local evaluator and N Ray actors.
 
-    ``evaluator_kwargs`` are PolicyEvaluator arguments shared by all; each remote gets
+    Every evaluator is built from ``spec`` (an :class:`EvaluatorSpec`; a failed one is
+    recreated from it too): the local one with ``worker_index`` 0, each remote with
     ``worker_index`` 1..N and one torch thread per CPU it reserves.  Remote evaluators
     receive the local evaluator's weights on creation.  ``actor_options`` go to
     ``ray.remote`` (e.g. ``{"scheduling_strategy": "SPREAD"}``).  See the module
@@ -78,7 +80,7 @@ class EvaluatorSet:
 
     def __init__(
         self,
-        evaluator_kwargs: Mapping[str, Any],
+        spec: EvaluatorSpec,
         num_evaluators: int = 0,
         num_cpus_per_evaluator: float = 1,
         num_gpus_per_evaluator: float = 0,
@@ -89,12 +91,12 @@ class EvaluatorSet:
         max_evaluator_restarts: int = DEFAULT_MAX_EVALUATOR_RESTARTS,
         fail_fast: bool = False,
     ):
-        self.evaluator_kwargs = dict(evaluator_kwargs)
+        self.spec = spec
         self.num_cpus = num_cpus_per_evaluator
         self.num_gpus = num_gpus_per_evaluator
         self.get_timeout_s = get_timeout_s
         self.actor_options = dict(actor_options or {})
-        self.local_evaluator = PolicyEvaluator(worker_index=0, **self.evaluator_kwargs)
+        self.local_evaluator = PolicyEvaluator(spec, worker_index=0)
         self.remote_evaluators: list[Any] = []
         self._init_failure_handling(recreate_failed_evaluators, max_evaluator_restarts, fail_fast)
         if num_evaluators > 0:
@@ -134,7 +136,7 @@ class EvaluatorSet:
             num_cpus=self.num_cpus, num_gpus=self.num_gpus, **self.actor_options
         )
         threads = max(1, int(self.num_cpus))
-        return cls.remote(worker_index=worker_index, num_threads=threads, **self.evaluator_kwargs)
+        return cls.remote(self.spec, worker_index=worker_index, num_threads=threads)
 
     # -- health --------------------------------------------------------------------------
     def healthy_evaluators(self) -> list[Any]:

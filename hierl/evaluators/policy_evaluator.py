@@ -3,7 +3,8 @@
 RLlib (ICML 2018) §3.2: "a policy evaluator wraps a policy graph and an environment to
 add sample() ... and the methods needed by policy optimizers".  The same class is the
 driver's *local evaluator* (worker_index 0; its envs are only created if it samples) and
-each remote replica (``PolicyEvaluator.as_remote(num_cpus=...).remote(...)``).
+each remote replica (``PolicyEvaluator.as_remote(num_cpus=...).remote(spec, worker_index=i)``),
+built from an :class:`~hierl.evaluators.spec.EvaluatorSpec`.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import numpy as np
 
 from hierl.config import ConfigError
 from hierl.evaluators import env_state
-from hierl.evaluators.env import EnvContext, EnvCreator, resolve_env_creator
+from hierl.evaluators.env import EnvContext, resolve_env_creator
 from hierl.evaluators.filters import make_filter
-from hierl.evaluators.policy_map import PolicySpec, build_policy_map
+from hierl.evaluators.policy_map import build_policy_map
 from hierl.evaluators.rollout import (
     EnvKind,
     EpisodeCallbacks,
@@ -34,6 +35,7 @@ from hierl.evaluators.rollout import (
     make_episode_env,
 )
 from hierl.evaluators.sample_queue import SampleQueue
+from hierl.evaluators.spec import EvaluatorSpec
 from hierl.models.preprocessors import get_preprocessor, to_env_action
 from hierl.policy_graph import GlobalVars, LearnerStats, PolicyGraph, Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
@@ -57,30 +59,11 @@ class PolicyEvaluator:
     """Samples experience with a policy graph and serves the optimizers' requests.
 
     Args:
-        env: a Gymnasium id, a name given to ``register_env`` or an env creator.
-        policy_class: the PolicyGraph subclass to build.
-        policy_config: passed to the policy graph (the trainer's config object).
-        env_config: the user's dict handed to the env creator.
-        worker_index: 0 for the driver's local evaluator, 1..N for remote replicas.
-        num_envs: sub-envs stepped together (ignored when the creator returns a VectorEnv).
-        rollout_fragment_length: steps per sub-env per ``sample()``.
-        batch_mode: ``truncate_episodes`` or ``complete_episodes``.
-        observation_filter: ``NoFilter`` or ``MeanStdFilter``.
-        clip_rewards: clip rewards to ``[-c, c]`` in the batch (metrics stay unclipped).
-        seed: base seed; this evaluator uses ``seed + 10_000 * worker_index`` and its
-            sub-env ``j`` uses that plus ``j``.
-        compress_observations: LZ4-compress OBS/NEW_OBS in returned batches.
+        spec: what to build (env, policy class and config, sampling settings); see
+            :class:`~hierl.evaluators.spec.EvaluatorSpec`.
+        worker_index: 0 for the driver's local evaluator, 1..N for remote replicas (this
+            evaluator's seed is ``spec.seed + 10_000 * worker_index``).
         num_threads: torch intra-op threads for this process (remote evaluators: 1).
-        callbacks: an EpisodeCallbacks subclass, instantiated in this evaluator.
-        sample_async: sample in a background thread into a queue of ``max_queued_samples``
-            batches (A3C-style); ``sample()`` then returns the oldest queued batch.
-        max_queued_samples: bound of that queue.
-        policies: multi-agent: policy id → PolicySpec (its ``policy_class`` None means
-            ``policy_class``, its ``config`` a dict of overrides of ``policy_config`` or a
-            config object).  Needs an env creator that returns a MultiAgentEnv; unset with
-            a MultiAgentEnv means one policy, ``DEFAULT_POLICY_ID``, for every agent.
-        policy_mapping_fn: agent id → policy id; may be omitted with a single policy.
-        policies_to_train: the policy ids optimizers update (None: all).
 
     With a MultiAgentEnv, ``sample()`` returns a MultiAgentBatch (one SampleBatch per
     policy, ``count`` = environment steps) and ``get_metrics()`` MultiAgentEpisodeRecords.
@@ -88,43 +71,26 @@ class PolicyEvaluator:
     """
 
     def __init__(
-        self,
-        env: str | EnvCreator,
-        policy_class: type[PolicyGraph],
-        policy_config: Any = None,
-        *,
-        env_config: Mapping[str, Any] | None = None,
-        worker_index: int = 0,
-        num_envs: int = 1,
-        rollout_fragment_length: int = 200,
-        batch_mode: str = "truncate_episodes",
-        observation_filter: str = "NoFilter",
-        clip_rewards: float | None = None,
-        seed: int | None = None,
-        compress_observations: bool = False,
-        num_threads: int | None = None,
-        callbacks: type[EpisodeCallbacks] | None = None,
-        sample_async: bool = False,
-        max_queued_samples: int = 1,
-        policies: Mapping[str, PolicySpec] | None = None,
-        policy_mapping_fn: Callable[[Any], str] | None = None,
-        policies_to_train: list[str] | tuple[str, ...] | None = None,
+        self, spec: EvaluatorSpec, *, worker_index: int = 0, num_threads: int | None = None
     ):
+        if not isinstance(spec, EvaluatorSpec):
+            raise TypeError(
+                f"PolicyEvaluator takes an EvaluatorSpec (hierl.evaluators.EvaluatorSpec), "
+                f"got {type(spec).__name__}"
+            )
         if num_threads:
             import torch
 
             torch.set_num_threads(num_threads)
+        self.spec = spec
         self.worker_index = worker_index
-        self.env_name = env if isinstance(env, str) else getattr(env, "__name__", "env")
-        self.env_creator = resolve_env_creator(env)
-        self.env_config = dict(env_config or {})
-        self.num_envs = num_envs
-        self.rollout_fragment_length = rollout_fragment_length
-        self.batch_mode = batch_mode
-        self.clip_rewards = clip_rewards
-        self.compress_observations = compress_observations
-        self.callbacks = callbacks() if callbacks is not None else None
-        self.seed = None if seed is None else seed + 10_000 * worker_index
+        self.env_name = spec.env_name
+        self.env_creator = resolve_env_creator(spec.env)
+        self.env_config = dict(spec.env_config or {})
+        self.num_envs = spec.num_envs
+        self.rollout_fragment_length = spec.rollout_fragment_length
+        self.callbacks = spec.callbacks() if spec.callbacks is not None else None
+        self.seed = spec.seed_for(worker_index)
         seed_everything(self.seed)
         probe = self.env_creator(EnvContext(self.env_config, 0, 0))
         try:
@@ -132,7 +98,12 @@ class PolicyEvaluator:
             self.env_kind: EnvKind = env_kind(probe)
             self.multi_agent = self.env_kind.multi_agent
             self.policy_map, self.policy_mapping_fn = build_policy_map(
-                probe, policy_class, policy_config, policies, policy_mapping_fn, self.env_name
+                probe,
+                spec.policy_class,
+                spec.policy_config,
+                spec.policies,
+                spec.policy_mapping_fn,
+                self.env_name,
             )
         finally:
             probe.close()
@@ -141,23 +112,21 @@ class PolicyEvaluator:
         }
         self.preprocessor = next(iter(self.preprocessors.values()))
         self.filters = {
-            pid: make_filter(observation_filter, prep.shape)
+            pid: make_filter(spec.observation_filter, prep.shape)
             for pid, prep in self.preprocessors.items()
         }
-        unknown = sorted(set(policies_to_train or ()) - set(self.policy_map))
+        to_train = spec.policies_to_train
+        unknown = sorted(set(to_train or ()) - set(self.policy_map))
         if unknown:
             raise ConfigError(
                 f"policies_to_train names unknown policies {unknown}; valid policy ids: "
                 f"{sorted(self.policy_map)}"
             )
-        self.policies_to_train = (
-            list(policies_to_train) if policies_to_train is not None else list(self.policy_map)
-        )
+        self.policies_to_train = list(to_train) if to_train is not None else list(self.policy_map)
         self._sampler: FragmentSampler | None = None
         self._episodes: list[EpisodeRecord] = []
         self._lock = threading.RLock()
-        self.sample_async = sample_async
-        self.max_queued_samples = max_queued_samples
+        self.sample_async = spec.sample_async
         self._queue: SampleQueue | None = None
 
     # -- construction ------------------------------------------------------------------
@@ -191,8 +160,8 @@ class PolicyEvaluator:
         """The settings every rollout loop takes (``FragmentSampler.from_evaluator``)."""
         return RolloutSettings(
             rollout_fragment_length=self.rollout_fragment_length,
-            batch_mode=self.batch_mode,
-            clip_rewards=self.clip_rewards,
+            batch_mode=self.spec.batch_mode,
+            clip_rewards=self.spec.clip_rewards,
             seed=self.seed,
             worker_index=self.worker_index,
             env_id=self.env_name,
@@ -233,13 +202,13 @@ class PolicyEvaluator:
         if not self.sample_async:
             return self._sample_now()
         if self._queue is None:
-            self._queue = SampleQueue(self._sample_now, self._lock, self.max_queued_samples)
+            self._queue = SampleQueue(self._sample_now, self._lock, self.spec.max_queued_samples)
         return self._queue.get()
 
     def _sample_now(self) -> SampleBatch | MultiAgentBatch:
         batch = self.sampler.sample()
         self._episodes.extend(self.sampler.pop_episodes())
-        if self.compress_observations:
+        if self.spec.compress_observations:
             batch.compress(bulk=True)
         return batch
 

@@ -74,6 +74,7 @@ from hierl.evaluators.evaluator_set import (
 )
 from hierl.evaluators.ray_runtime import ActorGroup
 from hierl.evaluators.restarts import RestartBudget
+from hierl.evaluators.spec import EvaluatorSpec
 from hierl.optimizers.replay.buffer import ReplayBuffer
 from hierl.policy_graph import Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID
@@ -146,19 +147,20 @@ class AlphaZeroTrainer(BaseTrainer):
     def _build_components(self) -> None:
         c = self.config
         spaces = (self.observation_space, self.action_space)
-        evaluator_kwargs = {
-            "env_config": c.env_config,
-            "num_envs": c.num_envs_per_self_play_worker,
-            "rollout_fragment_length": c.rollout_fragment_length,
-            "batch_mode": "complete_episodes",
-            "seed": c.seed,
-        }
-        self._evaluator_kwargs = evaluator_kwargs  # recreated self-play actors get the same
+        # recreated self-play actors are built from the same spec
+        self._self_play_spec = EvaluatorSpec(
+            c.env,
+            AlphaZeroPolicy,
+            c,
+            env_config=c.env_config,
+            num_envs=c.num_envs_per_self_play_worker,
+            rollout_fragment_length=c.rollout_fragment_length,
+            batch_mode="complete_episodes",
+            seed=c.seed,
+        )
         sub_seed = self._sub_seed
         if not self._rt.use_ray:
-            self.self_play = [
-                SelfPlayEvaluator(c.env, AlphaZeroPolicy, c, worker_index=0, **evaluator_kwargs)
-            ]
+            self.self_play = [SelfPlayEvaluator(self._self_play_spec, worker_index=0)]
             self.replay = ReplayBuffer(c.replay_capacity, sub_seed(1))
             self.learners = [
                 AlphaZeroLearner(*spaces, c, sub_seed(10 + j)) for j in range(c.num_learners)
@@ -185,14 +187,8 @@ class AlphaZeroTrainer(BaseTrainer):
         c = self.config
         spaces = (self.observation_space, self.action_space)
         if role == "self_play":
-            return SelfPlayEvaluator.as_remote(num_cpus=c.num_cpus_per_self_play_worker).remote(
-                c.env,
-                AlphaZeroPolicy,
-                c,
-                worker_index=index + 1,
-                num_threads=1,
-                **self._evaluator_kwargs,
-            )
+            cls = SelfPlayEvaluator.as_remote(num_cpus=c.num_cpus_per_self_play_worker)
+            return cls.remote(self._self_play_spec, worker_index=index + 1, num_threads=1)
         if role == "replay":
             return ray.remote(num_cpus=c.num_cpus_for_replay)(ReplayBuffer).remote(
                 c.replay_capacity, self._sub_seed(1)
