@@ -615,8 +615,12 @@ def test_cli_train_smoke(tmp_path, env, extra):
 @pytest.mark.learning
 @pytest.mark.timeout(600)
 def test_learns_to_never_lose_to_minimax(ray_session, positions):
-    """Within 40 iterations of 5 training rounds, the best model playing greedily with
-    MCTS never loses to perfect minimax over 50 games as X and 50 games as O."""
+    """Within 60 iterations of 5 training rounds, the best model playing greedily with
+    MCTS never loses to perfect minimax over 50 games as X and 50 games as O.
+
+    Self-play runs beside the learners, so how many games feed each round depends on
+    the machine's speed and load (seeds 0-4 needed 8-20 iterations on the 2-core machine;
+    one run under a heavy load needed more than 40: tests/LEARNING.md)."""
     config = _config(
         num_self_play_workers=2,
         num_envs_per_self_play_worker=8,
@@ -648,7 +652,7 @@ def test_learns_to_never_lose_to_minimax(ray_session, positions):
                 return -math.inf
             return -losses_vs_minimax(trainer.best_policy.evaluate)
 
-        run = train_until(trainer, 0, 40, unit="training_iteration", metric=minus_losses)
+        run = train_until(trainer, 0, 60, unit="training_iteration", metric=minus_losses)
         assert run.reached, run
         assert run.result["best_model_version"] >= 1
         # the trained network also finds forced wins and blocks (a win in two moves

@@ -86,9 +86,13 @@ def test_resources_are_every_members_bundles():
     assert bundles == [{"CPU": 0.5}] + [{"CPU": 0.25}, {"CPU": 0.25}] * 2
 
 
+ROUNDS = 5
+"""Rounds of the PPO-ES learning test (the worst of seeds 0-4 needs 3: tests/LEARNING.md)."""
+
+
 @pytest.mark.ray
 @pytest.mark.learning
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_ppo_es_improves_and_losers_get_winner_weights_plus_noise(ray_session, tmp_path):
     trainer = PPOESTrainer(population_config(seed=SEED))
     with trainer:
@@ -97,7 +101,7 @@ def test_ppo_es_improves_and_losers_get_winner_weights_plus_noise(ray_session, t
         for actor, _ in trainer.members:
             assert member_class(ray_session, actor) is PPOTrainer
         best = []
-        for _ in range(4):
+        for _ in range(ROUNDS):
             result = trainer.train()
             best.append(result["episode_reward_mean"])
             assert result["population/iterations/0"] == result["population/iterations/1"] == 2
@@ -110,18 +114,18 @@ def test_ppo_es_improves_and_losers_get_winner_weights_plus_noise(ray_session, t
             for pid, policy in winner.items():  # the noise is really there
                 for name, w in policy.items():
                     assert not np.array_equal(expected[pid][name], w), name
-        assert result["timesteps_total"] == 4 * 2 * 2 * 1000
-        # the best member gains 15 over round 1 within 4 rounds
+        assert result["timesteps_total"] == ROUNDS * 2 * 2 * 1000
+        # the best member gains 15 over round 1 within ROUNDS rounds (seeds 0-4: in 3)
         gains = [b - best[0] for b in best]
         reached = next((i + 1 for i, g in enumerate(gains) if g >= 15), None)
-        record(LearningRun(15, 4, "training_iteration", reached, max(gains), result))
+        record(LearningRun(15, ROUNDS, "training_iteration", reached, max(gains), result))
         assert reached is not None, best
 
         path = trainer.save(tmp_path / "ckpt")
         saved = [weights_of(trainer, i) for i in range(2)]
     restored = BaseTrainer.from_checkpoint(path)
     with restored:
-        assert isinstance(restored, PPOESTrainer) and restored.iteration == 4
+        assert isinstance(restored, PPOESTrainer) and restored.iteration == ROUNDS
         for i in range(2):
             assert_weights_equal(weights_of(restored, i), saved[i])
 
