@@ -394,7 +394,7 @@ def test_dqn_learns_cartpole():
     with DQNTrainer({"env": "CartPole-v1", "seed": SEED}) as trainer:
         config = trainer.config
         assert config.double_q and config.dueling and config.n_step == 3
-        assert config.prioritized_replay
+        assert config.optimizer_config.prioritized_replay
         run = train_until(trainer, 150, 40_000)
     assert run.reached, run
     assert run.result["buffer_max_priority"] > 1.0
