@@ -103,7 +103,7 @@ def test_trainer_bundles():
         trainer_bundles(ppo, {"num_evaluator": 2})
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(360)
 def test_trial_with_remote_evaluators_runs_in_its_placement_group(ray_session, tmp_path):
     from hierl.tune import trainable
 
@@ -118,7 +118,7 @@ def test_trial_with_remote_evaluators_runs_in_its_placement_group(ray_session, t
     assert result["evaluator_pgs"] == f"{result['driver_pg']},{result['driver_pg']}"
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(360)
 def test_asha_stops_some_trials_early(ray_session, tmp_path):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
@@ -143,7 +143,7 @@ def test_asha_stops_some_trials_early(ray_session, tmp_path):
     assert by_batch == {100: 4, 200: 1, 300: 1, 400: 1}
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(480)
 def test_pbt_exploit_restores_donor_weights_with_a_new_lr(ray_session, tmp_path):
     from ray import tune
     from ray.tune.schedulers import PopulationBasedTraining
@@ -224,7 +224,7 @@ def test_trial_seed_is_base_plus_the_trial_counter():
     assert trial_seed(0, "3f9a8c1d") == trial_seed(0, "3f9a8c1d") != trial_seed(0, "3f9a8c1e")
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(360)
 def test_repeated_samples_of_a_grid_point_get_their_own_seeds(ray_session, tmp_path):
     from ray import tune
 
