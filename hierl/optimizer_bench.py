@@ -19,6 +19,7 @@ Two measurements, run by ``hierl bench optimizers`` and ``benchmarks/optimizers.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -127,7 +128,7 @@ def bench_strategy(
 ) -> dict[str, Any]:
     """Train ``algo`` with optimizer ``name`` for a warm-up + ``iterations``; figures."""
     from hierl.algorithms.registry import get_trainer_class
-    from hierl.optimizers import get_optimizer_class, optimizer_settings
+    from hierl.optimizers import OptimizerConfig, get_optimizer_class, optimizer_settings
 
     base = get_trainer_class(algo)
     names = strategies()
@@ -155,6 +156,11 @@ def bench_strategy(
         **dict(config or {}),
     }
     replay = get_optimizer_class(name).learns_from == "replay"
+    if replay and not settings.get("rollout_fragment_length"):
+        # sample the algorithm's train batch per step (the replay batch is much smaller)
+        envs = max(1, num_evaluators) * base_config.num_envs_per_evaluator
+        batch = defaults.get("train_batch_size", OptimizerConfig.train_batch_size)
+        settings["rollout_fragment_length"] = max(1, math.ceil(batch / envs))
     settings["optimizer_config"] = {
         **{k: v for k, v in REPLAY_SETTINGS.items() if replay and k in optimizer_settings(name)},
         **dict(settings.get("optimizer_config") or {}),
