@@ -10,7 +10,8 @@ import pytest
 from hierl.algorithms.pg import PGTrainer
 from hierl.algorithms.trainer import Trainer, TrainerConfig
 from hierl.config import ConfigError
-from hierl.optimizers.auto import AutoConfig, AutoOptimizer, initial_order
+from hierl.optimizers.auto import AutoConfig, AutoOptimizer
+from hierl.optimizers.auto_candidates import initial_order
 from hierl.policy_graph import PolicyGraph
 
 ALL = ("local", "multi_gpu", "allreduce", "async", "sharded_ps")

@@ -12,7 +12,7 @@ from hierl.optimizers.allreduce import AllReduceOptimizer
 from hierl.optimizers.apex import ApexOptimizer
 from hierl.optimizers.async_grads import AsyncGradientsOptimizer
 from hierl.optimizers.auto import AutoOptimizer
-from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, TimerStat
+from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
 from hierl.optimizers.es import ESOptimizer
 from hierl.optimizers.local import LocalOptimizer
 from hierl.optimizers.multi_gpu import MultiGPUOptimizer
@@ -24,6 +24,7 @@ from hierl.optimizers.registry import (
 )
 from hierl.optimizers.replay import ReplayOptimizer
 from hierl.optimizers.sharded_ps import ShardedPSOptimizer
+from hierl.optimizers.timers import TimerStat
 
 __all__ = [
     "AllReduceOptimizer",

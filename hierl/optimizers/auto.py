@@ -22,28 +22,22 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from hierl.config import ConfigError
 from hierl.evaluators import EvaluatorSet
+from hierl.optimizers.auto_candidates import (
+    gradient_strategies,
+    initial_order,
+    skipped_candidates,
+)
 from hierl.optimizers.base import OptimizerConfig, OptimizerFactory, PolicyOptimizer
-from hierl.optimizers.registry import get_optimizer_class, optimizer_names, register_optimizer
+from hierl.optimizers.registry import get_optimizer_class, register_optimizer
 from hierl.optimizers.sgd import SGDConfig
 from hierl.policy_graph import GlobalVars, LearnerStats
-
-
-def gradient_strategies() -> tuple[str, ...]:
-    """The registered strategies ``auto`` may compare: those that learn from fresh
-    samples (``learns_from``; the same algorithm semantics per sample), except itself."""
-    return tuple(
-        name
-        for name in optimizer_names()
-        if get_optimizer_class(name).learns_from == "samples"
-        and get_optimizer_class(name).learns_on != "varies"
-    )
 
 
 @dataclasses.dataclass
@@ -68,57 +62,6 @@ class AutoConfig(SGDConfig):
         bad = [c for c in self.candidates if c not in valid]
         self.check("candidates", not bad, f"a subset of {', '.join(valid)}")
         self.check("calibration_steps", self.calibration_steps >= 1, "must be >= 1")
-
-
-def initial_order(
-    candidates: tuple[str, ...] | list[str],
-    *,
-    num_remote_evaluators: int,
-    has_gpu: bool,
-    num_sgd_iter: int,
-    sample_bytes: int,
-    model_bytes: int,
-) -> list[str]:
-    """Order the candidates by the appendix-C heuristics, most promising first.
-
-    Read from each strategy's capabilities (``samples_to_driver``, ``uses_device_towers``):
-
-    - no remote evaluators: every strategy runs in-process; driver-side SGD first;
-    - a GPU on the driver and a loss that allows several passes: device towers
-      (``multi_gpu``) first;
-    - samples larger than the model traffic of a round (model x evaluators): keep
-      samples on the evaluators (``allreduce``, ``async``, ``sharded_ps``) first;
-    - otherwise send samples to the driver (``local``, ``multi_gpu``) first.
-
-    Ties keep name order.
-    """
-    towers_first = has_gpu and num_sgd_iter > 1
-    big_samples = sample_bytes > model_bytes * num_remote_evaluators
-    samples_stay = bool(num_remote_evaluators) and big_samples and not towers_first
-
-    def key(name: str) -> tuple[bool, bool, str]:
-        cls = get_optimizer_class(name)
-        return (
-            cls.samples_to_driver == samples_stay,
-            cls.uses_device_towers != towers_first,
-            name,
-        )
-
-    return sorted(candidates, key=key)
-
-
-def skipped_candidates(candidates: Sequence[str], policy_classes: Sequence[type]) -> dict[str, str]:
-    """The candidates that cannot train every class of ``policy_classes`` → the reason
-    (``PolicyOptimizer.missing_policy_capability``), in candidate order."""
-    out = {}
-    for name in candidates:
-        cls = get_optimizer_class(name)
-        for policy_class in policy_classes:
-            why = cls.missing_policy_capability(policy_class)
-            if why:
-                out[name] = f"{policy_class.__name__}: {why}"
-                break
-    return out
 
 
 class AutoOptimizer(PolicyOptimizer):

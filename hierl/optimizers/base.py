@@ -9,7 +9,6 @@ local evaluator) and with N.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -18,6 +17,7 @@ import numpy as np
 from hierl.config import Config
 from hierl.evaluators import EpisodeRecord, EvaluatorSet, PolicyEvaluator
 from hierl.evaluators.ray_runtime import ActorGroup
+from hierl.optimizers.timers import TimerStat
 from hierl.policy_graph import GlobalVars, LearnerStats, PolicyGraph
 from hierl.sample_batch import DEFAULT_POLICY_ID
 
@@ -29,32 +29,6 @@ LearnsOn = Literal["driver", "evaluators", "servers", "varies", "none"]
 """The values of ``PolicyOptimizer.learns_on``."""
 LearnsFrom = Literal["samples", "replay", "returns"]
 """The values of ``PolicyOptimizer.learns_from``."""
-
-
-class TimerStat:
-    """Context-manager timer keeping the total and the mean of its intervals."""
-
-    def __init__(self) -> None:
-        self.total_s = 0.0
-        self.count = 0
-        self._start = 0.0
-
-    def __enter__(self) -> TimerStat:
-        self._start = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.push(time.perf_counter() - self._start)
-
-    def push(self, seconds: float) -> None:
-        """Record an interval measured elsewhere (e.g. inside a remote evaluator)."""
-        self.total_s += seconds
-        self.count += 1
-
-    @property
-    def mean_ms(self) -> float:
-        """Mean interval in milliseconds (0 before the first one)."""
-        return 1000.0 * self.total_s / self.count if self.count else 0.0
 
 
 @dataclasses.dataclass

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from hierl.optimizers.base import TimerStat
+from hierl.optimizers.timers import TimerStat
 from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import SampleBatch
 

@@ -20,11 +20,11 @@ from collections.abc import Callable
 from typing import Any
 
 from hierl.evaluators import EvaluatorSet
-from hierl.optimizers.base import TimerStat
 from hierl.optimizers.failures import handle_failed_task
 from hierl.optimizers.sharded_ps.param_server import compute_gradient_shards
 from hierl.optimizers.sharded_ps.shard_group import ShardGroup
 from hierl.optimizers.task_pool import Finished, TaskPool
+from hierl.optimizers.timers import TimerStat
 from hierl.policy_graph import GlobalVars
 
 
