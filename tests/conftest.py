@@ -5,14 +5,12 @@ from __future__ import annotations
 import os
 import sys
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("RAY_COLOR_PREFIX", "0")
-
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+
+import hierl.evaluators.ray_runtime  # noqa: F401  (Ray's environment, before ray is imported)
 
 torch.set_num_threads(1)
 
