@@ -13,11 +13,6 @@ from typing import Any
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_COLOR_PREFIX", "0")
-# Ray lowers its worker processes to nice 15, which suits background chores but not
-# evaluators and learners, the processes that do a run's work: beside two busy loops at
-# nice 0 on 2 cores a Tune trial's setup took 46 s instead of ~2 s.  Same priority as the
-# driver, as Ray's own job supervisor does; set RAY_worker_niceness to override.
-os.environ.setdefault("RAY_worker_niceness", "0")
 
 DEFAULT_GET_TIMEOUT_S = 600.0
 """Upper bound on any blocking ``ray.get`` hierl makes (a dead actor must not hang us)."""
