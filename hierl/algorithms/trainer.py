@@ -82,7 +82,9 @@ class TrainerConfig(BaseConfig):
     num_gpus_per_evaluator: float = 0.0
     """GPUs reserved by each remote evaluator actor."""
     rollout_fragment_length: int = 0
-    """Steps per sub-env per sample() call; 0 = train_batch_size split over all envs."""
+    """Steps per sub-env per sample() call; 0 = the optimizer's ``train_batch_size``
+    split over all envs (for ``replay`` and ``apex`` that is the replayed batch, so
+    algorithms built on them set this explicitly: DQN 4, DDPG 1)."""
     sample_async: bool = False
     """Evaluators sample in a background thread, queueing one batch ahead (A3C-style)."""
     batch_mode: Literal["truncate_episodes", "complete_episodes"] = "truncate_episodes"
