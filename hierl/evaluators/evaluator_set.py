@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from hierl.evaluators.env import EnvError
@@ -103,6 +103,17 @@ class EvaluatorSet:
             ensure_ray(ray_address)
             self.remote_evaluators = [self._make_remote(i + 1) for i in range(num_evaluators)]
             self.sync_weights()
+
+    @classmethod
+    def over(cls, local: PolicyEvaluator, remotes: Sequence[Any] = ()) -> EvaluatorSet:
+        """A set over evaluators created elsewhere.  It has no spec to recreate them from:
+        a failed remote evaluator is dropped."""
+        evaluators = cls.__new__(cls)
+        evaluators.local_evaluator = local
+        evaluators.remote_evaluators = list(remotes)
+        evaluators.get_timeout_s = DEFAULT_GET_TIMEOUT_S
+        evaluators._init_failure_handling(recreate=False, max_restarts=0, fail_fast=False)
+        return evaluators
 
     def _init_failure_handling(self, recreate: bool, max_restarts: int, fail_fast: bool) -> None:
         self.recreate_failed_evaluators = recreate

@@ -171,7 +171,7 @@ class PolicyOptimizer:
         if isinstance(evaluators, EvaluatorSet):
             self.evaluators = evaluators
         else:
-            self.evaluators = _WrappedSet(evaluators, list(remote_evaluators or []))
+            self.evaluators = EvaluatorSet.over(evaluators, remote_evaluators or ())
         if config is None or isinstance(config, Mapping):
             config = self.config_class.from_dict(config or {})
         self.config = config
@@ -278,16 +278,3 @@ class PolicyOptimizer:
 
     def stop(self) -> None:
         """Release anything the optimizer owns (threads, actors); evaluators stay."""
-
-
-class _WrappedSet(EvaluatorSet):
-    """An EvaluatorSet view over evaluators created elsewhere."""
-
-    def __init__(self, local: PolicyEvaluator, remotes: list[Any]):
-        from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S
-
-        self.local_evaluator = local
-        self.remote_evaluators = remotes
-        self.get_timeout_s = DEFAULT_GET_TIMEOUT_S
-        # Nothing to recreate them from: a failed evaluator is dropped.
-        self._init_failure_handling(recreate=False, max_restarts=0, fail_fast=False)
