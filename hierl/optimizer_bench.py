@@ -19,7 +19,6 @@ Two measurements, run by ``hierl bench optimizers`` and ``benchmarks/optimizers.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -146,7 +145,14 @@ def bench_strategy(
             },
         },
     )
-    cls = type(f"Bench{base.__name__}", (base,), {"config_class": config_class})
+    replay = get_optimizer_class(name).learns_from == "replay"
+    batch = defaults.get("train_batch_size", OptimizerConfig.train_batch_size)
+
+    def sample_the_algorithms_batch(trainer):  # the replay batch is much smaller
+        return trainer.config.fragment_for(batch)
+
+    methods = {"rollout_fragment_length": sample_the_algorithms_batch} if replay else {}
+    cls = type(f"Bench{base.__name__}", (base,), {"config_class": config_class, **methods})
     settings = {
         "env": env,
         "num_evaluators": num_evaluators,
@@ -155,12 +161,6 @@ def bench_strategy(
         "seed": 0,
         **dict(config or {}),
     }
-    replay = get_optimizer_class(name).learns_from == "replay"
-    if replay and not settings.get("rollout_fragment_length"):
-        # sample the algorithm's train batch per step (the replay batch is much smaller)
-        envs = max(1, num_evaluators) * base_config.num_envs_per_evaluator
-        batch = defaults.get("train_batch_size", OptimizerConfig.train_batch_size)
-        settings["rollout_fragment_length"] = max(1, math.ceil(batch / envs))
     settings["optimizer_config"] = {
         **{k: v for k, v in REPLAY_SETTINGS.items() if replay and k in optimizer_settings(name)},
         **dict(settings.get("optimizer_config") or {}),

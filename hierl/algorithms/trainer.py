@@ -285,6 +285,14 @@ class TrainerConfig(BaseConfig):
         data.update(changes, optimizer_config=nested)
         return type(self).from_dict(data)
 
+    def fragment_for(self, batch_size: int) -> int:
+        """``rollout_fragment_length``, or when it is 0, ``batch_size`` split over all
+        sub-envs (each sample() call then gathers about ``batch_size`` rows in all)."""
+        if self.rollout_fragment_length:
+            return self.rollout_fragment_length
+        envs = max(1, self.num_evaluators) * self.num_envs_per_evaluator
+        return max(1, math.ceil(batch_size / envs))
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict; callables (env, callbacks) are recorded by name only."""
         out = super().to_dict()
@@ -386,11 +394,7 @@ class Trainer(BaseTrainer):
     def rollout_fragment_length(self) -> int:
         """The configured fragment length, or the optimizer's ``train_batch_size`` split
         over all sub-envs."""
-        cfg = self.config
-        if cfg.rollout_fragment_length:
-            return cfg.rollout_fragment_length
-        envs = max(1, cfg.num_evaluators) * cfg.num_envs_per_evaluator
-        return max(1, math.ceil(cfg.optimizer_config.train_batch_size / envs))
+        return self.config.fragment_for(self.config.optimizer_config.train_batch_size)
 
     def _make_evaluators(self) -> EvaluatorSet:
         """The local evaluator and ``num_evaluators`` remote ones, all from one spec."""
