@@ -16,6 +16,7 @@ import dataclasses
 import gymnasium as gym
 import numpy as np
 import pytest
+from learning import SEED, train_until
 
 from hierl.algorithms.trainer import Trainer, TrainerConfig
 from hierl.config import ConfigError
@@ -128,7 +129,7 @@ BASE = {
     "rollout_fragment_length": 16,
     "num_envs_per_evaluator": 4,
     "metrics_smoothing_episodes": 64,
-    "seed": 0,
+    "seed": SEED,
 }
 OVERRIDES = {
     "sharded_ps": {"lr": 0.05},  # the shards run Adam: steps of ~lr each
@@ -153,24 +154,27 @@ def _learns(config: dict) -> None:
     """Train until the smoothed return is >= 0.9 (random play: 1/3), within 40 iterations,
     and check the greedy action of every context; ``auto`` must also finish calibrating."""
     optimizer = config["optimizer"]
-    best = 0.0
     with NumpyQTrainer(config) as trainer:
-        for _ in range(40):
-            result = trainer.train()
-            best = max(best, result["episode_reward_mean"])
-            if best >= 0.9 and (optimizer != "auto" or result["auto_chosen"]):
-                break
+        run = train_until(
+            trainer,
+            0.9,
+            40,
+            unit="training_iteration",
+            ready=lambda r: optimizer != "auto" or bool(r["auto_chosen"]),
+        )
+        result = run.result
         greedy = [
             trainer.compute_single_action(np.eye(NUM_CONTEXTS, dtype=np.float32)[c])
             for c in range(NUM_CONTEXTS)
         ]
-    assert best >= 0.9, (optimizer, best)
+    assert run.reached, (optimizer, run)
     assert greedy == list(range(NUM_CONTEXTS)), greedy
     if optimizer == "auto":
         assert result["auto_chosen"] not in ("", "multi_gpu")
         assert "TorchPolicyGraph" in result["auto_skipped/multi_gpu"]
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize("optimizer", sorted(optimizer_names()))
 def test_numpy_policy_learns_or_is_refused_at_construction(optimizer):
     config = {**BASE, **OVERRIDES.get(optimizer, {}), "optimizer": optimizer}
@@ -188,6 +192,7 @@ def test_numpy_policy_learns_or_is_refused_at_construction(optimizer):
 
 
 @pytest.mark.ray
+@pytest.mark.learning
 @pytest.mark.parametrize("optimizer", ["allreduce", "async", "sharded_ps", "auto"])
 def test_numpy_gradients_cross_processes(ray_session, optimizer):
     # numpy gradients and weights through the collective, the task pool, the shards
