@@ -599,7 +599,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     except ValueError as e:  # ConfigError and checks raised by the config itself
         raise CLIError(str(e)) from None
     env = trainer_config.env
-    _check_env(env)
+    _check_env(env, getattr(trainer_config, "preprocessor_pref", "deepmind"))
 
     if args.stop:
         stop, stop_note = dict(args.stop), ""
@@ -655,11 +655,11 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
 
 
-def _check_env(env: Any) -> None:
+def _check_env(env: Any, preprocessor_pref: str) -> None:
     from hierl.evaluators.env import resolve_env_creator
 
     try:
-        resolve_env_creator(env)
+        resolve_env_creator(env, preprocessor_pref)
     except ValueError as e:
         raise CLIError(str(e)) from None
 
@@ -772,7 +772,7 @@ def _make_rollout_env(config: Any) -> Any:
     from hierl.evaluators.rollout import EnvKindError, make_episode_env
 
     try:
-        creator = resolve_env_creator(config.env)
+        creator = resolve_env_creator(config.env, getattr(config, "preprocessor_pref", "deepmind"))
     except ValueError as e:
         raise CLIError(str(e)) from None
     name = config.env if isinstance(config.env, str) else getattr(config.env, "__name__", "env")

@@ -16,6 +16,7 @@ from hierl.models import (
     ActorCritic,
     Categorical,
     DiagGaussian,
+    ImagePreprocessor,
     ModelConfig,
     MultiCategorical,
     NatureCNN,
@@ -108,16 +109,28 @@ def test_box_preprocessor_flattens_and_does_not_copy() -> None:
     assert out32.shape == (5, 4)
 
 
-def test_image_preprocessor_keeps_shape() -> None:
+def test_image_preprocessor_keeps_uint8_without_copying() -> None:
     space = spaces.Box(0, 255, (6, 5, 3), dtype=np.uint8)
     pre = get_preprocessor(space)
     assert pre.shape == (6, 5, 3) and pre.size == 90
     x = np.full((2, 6, 5, 3), 200, dtype=np.uint8)
     out = pre.transform(x)
-    assert out.shape == (2, 6, 5, 3) and out.dtype == np.float32
-    assert float(out.max()) == 200.0  # no scaling in the preprocessor
-    # A float 3-D box is not an image: it gets flattened.
-    assert get_preprocessor(spaces.Box(0, 1, (6, 5, 3), dtype=np.float32)).shape == (90,)
+    assert out.shape == (2, 6, 5, 3) and out.dtype == np.uint8
+    assert np.shares_memory(out, x)  # no float copy on the way to the model
+    # (H, W) frames are images too, not vectors
+    assert isinstance(get_preprocessor(spaces.Box(0, 255, (84, 84), np.uint8)), ImagePreprocessor)
+
+
+def test_bad_image_input_names_the_shape_and_what_is_expected() -> None:
+    with pytest.raises(ValueError, match=r"\(84, 84, 3\).*float32.*images must be uint8"):
+        get_preprocessor(spaces.Box(0, 1, (84, 84, 3), dtype=np.float32))
+    # small 3-dim float boxes (board planes) are vectors
+    assert get_preprocessor(spaces.Box(0, 1, (2, 6, 7), dtype=np.float32)).shape == (84,)
+    with pytest.raises(ValueError, match=r"\(84, 3, 84\) is neither \(C, H, W\) nor"):
+        NatureCNN((84, 3, 84))
+    pre = get_preprocessor(spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8))
+    with pytest.raises(ValueError, match=r"must be uint8.*got dtype float32"):
+        pre.transform(np.zeros((2, 4, 84, 84), np.float32))
 
 
 def test_dict_with_nested_tuple_preprocessor() -> None:

@@ -36,8 +36,8 @@ from hierl.algorithms.off_policy import OffPolicyConfig
 from hierl.algorithms.trainer import Trainer
 from hierl.evaluators import PolicyEvaluator
 from hierl.models.distributions import Categorical
-from hierl.models.networks import MLP, ModelConfig, NatureCNN
-from hierl.models.preprocessors import get_preprocessor, is_image_space
+from hierl.models.networks import MLP, ModelConfig, make_torso
+from hierl.models.preprocessors import is_image_space
 from hierl.policy_graph import GlobalVars, LearnerStats, LearnResult, Weights
 from hierl.postprocessing import N_STEP_DISCOUNTS, compute_n_step
 from hierl.sample_batch import SampleBatch as SB
@@ -131,12 +131,8 @@ class QNetwork(nn.Module):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ValueError(f"DQN needs a Discrete action space, got {action_space}")
         num_actions = int(action_space.n)
-        preprocessor = get_preprocessor(obs_space)
         self.is_image = is_image_space(obs_space)
-        if self.is_image:
-            self.torso: nn.Module = NatureCNN(preprocessor.shape, config.conv_filters)
-        else:
-            self.torso = MLP(preprocessor.size, config.hiddens, config.activation)
+        self.torso = make_torso(obs_space, config)
         width = self.torso.out_features
         self.dueling = dueling
         # Heads are single orthogonally initialised linear layers (MLP without hiddens).

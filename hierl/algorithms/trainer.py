@@ -27,7 +27,7 @@ from hierl.algorithms import multi_agent
 from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
 from hierl.checkpoint import CheckpointError
 from hierl.config import ConfigError, from_dict, suggest
-from hierl.evaluators import EvaluatorSet, EvaluatorSpec, env_state
+from hierl.evaluators import EvaluatorSet, EvaluatorSpec, atari, env_state
 from hierl.evaluators.evaluator_set import DEFAULT_MAX_EVALUATOR_RESTARTS
 from hierl.evaluators.policy_map import PolicySpec
 from hierl.models.networks import ModelConfig
@@ -112,8 +112,14 @@ class TrainerConfig(BaseConfig):
     that typed config when the config is built."""
     observation_filter: Literal["NoFilter", "MeanStdFilter"] = "NoFilter"
     """Observation normalisation, synchronised across evaluators every iteration."""
+    preprocessor_pref: Literal["deepmind", "none"] = "deepmind"
+    """``deepmind``: Atari ids (``ALE/*``, ``*NoFrameskip-v4``) get the DeepMind
+    preprocessing (no-op reset, frame skip 4 with max-pooling, 84x84 grayscale, 4 stacked
+    frames, episodic life, reward clipping; :mod:`hierl.evaluators.atari`), as in SB3's
+    ``AtariWrapper`` and RLlib; ``none``: the env exactly as ``gymnasium.make`` builds it."""
     clip_rewards: float | None = None
-    """Clip rewards to ``[-c, c]`` for learning (reported returns stay unclipped)."""
+    """Clip rewards to ``[-c, c]`` for learning (reported returns stay unclipped); None:
+    1.0 for Atari ids under ``preprocessor_pref="deepmind"``, else no clipping; 0: never."""
     compress_observations: bool = False
     """LZ4-compress observations in sample batches sent from evaluators."""
     metrics_smoothing_episodes: int = 100
@@ -154,7 +160,7 @@ class TrainerConfig(BaseConfig):
         self.check("gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
         self.check("lr", self.lr > 0, "must be > 0")
         self.check("grad_clip", self.grad_clip is None or self.grad_clip > 0, "must be > 0")
-        self.check("clip_rewards", self.clip_rewards is None or self.clip_rewards > 0, "> 0")
+        self.check("clip_rewards", self.clip_rewards is None or self.clip_rewards >= 0, ">= 0")
         self.check("metrics_smoothing_episodes", self.metrics_smoothing_episodes >= 1, ">= 1")
         self.check("max_evaluator_restarts", self.max_evaluator_restarts >= 0, "must be >= 0")
         self.policies = {str(pid): PolicySpec.coerce(pid, s) for pid, s in self.policies.items()}
@@ -408,7 +414,12 @@ class Trainer(BaseTrainer):
             rollout_fragment_length=self.rollout_fragment_length(),
             batch_mode=cfg.batch_mode,
             observation_filter=cfg.observation_filter,
-            clip_rewards=cfg.clip_rewards,
+            preprocessor_pref=cfg.preprocessor_pref,
+            clip_rewards=(
+                atari.default_clip_rewards(cfg.env, cfg.preprocessor_pref)
+                if cfg.clip_rewards is None
+                else cfg.clip_rewards
+            ),
             seed=cfg.seed,
             compress_observations=cfg.compress_observations,
             callbacks=cfg.callbacks,

@@ -9,6 +9,7 @@ Python loop); plain envs are wrapped into a ``SyncVectorEnv``.
 
 from __future__ import annotations
 
+import importlib
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -17,6 +18,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 from hierl.config import ConfigError
+from hierl.evaluators import atari
 
 EnvCreator = Callable[[Mapping[str, Any]], "gym.Env | VectorEnv"]
 
@@ -55,30 +57,75 @@ def register_env(name: str, creator: EnvCreator) -> None:
     _REGISTRY[name] = creator
 
 
-def resolve_env_creator(env: str | EnvCreator) -> EnvCreator:
-    """Turn a registered name, a Gymnasium id or a callable into an env creator."""
+def resolve_env_creator(env: str | EnvCreator, preprocessor_pref: str = "deepmind") -> EnvCreator:
+    """Turn a registered name, a Gymnasium id or a callable into an env creator.
+
+    Gymnasium ids may name their module as ``gymnasium.make`` accepts
+    (``"my_package.envs:MyEnv-v0"`` imports ``my_package.envs`` first); ``ALE/*`` ids
+    register ale-py on first use.  Atari ids (``ALE/*``, ``*NoFrameskip-v4``) get the
+    DeepMind preprocessing of :mod:`hierl.evaluators.atari` unless ``preprocessor_pref``
+    is ``"none"``.  ConfigError for an unknown id (with similar ids) or a missing extra.
+    """
     if callable(env):
         return env
     if not isinstance(env, str):
         raise ValueError(
             f"env must be a Gymnasium id, a registered name or a callable, got {env!r}"
         )
+    if preprocessor_pref not in atari.PREPROCESSOR_PREFS:
+        raise ConfigError(
+            f"preprocessor_pref '{preprocessor_pref}' is invalid; valid: "
+            f"{', '.join(atari.PREPROCESSOR_PREFS)}"
+        )
     if env in _REGISTRY:
         return _REGISTRY[env]
-    if env not in gym.registry:
-        close = [k for k in gym.registry if k.lower().startswith(env.lower().split("-")[0])][:5]
+    _import_env_module(env)
+    env_id = env.split(":", 1)[1] if ":" in env else env
+    if env_id not in gym.registry and atari.is_atari_id(env_id):
+        atari.register_ale()
+    if env_id not in gym.registry:
+        stem = env_id.lower().split("-")[0]
+        close = [k for k in gym.registry if k.lower().startswith(stem)][:5]
         hint = f"; similar ids: {', '.join(close)}" if close else ""
-        raise ValueError(
+        raise ConfigError(
             f"unknown env '{env}': not a registered hierl env nor a Gymnasium id{hint}"
         )
+    deepmind = preprocessor_pref == "deepmind" and atari.is_atari_id(env_id)
 
     def make(env_config: Mapping[str, Any]) -> gym.Env:
         try:
-            return gym.make(env, **dict(env_config))
+            if deepmind:
+                return atari.make_atari(env_id, env_config)
+            return gym.make(env_id, **dict(env_config))
         except TypeError as e:
             raise ConfigError(f"env_config {dict(env_config)} is invalid for '{env}': {e}") from e
+        except gym.error.DependencyNotInstalled as e:
+            raise ConfigError(
+                f"env '{env}' needs a package that is not installed: {e}{_extra_hint(env_id)}"
+            ) from e
 
     return make
+
+
+def _import_env_module(env: str) -> None:
+    """Import the module of a ``"module:EnvId"`` id (ConfigError naming it if it fails)."""
+    if ":" not in env:
+        return
+    module = env.split(":", 1)[0]
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise ConfigError(f"env '{env}': cannot import module '{module}': {e}") from e
+
+
+def _extra_hint(env_id: str) -> str:
+    spec = gym.registry.get(env_id)
+    entry = str(getattr(spec, "entry_point", ""))
+    if "mujoco" in entry:
+        return "; install it with: pip install 'hierl[mujoco]'"
+    if "ale_py" in entry:
+        return f"; install it with: {atari.ATARI_EXTRA}"
+    return ""
 
 
 def make_vector_env(

@@ -36,7 +36,7 @@ from hierl.evaluators.rollout import (
 )
 from hierl.evaluators.sample_queue import SampleQueue
 from hierl.evaluators.spec import EvaluatorSpec
-from hierl.models.preprocessors import get_preprocessor, to_env_action
+from hierl.models.preprocessors import ImagePreprocessor, get_preprocessor, to_env_action
 from hierl.policy_graph import GlobalVars, LearnerStats, PolicyGraph, Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from hierl.utils import seed_everything
@@ -85,7 +85,7 @@ class PolicyEvaluator:
         self.spec = spec
         self.worker_index = worker_index
         self.env_name = spec.env_name
-        self.env_creator = resolve_env_creator(spec.env)
+        self.env_creator = resolve_env_creator(spec.env, spec.preprocessor_pref)
         self.env_config = dict(spec.env_config or {})
         self.num_envs = spec.num_envs
         self.rollout_fragment_length = spec.rollout_fragment_length
@@ -111,6 +111,13 @@ class PolicyEvaluator:
             pid: get_preprocessor(p.observation_space) for pid, p in self.policy_map.items()
         }
         self.preprocessor = next(iter(self.preprocessors.values()))
+        for pid, prep in self.preprocessors.items():
+            if isinstance(prep, ImagePreprocessor) and spec.observation_filter != "NoFilter":
+                raise ConfigError(
+                    f"observation_filter '{spec.observation_filter}' does not apply to the "
+                    f"image observations {prep.space} of policy '{pid}' (they stay uint8 "
+                    "and the CNN scales them by 1/255); use observation_filter 'NoFilter'"
+                )
         self.filters = {
             pid: make_filter(spec.observation_filter, prep.shape)
             for pid, prep in self.preprocessors.items()

@@ -51,6 +51,7 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array
 
+from hierl.evaluators.atari import LIFE_LOSS
 from hierl.evaluators.env import EnvContext, EnvCreator, EnvError
 from hierl.evaluators.filters import NoFilter
 from hierl.evaluators.multi_agent_env import MultiAgentEnv
@@ -88,6 +89,41 @@ class EpisodeCallbacks:
         self, *, episode: EpisodeRecord, env_info: dict[str, Any], worker_index: int
     ) -> None:
         """Called once per finished episode with the env's info dict of its last step."""
+
+
+def game_results(
+    info: Mapping[str, Any], idx: np.ndarray, returns: np.ndarray, lengths: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What to report of the episodes of sub-envs ``idx`` that just ended.
+
+    ``info`` is the vector env's info of their last step (Gymnasium's layout: ``key`` and
+    its ``_key`` mask); ``returns`` and ``lengths`` are the loop's own sums.  An end whose
+    info says ``life_loss`` (:class:`hierl.evaluators.atari.EpisodicLife`) only cuts the
+    training episode: it is not reported.  An end whose info has ``episode``
+    (``gymnasium.wrappers.RecordEpisodeStatistics``, e.g. below reward-changing or
+    episodic-life wrappers) is reported with that whole game's return and length.
+
+    Returns:
+        ``(returns, lengths, idx)`` of the episodes to report.
+    """
+
+    def entry(key: str) -> tuple[Any, np.ndarray] | None:
+        value = info.get(key)
+        if value is None:
+            return None
+        mask = info.get("_" + key)
+        return value, np.ones(len(idx), bool) if mask is None else np.asarray(mask)[idx]
+
+    life = entry(LIFE_LOSS)
+    stats = entry("episode")
+    if stats is not None:
+        (episode, has) = stats
+        returns = np.where(has, np.asarray(episode["r"], np.float64)[idx], returns)
+        lengths = np.where(has, np.asarray(episode["l"], np.int64)[idx], lengths)
+    if life is None:
+        return returns, lengths, idx
+    keep = ~(np.asarray(life[0], bool)[idx] & life[1])
+    return returns[keep], lengths[keep], idx[keep]
 
 
 def batch_obs(space: gym.Space, items: list[Any]) -> Any:
@@ -361,6 +397,9 @@ class EpisodePlayer(RolloutCore):
         state = [np.asarray(s)[None] for s in policy.get_initial_state()]
         total, length, rows = 0.0, 0, []
         while True:
+            if info.get(LIFE_LOSS):  # the game goes on: play it to its end
+                raw, info = self.call_env(self.env, "reset", sub_env=0)
+                state = [np.asarray(s)[None] for s in policy.get_initial_state()]
             flat = self.preprocessor.transform(batch_obs(space, [raw]))
             if record_observations:
                 rows.append(flat)
@@ -374,8 +413,12 @@ class EpisodePlayer(RolloutCore):
             state = step.state_out
             total += float(reward)
             length += 1
-            if terminated or truncated or length == max_steps:
+            if length == max_steps or (
+                (terminated or truncated) and not (terminated and info.get(LIFE_LOSS))
+            ):
                 break
+        if "episode" in info:  # RecordEpisodeStatistics: the whole game, unclipped
+            total, length = float(info["episode"]["r"]), int(info["episode"]["l"])
         record = EpisodeRecord(total, length, 0)
         self.end_episode(record, info)
         return PlayedEpisode(record, np.concatenate(rows) if rows else None, info)

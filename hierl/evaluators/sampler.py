@@ -46,6 +46,7 @@ from hierl.evaluators.rollout import (
     RolloutSettings,
     act,
     batch_obs,
+    game_results,
 )
 from hierl.models.networks import ModelConfig
 from hierl.models.preprocessors import Preprocessor
@@ -278,9 +279,8 @@ class VectorSampler(FragmentSampler):
         self.eps_id[idx] = self.new_episode_ids(len(idx))
         if self.autoreset_mode == AutoresetMode.SAME_STEP:
             info = info.get("final_info", {})
-        self.end_episodes(
-            self.ep_return[idx], self.ep_len[idx], idx, lambda i: _sub_env_info(info, i)
-        )
+        returns, lengths, ended = game_results(info, idx, self.ep_return[idx], self.ep_len[idx])
+        self.end_episodes(returns, lengths, ended, lambda i: _sub_env_info(info, i))
         self.ep_return[idx] = 0.0
         self.ep_len[idx] = 0
         return next_obs

@@ -47,8 +47,12 @@ class EvaluatorSpec:
     """``truncate_episodes`` or ``complete_episodes``."""
     observation_filter: str = "NoFilter"
     """``NoFilter`` or ``MeanStdFilter``."""
+    preprocessor_pref: str = "deepmind"
+    """``deepmind``: Atari ids get the DeepMind preprocessing (:mod:`hierl.evaluators.atari`);
+    ``none``: every id is exactly what ``gymnasium.make`` builds."""
     clip_rewards: float | None = None
-    """Clip rewards to ``[-c, c]`` in the batch (metrics stay unclipped)."""
+    """Clip rewards to ``[-c, c]`` in the batch (metrics stay unclipped); None or 0: no
+    clipping (the trainer has already resolved its Atari default)."""
     seed: int | None = None
     """Base seed: evaluator ``i`` uses ``seed + 10_000 * i`` and its sub-env ``j`` that
     plus ``j``."""

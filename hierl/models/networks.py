@@ -28,7 +28,9 @@ __all__ = [
     "NatureCNN",
     "RecurrentActorCritic",
     "get_activation",
+    "image_layout",
     "make_actor_critic",
+    "make_torso",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -71,11 +73,17 @@ class ModelConfig:
         hiddens: Sizes of the hidden layers of the fully connected torso. For image
             observations the CNN replaces the fully connected torso.
         activation: Hidden-layer activation: ``"tanh"``, ``"relu"``, ``"elu"`` or ``"silu"``.
-        vf_share_layers: If True, the policy and value heads share a single torso; otherwise
-            each head gets its own torso of the same architecture.
+        vf_share_layers: If True, the policy and value heads share a single torso; if
+            False each head gets its own torso of the same architecture; None (default):
+            shared for image observations (one CNN forward per step instead of two, as in
+            SB3's and CleanRL's Atari policies), separate for the others.
         conv_filters: Convolution stack for image observations as ``(out_channels, kernel,
             stride)`` per layer. ``None`` selects the Nature-CNN defaults
             ``((32, 8, 4), (64, 4, 2), (64, 3, 1))``.
+        channels_first: The layout of 3-dim image observations: True ``(C, H, W)``, False
+            ``(H, W, C)``, None (default): channel-first when the first dim is the smallest
+            (``(4, 84, 84)`` from a frame stack), else channel-last (``(84, 84, 3)``); see
+            :func:`image_layout`.
         free_log_std: For continuous (Box) actions, use a state-independent learned
             log-standard-deviation parameter (PPO style) instead of predicting it.
         init_log_std: Initial value of the free log-std parameter.
@@ -93,8 +101,9 @@ class ModelConfig:
 
     hiddens: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
-    vf_share_layers: bool = False
+    vf_share_layers: bool | None = None
     conv_filters: tuple[tuple[int, int, int], ...] | None = None
+    channels_first: bool | None = None
     free_log_std: bool = True
     init_log_std: float = 0.0
     use_lstm: bool = False
@@ -121,7 +130,10 @@ class ModelConfig:
             if not filters:
                 raise ValueError("conv_filters must not be empty (use None for the defaults)")
             self.conv_filters = tuple(filters)
-        self.vf_share_layers = bool(self.vf_share_layers)
+        if self.vf_share_layers is not None:
+            self.vf_share_layers = bool(self.vf_share_layers)
+        if self.channels_first is not None:
+            self.channels_first = bool(self.channels_first)
         self.free_log_std = bool(self.free_log_std)
         self.init_log_std = float(self.init_log_std)
         self.use_lstm = bool(self.use_lstm)
@@ -188,14 +200,47 @@ class MLP(nn.Module):
         return self.net(x)
 
 
-class NatureCNN(nn.Module):
-    """Convolutional torso for ``(N, H, W, C)`` images with values in ``[0, 255]``.
+def image_layout(shape: Sequence[int], channels_first: bool | None = None) -> tuple[int, int, int]:
+    """``(C, H, W)`` of images of ``shape``, whose layout is given or read from the shape.
 
-    The input is scaled by ``1/255`` and permuted to NCHW, then passed through the conv stack
-    (ReLU after each layer), flattened, and projected by ``Linear -> 512 -> ReLU``.
+    The rule (``channels_first`` None): a 3-dim shape is channel-first ``(C, H, W)`` when
+    its first dim is smaller than its last, else channel-last ``(H, W, C)``; a 2-dim shape
+    ``(H, W)`` is one channel.  Pass ``channels_first`` (``ModelConfig.channels_first``)
+    for images the rule misreads.
+
+    Raises:
+        ValueError: ``shape`` has neither 2 nor 3 dims, or (with ``channels_first`` None)
+            its smallest dim is the middle one.
+    """
+    dims = tuple(int(v) for v in shape)
+    if len(dims) == 2:
+        return (1, *dims)
+    if len(dims) != 3:
+        raise ValueError(f"images are (H, W), (C, H, W) or (H, W, C); got shape {dims}")
+    if channels_first is None:
+        if dims[1] < min(dims[0], dims[2]):
+            raise ValueError(
+                f"image shape {dims} is neither (C, H, W) nor (H, W, C): its smallest dim is "
+                "the middle one; set model.channels_first, or reshape the frames"
+            )
+        channels_first = dims[0] < dims[-1]
+    if channels_first:
+        return dims
+    h, w, c = dims
+    return (c, h, w)
+
+
+class NatureCNN(nn.Module):
+    """Convolutional torso for uint8 images with values in ``[0, 255]`` (Mnih et al. 2015).
+
+    The input, ``(N, *obs_shape)`` in any of the layouts of :func:`image_layout`, is
+    converted to float once (on the module's device), scaled by ``1/255`` and brought to
+    NCHW (a free view for channel-first input), then passed through the conv stack (ReLU
+    after each layer), flattened, and projected by ``Linear -> 512 -> ReLU``.
 
     Attributes:
         out_features: Output size (512).
+        chw: The ``(C, H, W)`` the convolutions see.
     """
 
     hidden_size = 512
@@ -204,21 +249,24 @@ class NatureCNN(nn.Module):
         self,
         obs_shape: Sequence[int],
         conv_filters: Sequence[Sequence[int]] | None = None,
+        channels_first: bool | None = None,
     ) -> None:
-        """Build the network for images of shape ``(H, W, C)``.
+        """Build the network for images of shape ``obs_shape``.
 
         Args:
-            obs_shape: Image shape ``(H, W, C)``.
+            obs_shape: Image shape ``(H, W)``, ``(C, H, W)`` or ``(H, W, C)``.
             conv_filters: ``(out_channels, kernel, stride)`` per conv layer; ``None`` uses the
                 Nature DQN stack ``((32, 8, 4), (64, 4, 2), (64, 3, 1))``.
+            channels_first: The layout of a 3-dim shape (None: :func:`image_layout`'s rule).
 
         Raises:
-            ValueError: If the shape is not 3-D or the image is too small for the filters.
+            ValueError: If the shape is not an image shape or is too small for the filters.
         """
         super().__init__()
-        if len(obs_shape) != 3:
-            raise ValueError(f"NatureCNN expects an (H, W, C) shape, got {tuple(obs_shape)}")
-        h, w, c = (int(v) for v in obs_shape)
+        self.obs_shape = tuple(int(v) for v in obs_shape)
+        c, h, w = self.chw = image_layout(self.obs_shape, channels_first)
+        # how (N, *obs_shape) becomes (N, C, H, W): a view for (H, W) and (C, H, W) input
+        self._permute = len(self.obs_shape) == 3 and self.obs_shape != self.chw
         filters = NATURE_CNN_FILTERS if conv_filters is None else conv_filters
         layers: list[nn.Module] = []
         in_ch = c
@@ -235,18 +283,30 @@ class NatureCNN(nn.Module):
                 n_flat = int(self.conv(torch.zeros(1, c, h, w)).shape[1])
         except RuntimeError as e:
             raise ValueError(
-                f"image shape {(h, w, c)} is too small for conv_filters {tuple(filters)}: {e}"
+                f"image shape {self.obs_shape} (read as C, H, W = {self.chw}) is too small for "
+                f"conv_filters {tuple(filters)}: {e}; set model.conv_filters for small images, "
+                "or model.channels_first if the layout was misread"
             ) from e
-        self.obs_shape = (h, w, c)
         self.fc = nn.Sequential(
             _init_layer(nn.Linear(n_flat, self.hidden_size), math.sqrt(2.0)), nn.ReLU()
         )
         self.out_features = self.hidden_size
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Apply the network to images ``x`` of shape ``(N, H, W, C)``."""
-        x = x.float().div(255.0).permute(0, 3, 1, 2)
+        """Apply the network to images ``x`` of shape ``(N, *obs_shape)``."""
+        x = x.float().mul_(1.0 / 255.0) if x.dtype == torch.uint8 else x.float() / 255.0
+        x = x.permute(0, 3, 1, 2) if self._permute else x.reshape(x.shape[0], *self.chw)
         return self.fc(self.conv(x))
+
+
+def make_torso(obs_space: gym.Space, config: ModelConfig) -> MLP | NatureCNN:
+    """The torso for observations of ``obs_space``: :class:`NatureCNN` for images
+    (:func:`~hierl.models.preprocessors.is_image_space`), else an :class:`MLP` of
+    ``config.hiddens`` over the preprocessed (flat) observation."""
+    preprocessor = get_preprocessor(obs_space)
+    if isinstance(preprocessor, ImagePreprocessor):
+        return NatureCNN(preprocessor.shape, config.conv_filters, config.channels_first)
+    return MLP(preprocessor.size, config.hiddens, config.activation)
 
 
 class ActorCritic(nn.Module):
@@ -256,7 +316,9 @@ class ActorCritic(nn.Module):
     :class:`NatureCNN` for image observations, otherwise an :class:`MLP` with
     ``config.hiddens`` -- followed by a policy head (orthogonal gain 0.01) producing the
     action distribution inputs and a value head (gain 1.0). With
-    ``config.vf_share_layers`` both heads share one torso; otherwise each has its own.
+    ``config.vf_share_layers`` both heads share one torso; otherwise each has its own
+    (None: shared for images, separate otherwise).  Image observations stay uint8 until
+    the CNN converts them.
 
     For Box actions with ``config.free_log_std`` the policy head only outputs the means and a
     state-independent ``log_std`` parameter is appended, so Gaussian distribution inputs are
@@ -286,9 +348,10 @@ class ActorCritic(nn.Module):
         self.preprocessor = get_preprocessor(obs_space)
         self.dist_class, self.num_dist_inputs = get_action_dist(action_space)
         self.is_image = isinstance(self.preprocessor, ImagePreprocessor)
+        share = self.is_image if config.vf_share_layers is None else config.vf_share_layers
 
-        self.pi_torso = self._make_torso()
-        self.vf_torso = None if config.vf_share_layers else self._make_torso()
+        self.pi_torso = make_torso(obs_space, config)
+        self.vf_torso = None if share else make_torso(obs_space, config)
 
         use_free_log_std = isinstance(action_space, spaces.Box) and config.free_log_std
         head_out = self.num_dist_inputs // 2 if use_free_log_std else self.num_dist_inputs
@@ -301,18 +364,13 @@ class ActorCritic(nn.Module):
         else:
             self.register_parameter("log_std", None)
 
-    def _make_torso(self) -> MLP | NatureCNN:
-        if self.is_image:
-            return NatureCNN(self.preprocessor.shape, self.config.conv_filters)
-        return MLP(self.preprocessor.size, self.config.hiddens, self.config.activation)
-
-    @staticmethod
-    def _as_float(obs: torch.Tensor) -> torch.Tensor:
-        return obs if obs.dtype == torch.float32 else obs.float()
+    def _as_input(self, obs: torch.Tensor) -> torch.Tensor:
+        """Float32 for the MLP; images go to the CNN as they are (it converts them)."""
+        return obs if self.is_image or obs.dtype == torch.float32 else obs.float()
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Compute ``(dist_inputs (B, num_dist_inputs), values (B,))`` for preprocessed obs."""
-        obs = self._as_float(obs)
+        obs = self._as_input(obs)
         features = self.pi_torso(obs)
         dist_inputs = self.pi_head(features)
         if self.log_std is not None:
@@ -323,7 +381,7 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """Compute only the value estimates ``(B,)`` (the policy head is skipped)."""
-        obs = self._as_float(obs)
+        obs = self._as_input(obs)
         torso = self.pi_torso if self.vf_torso is None else self.vf_torso
         return self.vf_head(torso(obs)).squeeze(-1)
 
@@ -360,10 +418,7 @@ class RecurrentActorCritic(nn.Module):
         self.is_image = isinstance(self.preprocessor, ImagePreprocessor)
         self.max_seq_len = config.max_seq_len
         self.cell_size = config.lstm_cell_size
-        if self.is_image:
-            self.torso: MLP | NatureCNN = NatureCNN(self.preprocessor.shape, config.conv_filters)
-        else:
-            self.torso = MLP(self.preprocessor.size, config.hiddens, config.activation)
+        self.torso = make_torso(obs_space, config)
         self.lstm = nn.LSTM(self.torso.out_features, self.cell_size, batch_first=True)
         for name, param in self.lstm.named_parameters():
             if name.startswith("bias"):
@@ -401,7 +456,7 @@ class RecurrentActorCritic(nn.Module):
         """
         n, t = obs.shape[0], obs.shape[1]
         x = obs.reshape(n * t, *obs.shape[2:])
-        x = x if x.dtype == torch.float32 else x.float()
+        x = x if self.is_image or x.dtype == torch.float32 else x.float()
         features = self.torso(x).reshape(n, t, -1)
         h, c = (s.to(features.dtype).unsqueeze(0).contiguous() for s in state)
         out, (h_out, c_out) = self.lstm(features, (h, c))

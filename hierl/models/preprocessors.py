@@ -33,8 +33,28 @@ __all__ = [
 
 
 def is_image_space(space: gym.Space) -> bool:
-    """Return True for a Box of shape ``(H, W, C)`` and dtype uint8 (treated as an image)."""
-    return isinstance(space, spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8
+    """Whether ``space`` is an image: a uint8 Box of 3 dims (channel-first ``(C, H, W)``
+    or channel-last ``(H, W, C)``: see :func:`hierl.models.networks.image_layout`) or of
+    2 dims (one ``(H, W)`` frame)."""
+    return isinstance(space, spaces.Box) and len(space.shape) in (2, 3) and space.dtype == np.uint8
+
+
+MIN_IMAGE_SIDE = 16
+"""A 3-dim Box that is not uint8 but whose two largest dims are at least this is taken for
+an image of the wrong dtype (an error); smaller ones (board planes) are vectors."""
+
+
+def _reject_non_uint8_image(space: gym.Space) -> None:
+    """ValueError for a 3-dim, image-sized Box that is not uint8 (see MIN_IMAGE_SIDE)."""
+    if not (isinstance(space, spaces.Box) and len(space.shape) == 3) or space.dtype == np.uint8:
+        return
+    if min(sorted(space.shape)[1:]) >= MIN_IMAGE_SIDE:
+        raise ValueError(
+            f"observation space {space} has the shape of an image {space.shape} but dtype "
+            f"{space.dtype}: images must be uint8 (values 0..255), (C, H, W) or (H, W, C); "
+            "cast the frames to uint8, or flatten a non-image observation "
+            "(gymnasium.wrappers.FlattenObservation)"
+        )
 
 
 class Preprocessor:
@@ -82,15 +102,25 @@ class BoxPreprocessor(Preprocessor):
 
 
 class ImagePreprocessor(Preprocessor):
-    """Keeps a uint8 ``(H, W, C)`` image as is, cast to float32 (scaling happens in the CNN)."""
+    """Keeps uint8 images as they are: no copy, no float conversion (the model converts
+    them once, on its device, and scales by 1/255)."""
 
     def __init__(self, space: spaces.Box) -> None:
-        """Create an image preprocessor for an ``(H, W, C)`` uint8 Box."""
+        """Create an image preprocessor for a uint8 Box of 2 or 3 dims."""
         super().__init__(space, space.shape)
 
     def transform(self, batched_obs: Any) -> np.ndarray:
-        """Return the images as float32 of shape ``(N, H, W, C)``."""
-        x = np.asarray(batched_obs, dtype=np.float32)
+        """Return the images as uint8 of shape ``(N, *space.shape)`` (a view when possible).
+
+        Raises:
+            ValueError: the frames are not uint8 (the message names the dtype).
+        """
+        x = np.asarray(batched_obs)
+        if x.dtype != np.uint8:
+            raise ValueError(
+                f"image observations must be uint8 (values 0..255) as their space {self.space} "
+                f"declares, got dtype {x.dtype} (shape {x.shape})"
+            )
         return x.reshape(-1, *self.shape)
 
 
@@ -208,7 +238,8 @@ def _flat_preprocessor(space: gym.Space) -> Preprocessor:
 def get_preprocessor(space: gym.Space) -> Preprocessor:
     """Return the preprocessor for an observation space.
 
-    * Box of shape ``(H, W, C)`` and dtype uint8: image, kept as ``(H, W, C)`` float32.
+    * uint8 Box of 2 or 3 dims: an image, kept as uint8 (:class:`ImagePreprocessor`);
+      a 3-dim Box of another dtype is an error when image-sized (``MIN_IMAGE_SIDE``).
     * Other Box: flattened to ``(prod(shape),)`` float32 (no copy for 2-D float32 input).
     * Discrete: one-hot of size ``n`` (value ``start`` maps to column 0).
     * MultiDiscrete: concatenated one-hots, ``sum(nvec)`` columns.
@@ -216,9 +247,11 @@ def get_preprocessor(space: gym.Space) -> Preprocessor:
     * Dict / Tuple: concatenation of the flat sub-encodings (Dict in its key order).
 
     Raises:
-        ValueError: For unsupported spaces or images nested in Dict/Tuple spaces.
+        ValueError: For unsupported spaces, images nested in Dict/Tuple spaces, or an
+            image-sized 3-dim Box that is not uint8.
     """
     if isinstance(space, spaces.Box):
+        _reject_non_uint8_image(space)
         return ImagePreprocessor(space) if is_image_space(space) else BoxPreprocessor(space)
     if isinstance(space, spaces.Discrete):
         return DiscretePreprocessor(space)
