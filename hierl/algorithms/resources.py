@@ -84,6 +84,16 @@ def trainer_groups(
                 {"CPU": "num_cpus_per_evaluator", "GPU": "num_gpus_per_evaluator"},
             )
         )
+        if cfg.evaluation_interval:
+            groups.append(
+                ActorGroup(
+                    "evaluation evaluator",
+                    cfg.evaluation_num_evaluators,
+                    {"CPU": cfg.num_cpus_per_evaluator, "GPU": cfg.num_gpus_per_evaluator},
+                    "evaluation_num_evaluators",
+                    {"CPU": "num_cpus_per_evaluator", "GPU": "num_gpus_per_evaluator"},
+                )
+            )
     if issubclass(trainer_cls, Trainer):
         # the config the trainer builds its optimizer from, so both always agree
         opt_class = get_optimizer_class(cfg.optimizer)

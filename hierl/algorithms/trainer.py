@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 import numpy as np
 
 from hierl.algorithms import multi_agent
+from hierl.algorithms.evaluation import Evaluation
 from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
 from hierl.checkpoint import CheckpointError
 from hierl.config import ConfigError, from_dict, suggest
@@ -146,6 +147,18 @@ class TrainerConfig(BaseConfig):
     fail_fast_on_evaluator_failure: bool = False
     """End training at the first evaluator failure, re-raising its original error (with
     the remote traceback) instead of recreating or dropping the evaluator."""
+    evaluation_interval: int = 0
+    """Evaluate every this many ``train()`` iterations (0: never): the current weights
+    play ``evaluation_num_episodes`` whole episodes on separate evaluators
+    (:mod:`hierl.algorithms.evaluation`), reported as ``evaluation/episode_reward_mean``
+    etc."""
+    evaluation_num_episodes: int = 10
+    """Episodes per evaluation."""
+    evaluation_explore: bool = False
+    """Sample actions in evaluation (False: the greedy action)."""
+    evaluation_num_evaluators: int = 0
+    """Remote evaluation evaluators (``num_cpus_per_evaluator`` each); 0: evaluate in the
+    driver."""
     evaluator_scheduling_strategy: Literal["DEFAULT", "SPREAD"] = "DEFAULT"
     """Ray placement of the evaluator actors; ``SPREAD`` puts them on as many nodes as
     possible (a lost node then takes fewer evaluators with it)."""
@@ -163,6 +176,9 @@ class TrainerConfig(BaseConfig):
         self.check("clip_rewards", self.clip_rewards is None or self.clip_rewards >= 0, ">= 0")
         self.check("metrics_smoothing_episodes", self.metrics_smoothing_episodes >= 1, ">= 1")
         self.check("max_evaluator_restarts", self.max_evaluator_restarts >= 0, "must be >= 0")
+        self.check("evaluation_interval", self.evaluation_interval >= 0, "must be >= 0")
+        self.check("evaluation_num_episodes", self.evaluation_num_episodes >= 1, "must be >= 1")
+        self.check("evaluation_num_evaluators", self.evaluation_num_evaluators >= 0, "must be >= 0")
         self.policies = {str(pid): PolicySpec.coerce(pid, s) for pid, s in self.policies.items()}
         multi_agent.validate(self)
         self._resolve_optimizer()
@@ -368,6 +384,7 @@ class Trainer(BaseTrainer):
                 self.evaluators.stop()
                 raise
         self.optimizer = self._make_optimizer(optimizer_name)
+        self.evaluation = self._make_evaluation()
         self.episodes_total = 0
         self._episodes: collections.deque = collections.deque(
             maxlen=self.config.metrics_smoothing_episodes
@@ -405,7 +422,27 @@ class Trainer(BaseTrainer):
     def _make_evaluators(self) -> EvaluatorSet:
         """The local evaluator and ``num_evaluators`` remote ones, all from one spec."""
         cfg = self.config
-        spec = EvaluatorSpec(
+        return EvaluatorSet(
+            self._evaluator_spec(), num_evaluators=cfg.num_evaluators, **self._set_options()
+        )
+
+    def _make_evaluation(self) -> Evaluation | None:
+        """The evaluation evaluators (``evaluation_interval`` > 0), else None."""
+        cfg = self.config
+        if not cfg.evaluation_interval:
+            return None
+        return Evaluation(
+            self._evaluator_spec(),
+            num_episodes=cfg.evaluation_num_episodes,
+            explore=cfg.evaluation_explore,
+            num_evaluators=cfg.evaluation_num_evaluators,
+            **self._set_options(),
+        )
+
+    def _evaluator_spec(self) -> EvaluatorSpec:
+        """The spec every training evaluator is built from."""
+        cfg = self.config
+        return EvaluatorSpec(
             cfg.env,
             self.policy_class,
             cfg,
@@ -428,9 +465,11 @@ class Trainer(BaseTrainer):
             policy_mapping_fn=cfg.policy_mapping_fn,
             policies_to_train=cfg.policies_to_train,
         )
-        return EvaluatorSet(
-            spec,
-            num_evaluators=cfg.num_evaluators,
+
+    def _set_options(self) -> dict[str, Any]:
+        """The ``EvaluatorSet`` settings besides the spec and the number of evaluators."""
+        cfg = self.config
+        return dict(
             num_cpus_per_evaluator=cfg.num_cpus_per_evaluator,
             num_gpus_per_evaluator=cfg.num_gpus_per_evaluator,
             ray_address=cfg.ray_address,
@@ -565,6 +604,8 @@ class Trainer(BaseTrainer):
             result[f"custom_metrics/{k}_min"] = float(np.min(values))
             result[f"custom_metrics/{k}_max"] = float(np.max(values))
         result.update(self._policy_rewards.metrics())
+        if self.evaluation is not None and self.iteration % self.config.evaluation_interval == 0:
+            result.update(self.evaluation.run(self.local_evaluator))
         # learner/<stat> of the single-agent policy; learner/<policy_id>/<stat> multi-agent
         multi_agent = self.local_evaluator.multi_agent
         for pid, stats in learner_stats.items():
@@ -651,3 +692,5 @@ class Trainer(BaseTrainer):
         """Release the optimizer and all evaluator actors."""
         self.optimizer.stop()
         self.evaluators.stop()
+        if self.evaluation is not None:
+            self.evaluation.stop()

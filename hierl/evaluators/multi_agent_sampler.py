@@ -213,7 +213,7 @@ class MultiAgentSampler(FragmentSampler):
         for pid, members in groups.items():
             policy = self.policy_map[pid]
             obs = np.stack([slot.to_act[aid] for slot, aid in members])
-            acted = act(policy, obs, policy.action_space)
+            acted = act(policy, obs, policy.action_space, explore=self.explore)
             for i, (slot, aid) in enumerate(members):
                 row = {k: v[i] for k, v in acted.extra.items()}
                 # T is the env step the agent acted at (as in single-agent batches), so

@@ -169,6 +169,7 @@ class PolicyEvaluator:
             rollout_fragment_length=self.rollout_fragment_length,
             batch_mode=self.spec.batch_mode,
             clip_rewards=self.spec.clip_rewards,
+            explore=self.spec.explore,
             seed=self.seed,
             worker_index=self.worker_index,
             env_id=self.env_name,
@@ -256,6 +257,40 @@ class PolicyEvaluator:
         if policy_id not in self.policy_map:
             raise ValueError(f"unknown policy id {policy_id!r}; valid: {sorted(self.policy_map)}")
         return self.policy_map[policy_id]
+
+    @_locked
+    def evaluate(
+        self,
+        num_episodes: int,
+        weights: Mapping[str, Weights] | None = None,
+        filters: Mapping[str, dict[str, Any]] | None = None,
+    ) -> list[EpisodeRecord]:
+        """Play ``num_episodes`` whole episodes from fresh resets (with ``weights`` and the
+        filter ``filters`` when given) and return their records.
+
+        The envs are made anew, so no episode started under older weights; sub-env ``i``
+        of ``n`` plays ``(num_episodes + i) // n`` episodes and its later ones are not
+        counted (so short episodes are not over-represented, as in SB3's
+        ``evaluate_policy``).  Actions are greedy when the spec's ``explore`` is False.
+        """
+        if weights is not None:
+            self.set_weights(weights)
+        if filters is not None:
+            self.sync_filters(filters)
+        if self._sampler is not None:
+            self._sampler.close()
+        self._sampler = None
+        sampler = self.sampler
+        n = sampler.num_envs
+        quota = {i: (num_episodes + i) // n for i in range(n)}
+        out: list[EpisodeRecord] = []
+        while len(out) < num_episodes:
+            sampler.sample()
+            for record in sampler.pop_episodes():
+                if quota.get(record.env_index, 0) > 0:
+                    quota[record.env_index] -= 1
+                    out.append(record)
+        return out
 
     @_locked
     def get_metrics(self) -> list[EpisodeRecord]:

@@ -271,6 +271,8 @@ class RolloutSettings:
     """``truncate_episodes`` (fragments) or ``complete_episodes`` (whole episodes)."""
     clip_rewards: float | None = None
     """Clip the batch's rewards to ``[-c, c]`` (the episode metrics stay unclipped)."""
+    explore: bool = True
+    """Sample actions; False: the policy's greedy actions (evaluation)."""
     seed: int | None = None
     """The first reset's seed (env copy ``j`` of a MultiAgentSampler: ``seed + j``)."""
     worker_index: int = 0
@@ -312,6 +314,8 @@ class FragmentSampler(RolloutCore):
         self.fragment_length = int(settings.rollout_fragment_length)
         self.batch_mode = settings.batch_mode
         self.clip_rewards = settings.clip_rewards
+        # None keeps the policy's default (sampling), so policies without the argument work
+        self.explore: bool | None = None if settings.explore else False
         self.steps_sampled = 0
 
     @classmethod

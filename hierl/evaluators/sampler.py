@@ -221,7 +221,7 @@ class VectorSampler(FragmentSampler):
             # CRUCIAL: record the observation before stepping; with copy=False vector envs
             # (and the no-copy preprocessor) self.obs may alias the env's own buffer.
             fragment.record_inputs(step, self.obs, self.state)
-            acted = act(self.policy, self.obs, self.act_space, self.state)
+            acted = act(self.policy, self.obs, self.act_space, self.state, self.explore)
             raw, rew, term, trunc, info = self.call_env(self.venv, "step", acted.env_actions)
             valid = ~self.pending_reset
             done = (term | trunc) & valid

@@ -53,6 +53,8 @@ class EvaluatorSpec:
     clip_rewards: float | None = None
     """Clip rewards to ``[-c, c]`` in the batch (metrics stay unclipped); None or 0: no
     clipping (the trainer has already resolved its Atari default)."""
+    explore: bool = True
+    """Sample actions (False: act greedily, as evaluation evaluators do)."""
     seed: int | None = None
     """Base seed: evaluator ``i`` uses ``seed + 10_000 * i`` and its sub-env ``j`` that
     plus ``j``."""

@@ -1,0 +1,113 @@
+"""Evaluation during training: whole episodes with the current weights, greedy by default.
+
+Every ``evaluation_interval`` iterations the trainer hands its weights and observation
+filters to a separate set of evaluation evaluators (in the driver with
+``evaluation_num_evaluators=0``, else Ray actors) that play ``evaluation_num_episodes``
+episodes from fresh resets, without exploration (``evaluation_explore``), reward
+clipping or any effect on training.  Atari envs keep the training pipeline; their
+returns are the full-game, unclipped ones (``RecordEpisodeStatistics`` below the
+episodic-life wrapper), as in SB3's ``EvalCallback`` and RLlib's evaluation workers.
+The results are reported as ``evaluation/episode_reward_mean`` (and ``_min``, ``_max``,
+``evaluation/episode_len_mean``, ``evaluation/episodes``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from hierl.evaluators import EvaluatorSet, EvaluatorSpec, PolicyEvaluator, env_state
+
+EVALUATION_SEED_OFFSET = 1_000_003
+"""Evaluation evaluators' seeds are the trainer's plus this (no env shares a training seed)."""
+
+
+@contextlib.contextmanager
+def _driver_rng_kept() -> Iterator[None]:
+    """Restore the driver's Python / numpy / torch generators afterwards: building and
+    running evaluators in the driver seeds and draws from them, and training must draw
+    the same numbers with evaluation on as with it off."""
+    state = env_state.get_rng_state()
+    try:
+        yield
+    finally:
+        env_state.set_rng_state(state)
+
+
+class Evaluation:
+    """The evaluation evaluators of one trainer and the episodes they play.
+
+    Args:
+        spec: the training evaluators' spec; the evaluation one differs in ``explore``,
+            ``seed``, ``clip_rewards`` (none) and sampling settings.
+        num_episodes: episodes per evaluation, split over the evaluators.
+        explore: sample actions (False: greedy).
+        num_evaluators: Ray actors (0: play in the driver).
+        evaluator_options: the keyword arguments of ``EvaluatorSet`` besides the spec.
+    """
+
+    def __init__(
+        self,
+        spec: EvaluatorSpec,
+        *,
+        num_episodes: int,
+        explore: bool,
+        num_evaluators: int,
+        **evaluator_options: Any,
+    ):
+        self.num_episodes = num_episodes
+        per_evaluator = math.ceil(num_episodes / max(1, num_evaluators))
+        eval_spec = dataclasses.replace(
+            spec,
+            explore=explore,
+            seed=None if spec.seed is None else spec.seed + EVALUATION_SEED_OFFSET,
+            clip_rewards=None,
+            num_envs=max(1, min(spec.num_envs, per_evaluator)),
+            batch_mode="truncate_episodes",
+            compress_observations=False,
+            sample_async=False,
+        )
+        with _driver_rng_kept():
+            self.evaluators = EvaluatorSet(
+                eval_spec, num_evaluators=num_evaluators, **evaluator_options
+            )
+
+    def run(self, trainer_evaluator: PolicyEvaluator) -> dict[str, float]:
+        """Evaluate the weights and filters of ``trainer_evaluator``; the metrics."""
+        weights = trainer_evaluator.get_weights()
+        filters = trainer_evaluator.get_filters(flush_after=False)
+        remotes = self.evaluators.remote_evaluators
+        if not remotes:
+            with _driver_rng_kept():
+                local = self.evaluators.local_evaluator
+                records = local.evaluate(self.num_episodes, weights, filters)
+        else:
+            import ray
+
+            ref = ray.put(weights)
+            n = len(remotes)
+            quotas = iter([(self.num_episodes + i) // n for i in range(n)])
+            pairs = self.evaluators.call_remotes(
+                lambda e: e.evaluate.remote(next(quotas), ref, filters), weights=ref
+            )
+            records = [r for _, played in pairs for r in played]
+        returns = np.array([r.episode_reward for r in records], dtype=np.float64)
+        lengths = np.array([r.episode_length for r in records], dtype=np.float64)
+        if not len(records):  # every evaluation evaluator failed
+            return {"evaluation/episodes": 0}
+        return {
+            "evaluation/episode_reward_mean": float(returns.mean()),
+            "evaluation/episode_reward_min": float(returns.min()),
+            "evaluation/episode_reward_max": float(returns.max()),
+            "evaluation/episode_len_mean": float(lengths.mean()),
+            "evaluation/episodes": len(records),
+        }
+
+    def stop(self) -> None:
+        """Stop the evaluation evaluators."""
+        self.evaluators.stop()

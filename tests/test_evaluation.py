@@ -1,0 +1,106 @@
+"""Evaluation during training: greedy whole episodes on separate evaluators."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+from hierl.algorithms.ppo import PPOTrainer
+from hierl.config import ConfigError
+
+PPO = {
+    "env": "CartPole-v1",
+    "num_envs_per_evaluator": 4,
+    "train_batch_size": 256,
+    "sgd_minibatch_size": 64,
+    "num_sgd_iter": 2,
+    "seed": 3,
+}
+EVAL_KEYS = {
+    "evaluation/episode_reward_mean",
+    "evaluation/episode_reward_min",
+    "evaluation/episode_reward_max",
+    "evaluation/episode_len_mean",
+    "evaluation/episodes",
+}
+
+
+def _train(config: dict, iterations: int) -> list[dict]:
+    trainer = PPOTrainer(config)
+    try:
+        return [trainer.train() for _ in range(iterations)]
+    finally:
+        trainer.stop()
+
+
+def test_evaluation_every_interval_does_not_change_training() -> None:
+    plain = _train(PPO, 3)
+    evaluated = _train({**PPO, "evaluation_interval": 2, "evaluation_num_episodes": 3}, 3)
+    assert [set(r) & EVAL_KEYS for r in evaluated] == [set(), EVAL_KEYS, set()]
+    assert evaluated[1]["evaluation/episodes"] == 3
+    for a, b in zip(plain, evaluated, strict=True):  # same samples, same updates
+        assert a["episode_reward_mean"] == b["episode_reward_mean"]
+        assert a["learner/total_loss"] == b["learner/total_loss"]
+
+
+def test_greedy_evaluation_is_repeatable_and_splits_episodes_over_envs() -> None:
+    trainer = PPOTrainer({**PPO, "evaluation_interval": 1, "evaluation_num_episodes": 5})
+    try:
+        trainer.train()
+        first = trainer.evaluation.run(trainer.local_evaluator)
+        again = trainer.evaluation.run(trainer.local_evaluator)
+        assert first == again  # fresh resets with the same seeds, greedy actions
+        evaluator = trainer.evaluation.evaluators.local_evaluator
+        records = evaluator.evaluate(5, trainer.get_weights())
+        counts = collections.Counter(r.episode_length and r.env_index for r in records)
+        assert sorted(counts.values()) == [1, 1, 1, 2]  # sub-env i plays (5 + i) // 4
+        assert first["evaluation/episode_reward_mean"] == pytest.approx(
+            np.mean([r.episode_reward for r in records])
+        )
+    finally:
+        trainer.stop()
+
+
+def test_sampling_evaluation_differs_from_greedy_and_both_repeat() -> None:
+    config = {**PPO, "evaluation_interval": 1, "evaluation_num_episodes": 4}
+    greedy = PPOTrainer(config)
+    sampling = PPOTrainer({**config, "evaluation_explore": True})
+    try:
+        sampling.set_weights(greedy.get_weights())
+        a = [greedy.evaluation.run(greedy.local_evaluator) for _ in range(2)]
+        b = [sampling.evaluation.run(sampling.local_evaluator) for _ in range(2)]
+        # each repeatable (the driver's generators are restored after every evaluation),
+        # and sampled actions are not the greedy ones
+        assert a[0] == a[1] and b[0] == b[1]
+        assert a[0]["evaluation/episode_reward_mean"] != b[0]["evaluation/episode_reward_mean"]
+    finally:
+        greedy.stop()
+        sampling.stop()
+
+
+@pytest.mark.ray
+def test_remote_evaluation_evaluators_play_all_episodes(ray_session) -> None:
+    config = {
+        **PPO,
+        "evaluation_interval": 1,
+        "evaluation_num_episodes": 5,
+        "evaluation_num_evaluators": 2,
+        "num_cpus_per_evaluator": 0.25,
+    }
+    trainer = PPOTrainer(config)
+    try:
+        assert len(trainer.evaluation.evaluators.remote_evaluators) == 2
+        result = trainer.train()
+        assert result["evaluation/episodes"] == 5
+        assert result["evaluation/episode_reward_min"] <= result["evaluation/episode_reward_max"]
+    finally:
+        trainer.stop()
+
+
+def test_bad_evaluation_settings_name_the_value() -> None:
+    with pytest.raises(ConfigError, match="evaluation_num_episodes"):
+        PPOTrainer({**PPO, "evaluation_interval": 1, "evaluation_num_episodes": 0})
+    with pytest.raises(ConfigError, match="evaluation_interval"):
+        PPOTrainer({**PPO, "evaluation_interval": -1})
