@@ -33,10 +33,10 @@ class _FakeALE:
     def lives(self) -> int:
         return self.env.lives_left
 
-    def getScreenGrayscale(self, out: np.ndarray) -> None:  # noqa: N802 (ALE's name)
+    def getScreenGrayscale(self, out: np.ndarray) -> None:
         out[...] = self.env.np_random.integers(0, 256, out.shape, dtype=np.uint8)
 
-    def getScreenRGB(self, out: np.ndarray) -> None:  # noqa: N802
+    def getScreenRGB(self, out: np.ndarray) -> None:
         out[...] = self.env.np_random.integers(0, 256, out.shape, dtype=np.uint8)
 
 

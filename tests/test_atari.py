@@ -46,7 +46,7 @@ def test_deepmind_pipeline_shapes_lives_and_full_game_return() -> None:
     assert env.observation_space == gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
     life_ends, total = 0, 0.0
     for _ in range(1000):
-        obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        obs, reward, terminated, _, info = env.step(env.action_space.sample())
         assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
         total += reward
         if terminated and info.get(LIFE_LOSS):
