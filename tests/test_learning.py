@@ -49,3 +49,30 @@ def test_ppo_pendulum_improves():
     with PPOTrainer(config) as trainer:
         run = train_until(trainer, -600, 200_000)
     assert run.reached, run
+
+
+def evaluation_return(result: dict) -> float:
+    """Greedy evaluation return; -inf in iterations without an evaluation."""
+    return result.get("evaluation/episode_reward_mean", float("-inf"))
+
+
+@pytest.mark.timeout(300)
+def test_ppo_mujoco_inverted_pendulum_balances():
+    pytest.importorskip("mujoco")  # the mujoco extra (CI installs it)
+    config = {
+        "env": "InvertedPendulum-v5",
+        "seed": SEED,
+        "num_envs_per_evaluator": 4,
+        "train_batch_size": 1024,
+        "sgd_minibatch_size": 64,
+        "num_sgd_iter": 10,
+        "lr": 3e-4,
+        "lambda_": 0.95,
+        "observation_filter": "MeanStdFilter",
+        "evaluation_interval": 2,
+        "evaluation_num_episodes": 5,
+    }
+    with PPOTrainer(config) as trainer:
+        # 1000 is the most an episode can return (its time limit)
+        run = train_until(trainer, 900, 60_000, metric=evaluation_return)
+    assert run.reached, run

@@ -1,0 +1,197 @@
+"""Atari from pixels: hierl's image sampling and CNN learning against hand-written loops.
+
+Three figures, each with its baseline measured in the same run (same envs, same model,
+same threads):
+
+1. **Sampling**: PPO's in-process evaluator (``num_envs`` Atari envs of the DeepMind
+   pipeline, one NatureCNN actor-critic forward per vector step) against a hand-written
+   loop over the same ``SyncVectorEnv`` that calls the same network and samples a
+   categorical action per step.  Ratio = hierl / loop (target >= 0.8).
+2. **Scaling**: 1 and 2 remote evaluators (one CPU each), steps/s of parallel
+   ``sample()`` calls, as the ``local`` optimizer drives them.
+3. **Learning**: PPO's SGD (``learn_on_batch`` over a sampled batch: minibatches of
+   ``sgd_minibatch_size``, ``num_sgd_iter`` epochs) against a pure-torch loop with the
+   same model, loss terms, minibatch size and Adam.  Ratio = hierl / torch (target >= 0.9).
+
+    python benchmarks/atari.py                 # ALE/Pong-v5, 8 envs
+    python benchmarks/atari.py --quick         # fewer steps (a smoke run)
+
+Writes ``benchmarks/results/atari.json``.  Needs the atari extra (``pip install -e
+".[atari]"``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+from common import CpuMeter, record, wait_for_quiet
+
+from hierl.algorithms.ppo import PPOTrainer
+from hierl.evaluators.env import EnvContext, resolve_env_creator
+from hierl.sample_batch import SampleBatch
+
+
+def _vector_env(env_id: str, num_envs: int) -> gym.vector.SyncVectorEnv:
+    creator = resolve_env_creator(env_id)
+    return gym.vector.SyncVectorEnv(
+        [lambda i=i: creator(EnvContext({}, 0, i)) for i in range(num_envs)],
+        copy=False,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+
+
+def hand_loop(env_id: str, num_envs: int, steps: int, model: torch.nn.Module) -> float:
+    """Vector steps/s x num_envs of the plain loop: obs -> model -> sample -> step."""
+    venv = _vector_env(env_id, num_envs)
+    obs, _ = venv.reset(seed=0)
+    with torch.no_grad():
+        for _ in range(20):  # warm-up
+            logits, _ = model(torch.from_numpy(obs))
+            obs, *_ = venv.step(torch.distributions.Categorical(logits=logits).sample().numpy())
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            logits, _ = model(torch.from_numpy(obs))
+            action = torch.distributions.Categorical(logits=logits).sample().numpy()
+            obs, *_ = venv.step(action)
+        elapsed = time.perf_counter() - t0
+    venv.close()
+    return steps * num_envs / elapsed
+
+
+def hierl_sampling(trainer: PPOTrainer, rounds: int) -> float:
+    """Agent steps/s of the local evaluator's ``sample()`` (PPO's postprocessing included)."""
+    ev = trainer.local_evaluator
+    ev.sample()  # warm-up: env creation
+    t0 = time.perf_counter()
+    count = sum(ev.sample().count for _ in range(rounds))
+    return count / (time.perf_counter() - t0)
+
+
+def remote_sampling(config: dict, num_evaluators: int, rounds: int) -> float:
+    """Agent steps/s of ``num_evaluators`` remote evaluators sampling in parallel."""
+    import ray
+
+    trainer = PPOTrainer({**config, "num_evaluators": num_evaluators})
+    try:
+        remotes = trainer.evaluators.remote_evaluators
+        ray.get([e.sample.remote() for e in remotes], timeout=300)  # warm-up
+        t0 = time.perf_counter()
+        count = 0
+        for _ in range(rounds):
+            count += sum(b.count for b in ray.get([e.sample.remote() for e in remotes], 300))
+        return count / (time.perf_counter() - t0)
+    finally:
+        trainer.stop()
+
+
+def torch_sgd(policy, batch: SampleBatch, minibatch: int, epochs: int) -> float:
+    """Rows/s of a pure-torch PPO epoch loop over the same model and batch."""
+    model = policy.model
+    opt = torch.optim.Adam(model.parameters(), lr=2.5e-4)
+    cfg = policy.config
+    obs = torch.from_numpy(batch[SampleBatch.OBS])
+    actions = torch.from_numpy(batch[SampleBatch.ACTIONS])
+    old_logp = torch.from_numpy(batch["action_logp"])
+    adv = torch.from_numpy(batch["advantages"])
+    targets = torch.from_numpy(batch["value_targets"])
+    n = len(obs)
+    t0 = time.perf_counter()
+    for _ in range(epochs):
+        perm = torch.randperm(n)
+        for start in range(0, n - minibatch + 1, minibatch):
+            idx = perm[start : start + minibatch]
+            logits, values = model(obs[idx])
+            dist = torch.distributions.Categorical(logits=logits)
+            ratio = torch.exp(dist.log_prob(actions[idx]) - old_logp[idx])
+            a = adv[idx]
+            a = (a - a.mean()) / (a.std() + 1e-8)
+            clip = cfg.clip_param
+            surrogate = torch.min(ratio * a, ratio.clamp(1 - clip, 1 + clip) * a).mean()
+            vf = 0.5 * ((values - targets[idx]) ** 2).mean()
+            loss = -surrogate + cfg.vf_loss_coeff * vf - cfg.entropy_coeff * dist.entropy().mean()
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            opt.step()
+    return (n // minibatch) * minibatch * epochs / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--env", default="ALE/Pong-v5")
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--quick", action="store_true", help="fewer steps (smoke run)")
+    parser.add_argument("--skip-remote", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    steps = 100 if args.quick else 400
+    fragment = 64
+    config = {
+        "env": args.env,
+        "num_envs_per_evaluator": args.num_envs,
+        "rollout_fragment_length": fragment,
+        "train_batch_size": fragment * args.num_envs,
+        "sgd_minibatch_size": 256,
+        "num_sgd_iter": 1 if args.quick else 4,
+        "num_cpus_per_evaluator": 1,
+        "lr": 2.5e-4,
+        "clip_param": 0.1,
+        "entropy_coeff": 0.01,
+        "kl_coeff": 0.0,
+        "grad_clip": 0.5,
+        "seed": 0,
+    }
+    wait_for_quiet(60)
+    figures: dict[str, float] = {}
+    trainer = PPOTrainer(config)
+    try:
+        policy = trainer.get_policy()
+        with CpuMeter() as meter:
+            loop = hand_loop(args.env, args.num_envs, steps, policy.model)
+        print(f"hand-written loop     {loop:8.0f} agent steps/s   ({meter.describe()})")
+        rounds = max(1, steps // fragment)
+        with CpuMeter() as meter:
+            ours = hierl_sampling(trainer, rounds)
+        print(f"hierl local evaluator {ours:8.0f} agent steps/s   ({meter.describe()})")
+        figures.update(loop_steps_per_s=loop, hierl_steps_per_s=ours, sampling_ratio=ours / loop)
+        print(f"sampling ratio hierl / loop: {ours / loop:.2f}x (target >= 0.8)")
+
+        batch = trainer.local_evaluator.sample()
+        epochs, minibatch = config["num_sgd_iter"], config["sgd_minibatch_size"]
+        rows = (batch.count // minibatch) * minibatch * epochs
+
+        def hierl_sgd() -> float:
+            t0 = time.perf_counter()
+            policy.learn_on_batch(batch)
+            return rows / (time.perf_counter() - t0)
+
+        hierl_sgd(), torch_sgd(policy, batch, minibatch, epochs)  # warm-up
+        # interleaved repeats, best of each: both see the same machine state
+        runs = [(hierl_sgd(), torch_sgd(policy, batch, minibatch, epochs)) for _ in range(3)]
+        hierl_rows, pure = max(r[0] for r in runs), max(r[1] for r in runs)
+        figures.update(
+            learn_rows_per_s=hierl_rows, torch_rows_per_s=pure, learn_ratio=hierl_rows / pure
+        )
+        print(f"PPO SGD: hierl {hierl_rows:.0f} rows/s, pure torch {pure:.0f} rows/s: "
+              f"{hierl_rows / pure:.2f}x (target >= 0.9)")
+    finally:
+        trainer.stop()
+    if not args.skip_remote:
+        for n in (1, 2):
+            rate = remote_sampling(config, n, max(1, steps // fragment))
+            figures[f"remote_{n}_steps_per_s"] = rate
+            print(f"{n} remote evaluator(s): {rate:8.0f} agent steps/s")
+        figures["scaling_1_to_2"] = figures["remote_2_steps_per_s"] / figures["remote_1_steps_per_s"]
+        print(f"scaling 1 -> 2 evaluators: {figures['scaling_1_to_2']:.2f}x "
+              f"(on {os.cpu_count()} cores)")
+    path = record("atari", {**config, "steps": steps}, figures)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
