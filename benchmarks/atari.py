@@ -27,7 +27,6 @@ import os
 import time
 
 import gymnasium as gym
-import numpy as np
 import torch
 from common import CpuMeter, record, wait_for_quiet
 
@@ -177,8 +176,10 @@ def main() -> None:
         figures.update(
             learn_rows_per_s=hierl_rows, torch_rows_per_s=pure, learn_ratio=hierl_rows / pure
         )
-        print(f"PPO SGD: hierl {hierl_rows:.0f} rows/s, pure torch {pure:.0f} rows/s: "
-              f"{hierl_rows / pure:.2f}x (target >= 0.9)")
+        print(
+            f"PPO SGD: hierl {hierl_rows:.0f} rows/s, pure torch {pure:.0f} rows/s: "
+            f"{hierl_rows / pure:.2f}x (target >= 0.9)"
+        )
     finally:
         trainer.stop()
     if not args.skip_remote:
@@ -186,9 +187,13 @@ def main() -> None:
             rate = remote_sampling(config, n, max(1, steps // fragment))
             figures[f"remote_{n}_steps_per_s"] = rate
             print(f"{n} remote evaluator(s): {rate:8.0f} agent steps/s")
-        figures["scaling_1_to_2"] = figures["remote_2_steps_per_s"] / figures["remote_1_steps_per_s"]
-        print(f"scaling 1 -> 2 evaluators: {figures['scaling_1_to_2']:.2f}x "
-              f"(on {os.cpu_count()} cores)")
+        figures["scaling_1_to_2"] = (
+            figures["remote_2_steps_per_s"] / figures["remote_1_steps_per_s"]
+        )
+        print(
+            f"scaling 1 -> 2 evaluators: {figures['scaling_1_to_2']:.2f}x "
+            f"(on {os.cpu_count()} cores)"
+        )
     path = record("atari", {**config, "steps": steps}, figures)
     print(f"wrote {path}")
 

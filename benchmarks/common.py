@@ -21,6 +21,7 @@ import psutil
 from hierl.bench_report import bar_png, write_record
 
 __all__ = [
+    "BENCH_DIR",
     "REPO_ROOT",
     "RESULTS_DIR",
     "CpuMeter",

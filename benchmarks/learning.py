@@ -1,0 +1,303 @@
+"""Learning curves of a tuned example: hierl (and optionally Stable-Baselines3) over seeds.
+
+    python benchmarks/learning.py examples/tuned/hopper-ppo.yaml --seeds 3 --peer sb3
+    python benchmarks/learning.py examples/tuned/pong-ppo.yaml --seeds 1 --resume
+
+Runs the file's (single) experiment for each seed until ``--budget`` env steps (default:
+its ``stop.timesteps_total``), checkpointing every ``checkpoint_freq`` iterations;
+``--resume`` continues each seed from its last checkpoint (restore is exact: a run cut
+into chunks gives the same curve as one run).  ``--peer sb3`` runs SB3's PPO with the same
+hyperparameters beside it, in the same process, one after the other (PPO only).
+
+Writes, under ``benchmarks/curves/<name>/``: one CSV per implementation and
+seed (env steps, wall-clock seconds, training and greedy evaluation returns), a PNG of the
+evaluation curves, and ``summary.json`` with the git commit; then rewrites the
+experiment's table in ``benchmarks/RESULTS.md`` from those files, so a reader can
+regenerate it with the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from common import BENCH_DIR
+
+from hierl.algorithms.registry import get_trainer_class
+from hierl.bench_report import git_info, machine_info
+from hierl.tune.experiments import ExperimentSpec, load_experiments
+
+FIELDS = ["timesteps", "wall_s", "episode_reward_mean", "evaluation_reward_mean"]
+RESULTS_MD = BENCH_DIR / "RESULTS.md"
+CURVES_DIR = BENCH_DIR / "curves"
+"""Learning curves are kept in the repository (CSV + PNG per experiment), unlike results/."""
+
+
+def _read_csv(path: Path) -> list[dict[str, float]]:
+    if not path.exists():
+        return []
+    with path.open() as f:
+        return [
+            {k: float(v) if v else float("nan") for k, v in r.items()} for r in csv.DictReader(f)
+        ]
+
+
+def _write_csv(path: Path, rows: list[dict[str, float]]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(path)  # atomic: a cut-off run never leaves half a file
+
+
+def run_hierl(spec: ExperimentSpec, seed: int, budget: int, out: Path, resume: bool) -> Path:
+    """Train one seed to ``budget`` env steps; the CSV's path."""
+    cls = get_trainer_class(spec.run)
+    trainer = cls({**spec.config, "env": spec.env, "seed": seed})
+    csv_path, ckpt = out / f"hierl_seed{seed}.csv", out / f"checkpoint_seed{seed}"
+    rows: list[dict[str, float]] = []
+    if resume and ckpt.exists():
+        trainer.restore(ckpt)
+        done = trainer.optimizer.num_steps_sampled
+        rows = [r for r in _read_csv(csv_path) if r["timesteps"] <= done]
+        print(f"  seed {seed}: resumed at {done} env steps", flush=True)
+    try:
+        while not rows or rows[-1]["timesteps"] < budget:
+            result = trainer.train()
+            rows.append(
+                {
+                    "timesteps": result["timesteps_total"],
+                    "wall_s": result["time_total_s"],
+                    "episode_reward_mean": result["episode_reward_mean"],
+                    "evaluation_reward_mean": result.get(
+                        "evaluation/episode_reward_mean", float("nan")
+                    ),
+                }
+            )
+            if "evaluation/episode_reward_mean" in result:
+                print(
+                    f"  hierl seed {seed}: {int(result['timesteps_total']):>9,} steps "
+                    f"{result['time_total_s']:7.0f} s  "
+                    f"eval {rows[-1]['evaluation_reward_mean']:8.1f}",
+                    flush=True,
+                )
+            freq = spec.checkpoint_freq or 10
+            if trainer.iteration % freq == 0 or rows[-1]["timesteps"] >= budget:
+                _write_csv(csv_path, rows)
+                trainer.save(ckpt)
+    finally:
+        trainer.stop()
+    return csv_path
+
+
+def run_sb3_ppo(spec: ExperimentSpec, seed: int, budget: int, out: Path) -> Path:
+    """SB3's PPO with the experiment's hyperparameters (MuJoCo-style MLP configs)."""
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize, sync_envs_normalization
+
+    if spec.run != "PPO":
+        raise SystemExit(f"--peer sb3 runs PPO only, not {spec.run}")
+    c = spec.config
+    n_envs = int(c.get("num_envs_per_evaluator", 1))
+    norm = c.get("observation_filter") == "MeanStdFilter"
+
+    def venv(k: int) -> VecNormalize | DummyVecEnv:
+        v = DummyVecEnv([lambda: gym.make(spec.env) for _ in range(k)])
+        return VecNormalize(v, norm_obs=True, norm_reward=False) if norm else v
+
+    env, eval_env = venv(n_envs), venv(1)
+    if norm:
+        eval_env.training = False
+    lr0 = float(c.get("lr", 3e-4))
+    model_cfg = c.get("model", {})
+    hiddens = list(model_cfg.get("hiddens", [64, 64]))
+    act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[model_cfg.get("activation", "tanh")]
+    model = PPO(
+        "MlpPolicy",
+        env,
+        learning_rate=(lambda f: f * lr0) if c.get("lr_schedule") else lr0,
+        n_steps=int(c["rollout_fragment_length"]),
+        batch_size=int(c["sgd_minibatch_size"]),
+        n_epochs=int(c["num_sgd_iter"]),
+        gamma=float(c.get("gamma", 0.99)),
+        gae_lambda=float(c.get("lambda_", 0.95)),
+        clip_range=float(c.get("clip_param", 0.2)),
+        ent_coef=float(c.get("entropy_coeff", 0.0)),
+        vf_coef=float(c.get("vf_loss_coeff", 0.5)),
+        max_grad_norm=float(c.get("grad_clip", 0.5)),
+        policy_kwargs={"net_arch": {"pi": hiddens, "vf": hiddens}, "activation_fn": act},
+        seed=seed,
+        device="cpu",
+    )
+    every = int(c.get("evaluation_interval", 10)) * int(c["train_batch_size"])
+    episodes = int(c.get("evaluation_num_episodes", 5))
+    rows: list[dict[str, float]] = []
+    start = time.perf_counter()
+
+    class Evaluate(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps % every < n_envs:
+                if norm:
+                    sync_envs_normalization(env, eval_env)
+                mean, _ = evaluate_policy(model, eval_env, episodes, deterministic=True)
+                rows.append(
+                    {
+                        "timesteps": self.num_timesteps,
+                        "wall_s": time.perf_counter() - start,
+                        "episode_reward_mean": float("nan"),
+                        "evaluation_reward_mean": float(mean),
+                    }
+                )
+                print(
+                    f"  sb3 seed {seed}: {self.num_timesteps:>9,} steps "
+                    f"{rows[-1]['wall_s']:7.0f} s  eval {mean:8.1f}",
+                    flush=True,
+                )
+            return True
+
+    torch.set_num_threads(1)
+    model.learn(total_timesteps=budget, callback=Evaluate())
+    csv_path = out / f"sb3_seed{seed}.csv"
+    _write_csv(csv_path, rows)
+    return csv_path
+
+
+def _final(rows: list[dict[str, float]]) -> tuple[float, float, float]:
+    """(last evaluation return, env steps and wall seconds at the end)."""
+    evals = [
+        r["evaluation_reward_mean"]
+        for r in rows
+        if r["evaluation_reward_mean"] == r["evaluation_reward_mean"]
+    ]
+    return (evals[-1] if evals else float("nan")), rows[-1]["timesteps"], rows[-1]["wall_s"]
+
+
+def summarize(name: str, out: Path, spec: ExperimentSpec, budget: int) -> dict[str, Any]:
+    """Write summary.json and the PNG from every CSV under ``out``; the summary."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs: dict[str, list[dict[str, Any]]] = {}
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for path in sorted(out.glob("*_seed*.csv")):
+        impl, seed = path.stem.split("_seed")
+        rows = _read_csv(path)
+        if not rows:
+            continue
+        ret, steps, wall = _final(rows)
+        runs.setdefault(impl, []).append(
+            {"seed": int(seed), "final_eval_return": ret, "timesteps": steps, "wall_s": wall}
+        )
+        pts = [
+            (r["timesteps"], r["evaluation_reward_mean"])
+            for r in rows
+            if r["evaluation_reward_mean"] == r["evaluation_reward_mean"]
+        ]
+        if pts:
+            ax.plot(
+                *zip(*pts, strict=True),
+                label=f"{impl} seed {seed}",
+                color="C0" if impl == "hierl" else "C1",
+                alpha=0.8,
+            )
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("greedy evaluation return")
+    ax.set_title(f"{name}: {spec.run} on {spec.env} (commit {git_info().get('commit', '?')[:8]})")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "curve.png", dpi=100)
+    plt.close(fig)
+    summary = {
+        "experiment": name,
+        "run": spec.run,
+        "env": spec.env,
+        "budget": budget,
+        "git": git_info(),
+        "machine": machine_info(),
+        "runs": runs,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return summary
+
+
+def update_results_md(name: str, summary: dict[str, Any], command: str) -> None:
+    """Replace this experiment's block in RESULTS.md (added at the end if new)."""
+    lines = [
+        f"<!-- begin {name} -->",
+        f"### {name}: {summary['run']} on {summary['env']}",
+        "",
+        f"`{command}` at commit `{str(summary['git'].get('commit', '?'))[:10]}`, "
+        f"budget {summary['budget']:,} env steps; curve: "
+        f"`benchmarks/curves/{name}/curve.png`.",
+        "",
+        "| implementation | seeds | env steps | median final evaluation return | per seed "
+        "| median wall-clock |",
+        "|---|---|---|---|---|---|",
+    ]
+    for impl, runs in summary["runs"].items():
+        rets = [r["final_eval_return"] for r in runs]
+        lines.append(
+            f"| {impl} | {len(runs)} | {int(statistics.median(r['timesteps'] for r in runs)):,} | "
+            f"{statistics.median(rets):.1f} | {', '.join(f'{x:.0f}' for x in rets)} | "
+            f"{statistics.median(r['wall_s'] for r in runs) / 60:.1f} min |"
+        )
+    lines.append(f"<!-- end {name} -->")
+    block = "\n".join(lines)
+    text = RESULTS_MD.read_text() if RESULTS_MD.exists() else "# Learning results\n"
+    begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
+    if begin in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    tmp = RESULTS_MD.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(RESULTS_MD)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("file", help="a tuned example (examples/tuned/*.yaml)")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1")
+    parser.add_argument("--budget", type=int, default=0, help="env steps (0: the file's stop)")
+    parser.add_argument("--peer", choices=["sb3"], help="also run this library")
+    parser.add_argument("--resume", action="store_true", help="continue from checkpoints")
+    args = parser.parse_args()
+    experiments = load_experiments(args.file)
+    if len(experiments) != 1:
+        raise SystemExit(f"{args.file} has {len(experiments)} experiments; expected one")
+    ((name, spec),) = experiments.items()
+    budget = args.budget or int(spec.stop.get("timesteps_total", 0))
+    if budget <= 0:
+        raise SystemExit("no budget: pass --budget STEPS or set stop.timesteps_total")
+    out = CURVES_DIR / name
+    out.mkdir(parents=True, exist_ok=True)
+    for seed in range(args.seeds):
+        print(f"{name}: hierl seed {seed}", flush=True)
+        run_hierl(spec, seed, budget, out, args.resume)
+        if args.peer == "sb3":
+            print(f"{name}: sb3 seed {seed}", flush=True)
+            run_sb3_ppo(spec, seed, budget, out)
+    summary = summarize(name, out, spec, budget)
+    command = " ".join(
+        ["python benchmarks/learning.py", args.file, f"--seeds {args.seeds}"]
+        + ([f"--budget {args.budget}"] if args.budget else [])
+        + ([f"--peer {args.peer}"] if args.peer else [])
+    )
+    update_results_md(name, summary, command)
+    print(f"wrote {out} and {RESULTS_MD}")
+
+
+if __name__ == "__main__":
+    main()
