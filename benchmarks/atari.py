@@ -9,7 +9,7 @@ same threads):
    categorical action per step.  Ratio = hierl / loop (target >= 0.8).
 2. **Scaling**: 1 and 2 remote evaluators (one CPU each), steps/s of parallel
    ``sample()`` calls, as the ``local`` optimizer drives them.
-3. **Learning**: PPO's SGD (``learn_on_batch`` over a sampled batch: minibatches of
+3. **Learning**: PPO's SGD (``minibatch_sgd`` over a sampled batch: minibatches of
    ``sgd_minibatch_size``, ``num_sgd_iter`` epochs) against a pure-torch loop with the
    same model, loss terms, minibatch size and Adam.  Ratio = hierl / torch (target >= 0.9).
 
@@ -27,11 +27,13 @@ import os
 import time
 
 import gymnasium as gym
+import numpy as np
 import torch
 from common import CpuMeter, record, wait_for_quiet
 
 from hierl.algorithms.ppo import PPOTrainer
 from hierl.evaluators.env import EnvContext, resolve_env_creator
+from hierl.optimizers.sgd import minibatch_sgd
 from hierl.sample_batch import SampleBatch
 
 
@@ -82,7 +84,9 @@ def remote_sampling(config: dict, num_evaluators: int, rounds: int) -> float:
         t0 = time.perf_counter()
         count = 0
         for _ in range(rounds):
-            count += sum(b.count for b in ray.get([e.sample.remote() for e in remotes], 300))
+            count += sum(
+                b.count for b in ray.get([e.sample.remote() for e in remotes], timeout=300)
+            )
         return count / (time.perf_counter() - t0)
     finally:
         trainer.stop()
@@ -129,7 +133,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     steps = 100 if args.quick else 400
-    fragment = 64
+    fragment = 128  # x 8 envs = CleanRL's 1024-row batch
     config = {
         "env": args.env,
         "num_envs_per_evaluator": args.num_envs,
@@ -164,9 +168,11 @@ def main() -> None:
         epochs, minibatch = config["num_sgd_iter"], config["sgd_minibatch_size"]
         rows = (batch.count // minibatch) * minibatch * epochs
 
-        def hierl_sgd() -> float:
+        rng = np.random.default_rng(0)
+
+        def hierl_sgd() -> float:  # what the optimizers run: hierl.optimizers.sgd
             t0 = time.perf_counter()
-            policy.learn_on_batch(batch)
+            minibatch_sgd(policy, batch, epochs, minibatch, rng)
             return rows / (time.perf_counter() - t0)
 
         hierl_sgd(), torch_sgd(policy, batch, minibatch, epochs)  # warm-up

@@ -20,6 +20,7 @@ from hierl.tune.experiments import (  # noqa: E402
 )
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tune"
+TUNED = EXAMPLES.parent / "tuned"
 pytestmark = pytest.mark.timeout(180)
 
 
@@ -33,6 +34,17 @@ def _write(tmp_path: Path, text: str) -> Path:
 def test_example_files_are_valid(path):
     experiments = load_experiments(path)
     assert experiments and all(spec.run for spec in experiments.values())
+
+
+@pytest.mark.parametrize("path", sorted(TUNED.glob("*.yaml")), ids=lambda p: p.name)
+def test_tuned_examples_build_their_configs(path):
+    # what benchmarks/learning.py runs: one experiment, a step budget, a valid config
+    from hierl.algorithms.registry import get_trainer_class
+
+    ((name, spec),) = load_experiments(path).items()
+    assert name == path.stem and spec.stop["timesteps_total"] > 0
+    config = get_trainer_class(spec.run).config_class.from_dict({**spec.config, "env": spec.env})
+    assert config.evaluation_interval > 0
 
 
 @pytest.mark.parametrize(
