@@ -13,6 +13,9 @@ same threads):
    ``sgd_minibatch_size``, ``num_sgd_iter`` epochs) against a pure-torch loop with the
    same model, loss terms, minibatch size and Adam.  Ratio = hierl / torch (target >= 0.9).
 
+Also: sampling with separate policy and value conv torsos (``vf_share_layers: False``)
+against the shared default.
+
     python benchmarks/atari.py                 # ALE/Pong-v5, 8 envs
     python benchmarks/atari.py --quick         # fewer steps (a smoke run)
 
@@ -163,6 +166,16 @@ def main() -> None:
         print(f"hierl local evaluator {ours:8.0f} agent steps/s   ({meter.describe()})")
         figures.update(loop_steps_per_s=loop, hierl_steps_per_s=ours, sampling_ratio=ours / loop)
         print(f"sampling ratio hierl / loop: {ours / loop:.2f}x (target >= 0.8)")
+        separate = PPOTrainer({**config, "model": {"vf_share_layers": False}})
+        try:  # the choice of a shared conv torso (the default for images), measured
+            apart = hierl_sampling(separate, rounds)
+        finally:
+            separate.stop()
+        figures.update(separate_torsos_steps_per_s=apart, shared_over_separate=ours / apart)
+        print(
+            f"separate policy/value torsos {apart:8.0f} agent steps/s: shared is "
+            f"{ours / apart:.2f}x faster"
+        )
 
         batch = trainer.local_evaluator.sample()
         epochs, minibatch = config["num_sgd_iter"], config["sgd_minibatch_size"]
