@@ -75,25 +75,20 @@ def trainer_groups(
         )
     ]
     if isinstance(cfg, TrainerConfig):  # nested algorithms have no evaluators of their own
-        groups.append(
+        # training evaluators, and evaluation ones (same resources each) when evaluating
+        counts = [("evaluator", "num_evaluators")]
+        if cfg.evaluation_interval:
+            counts.append(("evaluation evaluator", "evaluation_num_evaluators"))
+        groups += [
             ActorGroup(
-                "evaluator",
-                cfg.num_evaluators,
+                name,
+                getattr(cfg, count),
                 {"CPU": cfg.num_cpus_per_evaluator, "GPU": cfg.num_gpus_per_evaluator},
-                "num_evaluators",
+                count,
                 {"CPU": "num_cpus_per_evaluator", "GPU": "num_gpus_per_evaluator"},
             )
-        )
-        if cfg.evaluation_interval:
-            groups.append(
-                ActorGroup(
-                    "evaluation evaluator",
-                    cfg.evaluation_num_evaluators,
-                    {"CPU": cfg.num_cpus_per_evaluator, "GPU": cfg.num_gpus_per_evaluator},
-                    "evaluation_num_evaluators",
-                    {"CPU": "num_cpus_per_evaluator", "GPU": "num_gpus_per_evaluator"},
-                )
-            )
+            for name, count in counts
+        ]
     if issubclass(trainer_cls, Trainer):
         # the config the trainer builds its optimizer from, so both always agree
         opt_class = get_optimizer_class(cfg.optimizer)
