@@ -5,7 +5,8 @@
 
 Runs the file's (single) experiment for each seed until ``--budget`` env steps (default:
 its ``stop.timesteps_total``), checkpointing every ``checkpoint_freq`` iterations;
-``--resume`` continues each seed from its last checkpoint (restore is exact: a run cut
+``--resume`` continues each seed from its last checkpoint (kept in the gitignored
+``benchmarks/results/learning/``) (restore is exact: a run cut
 into chunks gives the same curve as one run).  ``--peer sb3`` runs SB3's PPO with the same
 hyperparameters beside it, in the same process, one after the other (PPO only).
 
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import BENCH_DIR
+from common import BENCH_DIR, RESULTS_DIR
 
 from hierl.algorithms.registry import get_trainer_class
 from hierl.bench_report import git_info, machine_info
@@ -60,7 +61,8 @@ def run_hierl(spec: ExperimentSpec, seed: int, budget: int, out: Path, resume: b
     """Train one seed to ``budget`` env steps; the CSV's path."""
     cls = get_trainer_class(spec.run)
     trainer = cls({**spec.config, "env": spec.env, "seed": seed})
-    csv_path, ckpt = out / f"hierl_seed{seed}.csv", out / f"checkpoint_seed{seed}"
+    csv_path = out / f"hierl_seed{seed}.csv"
+    ckpt = RESULTS_DIR / "learning" / out.name / f"checkpoint_seed{seed}"  # not in the repo
     rows: list[dict[str, float]] = []
     if resume and ckpt.exists():
         trainer.restore(ckpt)
