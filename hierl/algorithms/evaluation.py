@@ -96,10 +96,10 @@ class Evaluation:
                 lambda e: e.evaluate.remote(next(quotas), ref, filters), weights=ref
             )
             records = [r for _, played in pairs for r in played]
+        if not records:  # every evaluation evaluator failed
+            return {"evaluation/episodes": 0}
         returns = np.array([r.episode_reward for r in records], dtype=np.float64)
         lengths = np.array([r.episode_length for r in records], dtype=np.float64)
-        if not len(records):  # every evaluation evaluator failed
-            return {"evaluation/episodes": 0}
         return {
             "evaluation/episode_reward_mean": float(returns.mean()),
             "evaluation/episode_reward_min": float(returns.min()),

@@ -161,14 +161,9 @@ def wrap_deepmind(env: gym.Env) -> gym.Env:
 
 
 def make_atari(env_id: str, env_config: Mapping[str, Any]) -> gym.Env:
-    """``gymnasium.make(env_id, frameskip=1, **env_config)`` under :func:`wrap_deepmind`."""
-    try:
-        import cv2  # noqa: F401  (AtariPreprocessing resizes with OpenCV)
-    except ImportError as e:
-        raise ConfigError(
-            f"the Atari preprocessing of '{env_id}' needs OpenCV, which is not installed: "
-            f"{ATARI_EXTRA} (or preprocessor_pref='none' for the raw frames)"
-        ) from e
+    """``gymnasium.make(env_id, frameskip=1, **env_config)`` under :func:`wrap_deepmind`
+    (without OpenCV, AtariPreprocessing raises DependencyNotInstalled, which
+    :func:`hierl.evaluators.env.resolve_env_creator` turns into one error naming the extra)."""
     return wrap_deepmind(gym.make(env_id, **{"frameskip": 1, **dict(env_config)}))
 
 

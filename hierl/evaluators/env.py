@@ -123,8 +123,8 @@ def _extra_hint(env_id: str) -> str:
     entry = str(getattr(spec, "entry_point", ""))
     if "mujoco" in entry:
         return "; install it with: pip install 'hierl[mujoco]'"
-    if "ale_py" in entry:
-        return f"; install it with: {atari.ATARI_EXTRA}"
+    if "ale_py" in entry or atari.is_atari_id(env_id):  # ale-py, or OpenCV for the pipeline
+        return f"; install it with: {atari.ATARI_EXTRA} (or preprocessor_pref='none')"
     return ""
 
 

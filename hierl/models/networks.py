@@ -81,9 +81,9 @@ class ModelConfig:
             stride)`` per layer. ``None`` selects the Nature-CNN defaults
             ``((32, 8, 4), (64, 4, 2), (64, 3, 1))``.
         channels_first: The layout of 3-dim image observations: True ``(C, H, W)``, False
-            ``(H, W, C)``, None (default): channel-first when the first dim is the smallest
-            (``(4, 84, 84)`` from a frame stack), else channel-last (``(84, 84, 3)``); see
-            :func:`image_layout`.
+            ``(H, W, C)``, None (default): channel-first when the first dim is smaller than
+            the last (``(4, 84, 84)`` from a frame stack), else channel-last
+            (``(84, 84, 3)``); see :func:`image_layout`.
         free_log_std: For continuous (Box) actions, use a state-independent learned
             log-standard-deviation parameter (PPO style) instead of predicting it.
         init_log_std: Initial value of the free log-std parameter.
