@@ -173,6 +173,23 @@ def test_cli_bad_arguments_one_line_exit_2_in_a_real_process(argv, pattern):
 
 
 @pytest.mark.timeout(200)
+def _sigint_as_from_a_terminal() -> None:
+    """In the child before exec: SIGINT handled and unblocked, as a shell gives a
+    foreground job. Popen children inherit an ignored or blocked SIGINT from the test
+    process (whose threads belong to Ray and pytest), and Python keeps it that way."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _signal_state(pid: int) -> str:
+    """The Sig* lines of /proc/PID/status (pending, blocked, ignored, caught masks)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as e:
+        return f"no /proc status: {e}"
+    return ", ".join(line.replace("\t", " ") for line in lines if line.startswith(("Sh", "Sig")))
+
+
 def test_ctrl_c_during_train_saves_a_final_checkpoint(tmp_path):
     """SIGINT to a real ``hierl train`` after its first iteration: a final checkpoint is
     saved and the process exits with status 0."""
@@ -187,6 +204,7 @@ def test_ctrl_c_during_train_saves_a_final_checkpoint(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_sigint_as_from_a_terminal,
     )  # fmt: skip
     results = out / "result.jsonl"
     deadline = time.monotonic() + 150
@@ -198,10 +216,11 @@ def test_ctrl_c_during_train_saves_a_final_checkpoint(tmp_path):
     try:  # about 2 s normally; the bound is generous for a loaded machine
         stdout, stderr = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
+        signals = _signal_state(proc.pid)
         proc.kill()
         stdout, stderr = proc.communicate()
         raise AssertionError(
-            f"no exit 120 s after SIGINT; stdout {stdout!r} stderr {stderr!r}"
+            f"no exit 120 s after SIGINT ({signals}); stdout {stdout!r} stderr {stderr!r}"
         ) from None
     assert proc.returncode == 0, stderr
     assert "interrupted after" in stdout and "Traceback" not in stderr
