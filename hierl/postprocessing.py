@@ -1,4 +1,4 @@
-"""Trajectory postprocessing: discounted returns, GAE and n-step returns.
+"""Trajectory postprocessing: discounted returns, GAE, n-step returns and V-trace.
 
 All functions work on ONE trajectory segment of one agent: consecutive steps of a single
 episode, possibly cut before the episode ended.  The caller supplies the bootstrap value
@@ -11,11 +11,16 @@ GAE: Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalize
 Advantage Estimation", https://arxiv.org/abs/1506.02438
 n-step returns: Sutton & Barto 2018, §7.1; as used in Rainbow (Hessel et al. 2018,
 https://arxiv.org/abs/1710.02298) and Ape-X (Horgan et al. 2018).
+V-trace: Espeholt et al. 2018, "IMPALA: Scalable Distributed Deep-RL with Importance
+Weighted Actor-Learner Architectures", https://arxiv.org/abs/1802.01561, §4.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
+import torch
 
 from hierl.sample_batch import SampleBatch
 
@@ -190,3 +195,90 @@ def compute_n_step(batch: SampleBatch, n: int, gamma: float) -> SampleBatch:
             out[column] = np.asarray(out[column])[last]
     out[N_STEP_DISCOUNTS] = np.power(np.float64(gamma), m).astype(np.float32)
     return out
+
+
+def trajectory_ends(eps_id: np.ndarray, t: np.ndarray | None = None) -> np.ndarray:
+    """Boolean mask of the last row of each run of consecutive steps of one episode.
+
+    A run ends where the episode id changes or, given the per-row timestep ``t``, where
+    the next row is not the next step (two pieces of one episode that a shuffle made
+    adjacent are two runs).  The last row always ends a run.
+    """
+    eps_id = np.asarray(eps_id)
+    ends = np.ones(len(eps_id), dtype=bool)
+    if len(eps_id):
+        ends[:-1] = eps_id[1:] != eps_id[:-1]
+        if t is not None:
+            t = np.asarray(t)
+            ends[:-1] |= t[1:] != t[:-1] + 1
+    return ends
+
+
+class VTrace(NamedTuple):
+    """V-trace targets for a batch of trajectory runs (all tensors of shape ``(N,)``)."""
+
+    vs: torch.Tensor
+    """Value targets ``v_s``."""
+    pg_advantages: torch.Tensor
+    """Policy-gradient advantages ``rho^pg_s (r_s + gamma v_{s+1} - V(x_s))``."""
+    rhos: torch.Tensor
+    """Unclipped importance ratios ``pi(a_s|x_s) / mu(a_s|x_s)``."""
+
+
+@torch.no_grad()
+def vtrace(
+    log_rhos: torch.Tensor,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    bootstrap_values: torch.Tensor,
+    ends: np.ndarray,
+    gamma: float,
+    lambda_: float = 1.0,
+    clip_rho_threshold: float | None = 1.0,
+    clip_pg_rho_threshold: float | None = 1.0,
+    clip_c_threshold: float | None = 1.0,
+) -> VTrace:
+    """V-trace (IMPALA, Espeholt et al. 2018, eq. 1 and §4.2) over runs of rows.
+
+    Rows are trajectory runs laid end to end; ``ends`` marks each run's last row
+    (:func:`trajectory_ends`).  ``log_rhos = log pi(a|x) - log mu(a|x)`` (target minus
+    behaviour policy), ``values = V(x_s)`` under the current value function,
+    ``bootstrap_values`` (read at run ends only) ``= V(x after the run)``, 0 where the
+    episode terminated.  With ``rho_s = min(rho_bar, e^log_rho_s)``, ``c_s = lambda
+    min(c_bar, e^log_rho_s)`` and ``delta_s = rho_s (r_s + gamma V(x_{s+1}) - V(x_s))``::
+
+        v_s - V(x_s) = delta_s + gamma c_s (v_{s+1} - V(x_{s+1}))     (0 past the run's end)
+
+    computed for every row at once, vectorised over rows and runs: the recursion runs in
+    rounds by distance to the run's end (one round per step of the longest run).  A
+    threshold of None does not clip.  Returns targets without gradient.
+    """
+    device = values.device
+    n = values.shape[0]
+    ends_t = torch.as_tensor(ends, dtype=torch.bool, device=device)
+    rhos = torch.exp(log_rhos)
+    clipped_rhos = rhos if clip_rho_threshold is None else rhos.clamp(max=clip_rho_threshold)
+    cs = rhos if clip_c_threshold is None else rhos.clamp(max=clip_c_threshold)
+    cs = lambda_ * cs
+    next_values = torch.empty_like(values)
+    next_values[:-1] = values[1:]
+    next_values = torch.where(ends_t, bootstrap_values.to(values.dtype), next_values)
+    deltas = clipped_rhos * (rewards + gamma * next_values - values)
+    # Rounds by distance to the run's end: rows at distance k read the row after them.
+    end_idx = np.flatnonzero(ends)
+    dist = end_idx[np.searchsorted(end_idx, np.arange(n))] - np.arange(n)
+    order = np.argsort(dist, kind="stable")
+    bounds = np.searchsorted(dist[order], np.arange(dist.max(initial=-1) + 2))
+    order_t = torch.as_tensor(order, device=device)
+    acc = torch.zeros(n + 1, dtype=values.dtype, device=device)  # v_s - V(x_s)
+    for k in range(len(bounds) - 1):
+        rows = order_t[bounds[k] : bounds[k + 1]]
+        carry = 0.0 if k == 0 else gamma * cs[rows] * acc[rows + 1]
+        acc[rows] = deltas[rows] + carry
+    vs_minus_v = acc[:n]
+    vs = values + vs_minus_v
+    # v_{s+1}: the next row's target inside a run, the bootstrap value after its end.
+    next_vs = torch.where(ends_t, next_values, next_values + acc[1:])
+    pg_rhos = rhos if clip_pg_rho_threshold is None else rhos.clamp(max=clip_pg_rho_threshold)
+    pg_advantages = pg_rhos * (rewards + gamma * next_vs - values)
+    return VTrace(vs, pg_advantages, rhos)

@@ -18,9 +18,10 @@ from learning_configs import APEX_CARTPOLE
 from hierl.algorithms.dqn import ApexTrainer, DQNPolicy
 from hierl.config import ConfigError
 from hierl.optimizers.apex import ApexConfig, ApexOptimizer
-from hierl.optimizers.apex.learner_thread import LearnerThread
+from hierl.optimizers.apex.optimizer import replay_learner
 from hierl.optimizers.apex.replay_shard import ReplayShard
 from hierl.optimizers.apex.samplers import epsilon_ladder
+from hierl.optimizers.learner_thread import LearnerThread
 from hierl.policy_graph import LearnResult, PolicyGraph
 from hierl.sample_batch import SampleBatch as SB
 
@@ -138,7 +139,7 @@ def _replay_batch(value: float, rows: int = 4) -> SB:
 
 
 def test_learner_thread_learns_returns_priorities_and_averages_stats():
-    learner = LearnerThread(FakeReplayPolicy(), inqueue_size=4, outqueue_size=4)
+    learner = LearnerThread(replay_learner(FakeReplayPolicy()), inqueue_size=4, outqueue_size=4)
     learner.start()
     try:
         for tag in range(3):
@@ -158,7 +159,8 @@ def test_learner_thread_learns_returns_priorities_and_averages_stats():
 
 
 def test_learner_thread_pause_holds_updates_and_full_outqueue_blocks_it():
-    learner = LearnerThread(FakeReplayPolicy(), inqueue_size=8, outqueue_size=2, poll_s=0.01)
+    learn = replay_learner(FakeReplayPolicy())
+    learner = LearnerThread(learn, inqueue_size=8, outqueue_size=2, poll_s=0.01)
     learner.pause()
     learner.start()
     try:
@@ -179,7 +181,7 @@ def test_learner_thread_pause_holds_updates_and_full_outqueue_blocks_it():
 
 
 def test_learner_thread_failure_is_raised_by_check():
-    learner = LearnerThread(FakeReplayPolicy(fail_at=1), inqueue_size=4)
+    learner = LearnerThread(replay_learner(FakeReplayPolicy(fail_at=1)), inqueue_size=4)
     learner.start()
     try:
         learner.inqueue.put((0, _replay_batch(0.0)))

@@ -17,19 +17,46 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import deque
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from hierl.evaluators.ray_runtime import ActorGroup
-from hierl.optimizers.apex.learner_thread import LearnerThread
 from hierl.optimizers.apex.samplers import ReplaySamplers, pin_epsilon_ladder
 from hierl.optimizers.apex.sharded_replay import ShardedReplay, ShardedReplayConfig
 from hierl.optimizers.apex.tasks import ApexTask
 from hierl.optimizers.base import PolicyOptimizer, single_policy_stats
+from hierl.optimizers.learner_thread import LearnerThread
 from hierl.optimizers.registry import register_optimizer
 from hierl.optimizers.replay.optimizer import ReplayOptimizer, sample_with_priorities
 from hierl.optimizers.task_pool import TaskPool
-from hierl.policy_graph import LearnerStats
+from hierl.policy_graph import LearnerStats, PolicyGraph
 from hierl.sample_batch import SampleBatch
+
+
+class LearnerOutput(NamedTuple):
+    """What the learner returns for one replayed batch: new priorities to send back."""
+
+    tag: Any
+    """The tag the batch was queued with (the replay shard it came from)."""
+    indexes: np.ndarray
+    """The batch's ``BATCH_INDEXES`` (rows of the replay buffer)."""
+    td_error: np.ndarray
+    """Per-row TD error before the update (``LearnResult.td_error``)."""
+
+
+def replay_learner(policy: PolicyGraph):
+    """The learner thread's update: ``policy.learn_on_replay_batch``, its TD errors as
+    the batch's new priorities (a :class:`LearnerOutput`; None without ``BATCH_INDEXES``)."""
+
+    def learn(tag: Any, batch: SampleBatch) -> tuple[dict[str, float], LearnerOutput | None]:
+        result = policy.learn_on_replay_batch(batch)
+        if result.td_error is None or SampleBatch.BATCH_INDEXES not in batch:
+            return result.stats, None
+        indexes = batch[SampleBatch.BATCH_INDEXES]
+        return result.stats, LearnerOutput(tag, indexes, np.asarray(result.td_error))
+
+    return learn
 
 
 @dataclasses.dataclass
@@ -123,7 +150,9 @@ class ApexOptimizer(PolicyOptimizer):
             self.epsilons = pin_epsilon_ladder(self.evaluators, cfg.epsilon_base, cfg.epsilon_alpha)
             self.samplers.epsilons = self.epsilons
         self.learner = LearnerThread(
-            self.local_evaluator.policy, cfg.learner_queue_size, cfg.learner_queue_size
+            replay_learner(self.local_evaluator.policy),
+            cfg.learner_queue_size,
+            cfg.learner_queue_size,
         )
         self.timers["learn"] = self.learner.learn_timer
         for phase in ("sample", "wait", "route", "replay", "sync"):

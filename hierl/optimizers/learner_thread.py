@@ -1,17 +1,20 @@
-"""A learner thread: updates a policy on replayed batches beside the driver's event loop.
+"""A learner thread: updates a policy on queued batches beside the driver's event loop.
 
-Ape-X (Horgan et al. 2018, "Distributed Prioritized Experience Replay", §3 and Alg. 2):
-the learner consumes prefetched replay batches and returns new priorities while the
-driver keeps routing experience.  Running it in a thread of the driver process lets
-the (GIL-releasing) torch update overlap with the driver's Ray bookkeeping.
+Ape-X (Horgan et al. 2018, §3 and Alg. 2) learns on replayed batches and returns new
+priorities; IMPALA (Espeholt et al. 2018, §3) learns on trajectories as they arrive from
+the actors.  Both run their learner in a thread of the driver process so the
+(GIL-releasing) torch update overlaps with the driver's Ray bookkeeping.  What one update
+does is the ``learn`` function the optimizer passes.
 
 How an optimizer drives it::
 
-    learner = LearnerThread(policy, inqueue_size=16)
+    def learn(tag, batch):                              # one update
+        stats = policy.learn_on_batch(batch)
+        return stats, (tag, something)                  # output None: nothing queued
+    learner = LearnerThread(learn, inqueue_size=16)
     learner.start()
-    learner.inqueue.put((shard_index, replay_batch))   # bounded: never put blocking forever
-    for out in learner.drain_outqueue():                # LearnerOutput(tag, indexes, td_error)
-        shards[out.tag].update_priorities.remote(out.indexes, abs(out.td_error) + eps)
+    learner.feed(pending)                               # bounded: never blocks
+    for out in learner.drain_outqueue(): ...            # what learn returned
     learner.check()                                     # re-raises a failure of the thread
     learner.stop()
 """
@@ -21,33 +24,24 @@ from __future__ import annotations
 import queue
 import threading
 from collections import defaultdict, deque
-from typing import Any, NamedTuple
-
-import numpy as np
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from hierl.optimizers.timers import TimerStat
-from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import SampleBatch
 
-
-class LearnerOutput(NamedTuple):
-    """What the learner returns for one replayed batch: new priorities to send back."""
-
-    tag: Any
-    """The tag the batch was queued with (e.g. the replay shard it came from)."""
-    indexes: np.ndarray
-    """The batch's ``BATCH_INDEXES`` (rows of the replay buffer)."""
-    td_error: np.ndarray
-    """Per-row TD error before the update (``LearnResult.td_error``)."""
+LearnFn = Callable[[Any, SampleBatch], tuple[Mapping[str, float], Any]]
+"""``learn(tag, batch) -> (stats, output)``: one update on ``batch`` (queued with
+``tag``); ``output`` goes to the out-queue unless it is None."""
 
 
 class LearnerThread(threading.Thread):
-    """Daemon thread running ``policy.learn_on_replay_batch`` on queued ``(tag, batch)``.
+    """Daemon thread running ``learn(tag, batch)`` on queued ``(tag, batch)`` items.
 
     Args:
-        policy: the policy to update (the driver's local policy).
-        inqueue_size: bound of ``inqueue`` (replay batches waiting to be learned).
-        outqueue_size: bound of ``outqueue`` (priority updates waiting for the driver);
+        learn: one update (see :data:`LearnFn`).
+        inqueue_size: bound of ``inqueue`` (batches waiting to be learned).
+        outqueue_size: bound of ``outqueue`` (outputs waiting for the driver);
             when it is full the thread waits, so an idle driver stalls the learner
             instead of growing memory.
         poll_s: how often a waiting thread re-checks for ``stop``/``pause``.
@@ -61,7 +55,7 @@ class LearnerThread(threading.Thread):
 
     def __init__(
         self,
-        policy: PolicyGraph,
+        learn: LearnFn,
         inqueue_size: int = 16,
         outqueue_size: int = 16,
         poll_s: float = 0.05,
@@ -70,13 +64,13 @@ class LearnerThread(threading.Thread):
         for name, size in (("inqueue_size", inqueue_size), ("outqueue_size", outqueue_size)):
             if size < 1:
                 raise ValueError(f"{name} must be >= 1, got {size}")
-        self.policy = policy
+        self.learn = learn
         self.inqueue: queue.Queue[tuple[Any, SampleBatch]] = queue.Queue(maxsize=inqueue_size)
-        self.outqueue: queue.Queue[LearnerOutput] = queue.Queue(maxsize=outqueue_size)
+        self.outqueue: queue.Queue[Any] = queue.Queue(maxsize=outqueue_size)
         self.lock = threading.Lock()
         self.poll_s = poll_s
         self.learn_timer = TimerStat()
-        """Time spent inside ``learn_on_replay_batch``."""
+        """Time spent inside ``learn``."""
         self.num_updates = 0
         self.num_rows_trained = 0
         self.error: BaseException | None = None
@@ -90,7 +84,7 @@ class LearnerThread(threading.Thread):
 
     # -- thread body -------------------------------------------------------------------
     def run(self) -> None:
-        """Take batches, learn, queue priorities; record any exception and end."""
+        """Take batches, learn, queue the outputs; record any exception and end."""
         try:
             while not self._stopped.is_set():
                 if not self._active.wait(self.poll_s):
@@ -106,20 +100,20 @@ class LearnerThread(threading.Thread):
                     tag, batch = self._item
                     self._item = None
                     with self.learn_timer:
-                        result = self.policy.learn_on_replay_batch(batch)
+                        stats, output = self.learn(tag, batch)
                     self.num_updates += 1
                     self.num_rows_trained += batch.count
-                    for k, v in result.stats.items():
+                    for k, v in stats.items():
                         self._stat_sums[k] += float(v)
                     self._stat_count += 1
-                if result.td_error is not None and SampleBatch.BATCH_INDEXES in batch:
-                    indexes = batch[SampleBatch.BATCH_INDEXES]
-                    self._put_out(LearnerOutput(tag, indexes, np.asarray(result.td_error)))
-                del batch, result  # CRUCIAL: release the batch before blocking on the queue
+                del batch  # CRUCIAL: release the batch before blocking on the queue
+                if output is not None:
+                    self._put_out(output)
+                del output
         except BaseException as e:  # surfaced by check()
             self.error = e
 
-    def _put_out(self, item: LearnerOutput) -> None:
+    def _put_out(self, item: Any) -> None:
         while not self._stopped.is_set():
             try:
                 self.outqueue.put(item, timeout=self.poll_s)
@@ -165,8 +159,8 @@ class LearnerThread(threading.Thread):
                 return
             pending.popleft()
 
-    def drain_outqueue(self) -> list[LearnerOutput]:
-        """All priority updates queued so far (non-blocking)."""
+    def drain_outqueue(self) -> list[Any]:
+        """All outputs queued so far (non-blocking)."""
         out = []
         while True:
             try:
