@@ -278,27 +278,40 @@ class TorchPolicyGraph(PolicyGraph):
         """Per row: V(NEW_OBS) at segment ends that did not terminate, else 0.
 
         One batched forward pass over the rows that need it (truncated episodes and
-        fragments cut mid-episode); terminal states get no bootstrap.  A recurrent model
-        evaluates V(NEW_OBS) in the state *after* the row's step: it re-runs that step
-        from the row's recorded ``state_in`` (exactly the state the sampler carried on).
+        fragments cut mid-episode); terminal states get no bootstrap.
         """
         out = np.zeros(batch.count, dtype=np.float32)
         if batch.count == 0:
             return out
         rows = np.flatnonzero(segment_ends(batch) & ~batch[SampleBatch.TERMINATEDS])
-        if not len(rows):
-            return out
+        if len(rows):
+            out[rows] = self.values_after(batch, rows).cpu().numpy()
+        return out
+
+    @torch.no_grad()
+    def values_after(self, batch: Mapping[str, Any], rows: np.ndarray) -> torch.Tensor:
+        """V(NEW_OBS) of the given rows of a batch of arrays or tensors, without gradient.
+
+        A recurrent model evaluates V(NEW_OBS) in the state *after* the row's step: it
+        re-runs that step from the row's recorded ``state_in`` (exactly the state the
+        sampler carried on).
+        """
+
+        def take(value: Any) -> torch.Tensor:
+            if isinstance(value, torch.Tensor):
+                return value[torch.as_tensor(rows, device=value.device)].to(self.device)
+            return torch.as_tensor(value[rows], device=self.device)
+
+        new_obs = take(batch[SampleBatch.NEW_OBS])
         if not self.is_recurrent:
-            out[rows] = self.value(batch[SampleBatch.NEW_OBS][rows])
-            return out
+            if hasattr(self.model, "value"):
+                return self.model.value(new_obs)
+            return self.model(new_obs)[1]
         # CRUCIAL: V(s_T) must see the memory of the whole segment: unroll two steps,
         # (obs_T-1 from state_in_T-1) then new_obs, and read the value of the second.
-        pair = np.stack([batch[SampleBatch.OBS][rows], batch[SampleBatch.NEW_OBS][rows]], axis=1)
-        state = self._state_tensors(self._state_in_columns(batch, rows), len(rows))
-        with torch.no_grad():
-            values = self.model(torch.as_tensor(pair, device=self.device), state)[1]
-        out[rows] = values[:, 1].cpu().numpy()
-        return out
+        obs = take(batch[SampleBatch.OBS])
+        state = [take(column) for column in self._state_in_columns(batch)]
+        return self.model(torch.stack([obs, new_obs], dim=1), state)[1][:, 1]
 
     def _state_in_columns(self, batch: Mapping[str, Any], rows: Any = None) -> list[Any]:
         """The batch's ``state_in_i`` columns (at ``rows`` if given)."""
@@ -311,8 +324,11 @@ class TorchPolicyGraph(PolicyGraph):
             )
         return [batch[n] if rows is None else batch[n][rows] for n in names]
 
-    def model_outputs(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(dist_inputs (B, D), values (B,))`` of the model for every row of a loss batch.
+    def model_outputs(
+        self, batch: Mapping[str, torch.Tensor], model: nn.Module | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(dist_inputs (B, D), values (B,))`` of the model (or of ``model``, one of the
+        same architecture such as a target network) for every row of a loss batch.
 
         Feed-forward: ``model(batch[OBS])``.  Recurrent: the rows are laid out as the
         padded ``(num_seqs, max(seq_lens))`` sequences of ``batch[SEQ_LENS]``, the model is
@@ -320,8 +336,9 @@ class TorchPolicyGraph(PolicyGraph):
         at sequence starts), and the padded steps are dropped again, so every loss term is
         a mean over real steps only (padding is masked out) and rows keep their order.
         """
+        model = self.model if model is None else model
         if not self.is_recurrent:
-            return self.model(batch[SampleBatch.OBS])
+            return model(batch[SampleBatch.OBS])
         if SampleBatch.SEQ_LENS not in batch:
             raise ValueError(
                 f"{type(self).__name__} is recurrent: its loss batch needs "
@@ -336,7 +353,7 @@ class TorchPolicyGraph(PolicyGraph):
         # cannot change the outputs of real steps, and they are dropped below.
         index = torch.where(mask, starts[:, None] + steps[None, :], starts[:, None])
         state = [s[starts] for s in self._state_in_columns(batch)]
-        dist_inputs, values, _ = self.model(obs[index], state)
+        dist_inputs, values, _ = model(obs[index], state)
         return dist_inputs[mask], values[mask]
 
     # -- loss --------------------------------------------------------------------------

@@ -2,14 +2,16 @@
 
 ``base`` and ``registry`` define the contract and the names; one-file strategies
 (``local``, ``async_grads``, ``auto``) sit beside them with the helpers several strategies
-share (``task_pool``, ``failures``, ``sgd``); every other strategy is a package holding its
-optimizer (``optimizer.py``) and the parts only it uses: ``multi_gpu/``, ``allreduce/``,
-``sharded_ps/``, ``apex/``, ``es/`` and ``replay/`` (whose buffers ``apex`` and AlphaZero
-share).  Importing this package imports every strategy, so all of them are registered.
+share (``task_pool``, ``failures``, ``sgd``, ``learner_thread``); every other strategy is a
+package holding its optimizer (``optimizer.py``) and the parts only it uses: ``multi_gpu/``,
+``allreduce/``, ``sharded_ps/``, ``apex/``, ``aso/``, ``es/`` and ``replay/`` (whose buffers
+``apex`` and AlphaZero share).  Importing this package imports every strategy, so all of them
+are registered.
 """
 
 from hierl.optimizers.allreduce import AllReduceOptimizer
 from hierl.optimizers.apex import ApexOptimizer
+from hierl.optimizers.aso import AsyncSamplesOptimizer
 from hierl.optimizers.async_grads import AsyncGradientsOptimizer
 from hierl.optimizers.auto import AutoOptimizer
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer
@@ -30,6 +32,7 @@ __all__ = [
     "AllReduceOptimizer",
     "ApexOptimizer",
     "AsyncGradientsOptimizer",
+    "AsyncSamplesOptimizer",
     "AutoOptimizer",
     "ESOptimizer",
     "LocalOptimizer",

@@ -1,4 +1,4 @@
-"""``apex``: the optimizer, its learner thread, replay shards and sampling evaluators."""
+"""``apex``: the optimizer, its replay shards and sampling evaluators."""
 
 from hierl.optimizers.apex.optimizer import ApexConfig, ApexOptimizer
 
