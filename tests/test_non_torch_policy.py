@@ -135,6 +135,7 @@ OVERRIDES = {
     "sharded_ps": {"lr": 0.05},  # the shards run Adam: steps of ~lr each
     "replay": {"optimizer_config": {"learning_starts": 64, "prioritized_replay": False}},
     "apex": {"optimizer_config": {"learning_starts": 64, "min_step_time_s": 0.0}},
+    "aso": {"optimizer_config": {"min_step_time_s": 0.05}},
     "auto": {"optimizer_config": {"calibration_steps": 1}},
 }
 """Per optimizer: settings on top of BASE (learning rates, replay warm-up)."""
@@ -146,7 +147,7 @@ REFUSED = {
 
 
 def test_the_parametrization_covers_the_known_optimizers():
-    known = {"local", "multi_gpu", "allreduce", "async", "sharded_ps", "replay", "apex"}
+    known = {"local", "multi_gpu", "allreduce", "async", "sharded_ps", "replay", "apex", "aso"}
     assert known | {"auto", "es"} <= set(NumpyQTrainer.config_class.supported_optimizers)
 
 
