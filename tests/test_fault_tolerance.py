@@ -10,9 +10,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from learning import SEED, LearningRun, train_until
-from learning_configs import APEX_CARTPOLE
+from learning_configs import APEX_CARTPOLE, IMPALA_CARTPOLE
 
 from hierl.algorithms.dqn import ApexTrainer
+from hierl.algorithms.impala import IMPALATrainer
 from hierl.algorithms.pg import PGConfig, PGPolicy, PGTrainer
 from hierl.algorithms.ppo import PPOTrainer
 from hierl.evaluators import EnvError, EvaluatorSet, EvaluatorSpec
@@ -244,6 +245,32 @@ def test_apex_recreates_a_killed_evaluator_and_replay_shard_and_learns(ray_sessi
             timeout=TIMEOUT_S,
         )
         assert eps == pytest.approx(0.4)
+    assert run.reached, run
+
+
+@pytest.mark.learning
+@pytest.mark.timeout(400)
+def test_aso_recreates_a_killed_evaluator_and_aggregator_and_learns(ray_session):
+    ray = ray_session
+
+    def kill_evaluator_and_aggregator(trainer) -> None:
+        _kill_first(trainer)
+        trainer._killed_aggregator = trainer.optimizer.aggregators.actors[0]
+        _kill_and_wait(ray, trainer._killed_aggregator)
+
+    config = {
+        **IMPALA_CARTPOLE,
+        "optimizer_config": {
+            "num_aggregation_workers": 1,
+            "num_cpus_per_aggregation_worker": 0.2,
+        },
+        "seed": SEED,
+    }
+    with IMPALATrainer(config) as trainer:
+        run = _train_until(trainer, 150, 60, kill=kill_evaluator_and_aggregator)
+        _check_recreated(ray, trainer, run.result)
+        assert run.result["num_aggregator_restarts"] == 1
+        assert trainer.optimizer.aggregators.actors[0] != trainer._killed_aggregator
     assert run.reached, run
 
 

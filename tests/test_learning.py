@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 from learning import SEED, train_until
+from learning_configs import IMPALA_CARTPOLE
 
+from hierl.algorithms.impala import APPOTrainer, IMPALATrainer
 from hierl.algorithms.pg import PGTrainer
 from hierl.algorithms.ppo import PPOTrainer
 
@@ -25,6 +27,14 @@ def test_ppo_cartpole_with_two_remote_evaluators(ray_session):
     with trainer:
         assert len(trainer.evaluators.remote_evaluators) == 2
         run = train_until(trainer, 450, 250_000)
+    assert run.reached, run
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("trainer_class", [IMPALATrainer, APPOTrainer])
+def test_impala_and_appo_cartpole_with_two_remote_evaluators(ray_session, trainer_class):
+    with trainer_class({**IMPALA_CARTPOLE, "seed": SEED}) as trainer:
+        run = train_until(trainer, 450, 1_000_000)
     assert run.reached, run
 
 
