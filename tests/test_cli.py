@@ -344,8 +344,8 @@ def test_rollout_accepts_run_dir_and_seed_is_reproducible(trained, capsys):
 
 # -- help, list, config ----------------------------------------------------------------
 ALGORITHMS = [
-    *("A2C", "A3C", "A3C_ES", "ALPHAZERO", "APEX", "APEX_DDPG", "DDPG", "DQN", "ES", "PG"),
-    *("PPO", "PPO_ES", "TD3"),
+    *("A2C", "A3C", "A3C_ES", "ALPHAZERO", "APEX", "APEX_DDPG", "APPO", "DDPG", "DQN", "ES"),
+    *("IMPALA", "PG", "PPO", "PPO_ES", "TD3"),
 ]
 
 
