@@ -31,9 +31,12 @@ def test_ppo_cartpole_with_two_remote_evaluators(ray_session):
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("trainer_class", [IMPALATrainer, APPOTrainer])
-def test_impala_and_appo_cartpole_with_two_remote_evaluators(ray_session, trainer_class):
-    with trainer_class({**IMPALA_CARTPOLE, "seed": SEED}) as trainer:
+@pytest.mark.parametrize(
+    ("trainer_class", "overrides"), [(IMPALATrainer, {}), (APPOTrainer, {"lr": 1e-3})]
+)
+def test_impala_and_appo_cartpole_with_two_remote_evaluators(ray_session, trainer_class, overrides):
+    # APPO at IMPALA's 2e-3 needed 147k-933k steps over seeds 0-4, at 1e-3 182k-298k
+    with trainer_class({**IMPALA_CARTPOLE, **overrides, "seed": SEED}) as trainer:
         run = train_until(trainer, 450, 1_000_000)
     assert run.reached, run
 
