@@ -47,7 +47,7 @@ from hierl.optimizers.apex.samplers import sample_for_replay
 from hierl.sample_batch import SampleBatch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import CpuMeter, process_tree, record
+from common import CpuMeter, cartpole_batch, process_tree, record
 
 PAPER_FRAMES_PER_S = 160_000
 PAPER_WORKERS = 256
@@ -101,22 +101,6 @@ def fake_replay_shards() -> Iterator[None]:
         yield
     finally:
         sharded_replay.ReplayShard = real  # type: ignore[misc]
-
-
-def cartpole_batch(rows: int, seed: int = 0) -> SampleBatch:
-    """A CartPole-shaped sample batch of ``rows`` transitions."""
-    rng = np.random.default_rng(seed)
-    return SampleBatch(
-        {
-            SampleBatch.OBS: rng.standard_normal((rows, 4)).astype(np.float32),
-            SampleBatch.NEW_OBS: rng.standard_normal((rows, 4)).astype(np.float32),
-            SampleBatch.ACTIONS: rng.integers(0, 2, rows),
-            SampleBatch.REWARDS: np.ones(rows, np.float32),
-            SampleBatch.TERMINATEDS: np.zeros(rows, bool),
-            SampleBatch.TRUNCATEDS: np.zeros(rows, bool),
-            SampleBatch.EPS_ID: np.zeros(rows, np.int64),
-        }
-    )
 
 
 def routing_capacity(

@@ -16,9 +16,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 
 from hierl.bench_report import bar_png, write_record
+from hierl.sample_batch import SampleBatch
 
 __all__ = [
     "BENCH_DIR",
@@ -137,3 +139,19 @@ def wait_for_quiet(max_wait_s: float, threshold: float = 0.25, window_s: float =
                 flush=True,
             )
             announced = True
+
+
+def cartpole_batch(rows: int, seed: int = 0) -> SampleBatch:
+    """A CartPole-shaped sample batch of ``rows`` transitions."""
+    rng = np.random.default_rng(seed)
+    return SampleBatch(
+        {
+            SampleBatch.OBS: rng.standard_normal((rows, 4)).astype(np.float32),
+            SampleBatch.NEW_OBS: rng.standard_normal((rows, 4)).astype(np.float32),
+            SampleBatch.ACTIONS: rng.integers(0, 2, rows),
+            SampleBatch.REWARDS: np.ones(rows, np.float32),
+            SampleBatch.TERMINATEDS: np.zeros(rows, bool),
+            SampleBatch.TRUNCATEDS: np.zeros(rows, bool),
+            SampleBatch.EPS_ID: np.zeros(rows, np.int64),
+        }
+    )

@@ -47,7 +47,7 @@ from hierl.optimizers.aso.optimizer import sample_fragment
 from hierl.sample_batch import SampleBatch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import CpuMeter, process_tree, record
+from common import CpuMeter, cartpole_batch, process_tree, record
 
 PAPER_WORKERS = 256
 
@@ -181,23 +181,6 @@ class FakeEvaluator:
         return []
 
 
-def cartpole_fragment(rows: int) -> SampleBatch:
-    """A CartPole-shaped fragment of ``rows`` steps of one episode."""
-    rng = np.random.default_rng(0)
-    return SampleBatch(
-        {
-            SampleBatch.OBS: rng.standard_normal((rows, 4)).astype(np.float32),
-            SampleBatch.NEW_OBS: rng.standard_normal((rows, 4)).astype(np.float32),
-            SampleBatch.ACTIONS: rng.integers(0, 2, rows),
-            SampleBatch.REWARDS: np.ones(rows, np.float32),
-            SampleBatch.TERMINATEDS: np.zeros(rows, bool),
-            SampleBatch.TRUNCATEDS: np.zeros(rows, bool),
-            SampleBatch.EPS_ID: np.zeros(rows, np.int64),
-            SampleBatch.ACTION_LOGP: np.zeros(rows, np.float32),
-        }
-    )
-
-
 def routing_capacity(num_fake: int, fragment_rows: int, seconds: float) -> dict[str, float]:
     """Fragments per second the ``aso`` driver routes from instant fake evaluators."""
     import ray
@@ -205,7 +188,8 @@ def routing_capacity(num_fake: int, fragment_rows: int, seconds: float) -> dict[
     trainer = IMPALATrainer({"env": "CartPole-v1", "num_evaluators": 0})
     evaluators = trainer.evaluators
     fake_class = ray.remote(num_cpus=0)(FakeEvaluator)
-    fragment = cartpole_fragment(fragment_rows)
+    fragment = cartpole_batch(fragment_rows)
+    fragment[SampleBatch.ACTION_LOGP] = np.zeros(fragment_rows, np.float32)
     evaluators.remote_evaluators = [fake_class.remote(fragment) for _ in range(num_fake)]
     # Started, and the task function unpickled once (that imports hierl and torch there).
     evaluators.get([e.apply.remote(sample_fragment) for e in evaluators.remote_evaluators])

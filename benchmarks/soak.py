@@ -122,7 +122,30 @@ def a3c_config(obs_size: int = 1024, seed: int = 0) -> dict[str, Any]:
     }
 
 
-CONFIGS: dict[str, Callable[..., dict[str, Any]]] = {"APEX": apex_config, "A3C": a3c_config}
+def impala_config(obs_size: int = 1024, seed: int = 0) -> dict[str, Any]:
+    """IMPALA on (padded) CartPole-v1: 2 evaluators (0.25 CPU each) sampling 20-row
+    fragments continuously, 80-row train batches through one aggregation actor."""
+    return {
+        **_env(obs_size),
+        "seed": seed,
+        "num_evaluators": 2,
+        "num_cpus_per_evaluator": 0.25,
+        "num_envs_per_evaluator": 2,
+        "rollout_fragment_length": 10,
+        "train_batch_size": 80,
+        "timesteps_per_iteration": 250,
+        "sample_timeout_s": 120,
+        "num_aggregation_workers": 1,
+        "num_cpus_per_aggregation_worker": 0.1,
+        "min_step_time_s": 0.05,
+    }
+
+
+CONFIGS: dict[str, Callable[..., dict[str, Any]]] = {
+    "APEX": apex_config,
+    "A3C": a3c_config,
+    "IMPALA": impala_config,
+}
 
 
 @dataclasses.dataclass

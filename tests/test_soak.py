@@ -1,4 +1,5 @@
-"""Bounded memory (soak): long ``apex`` and ``async`` runs keep the driver and the store flat.
+"""Bounded memory (soak): long ``apex``, ``async`` and ``aso`` runs keep the driver and the
+store flat.
 
 Each run trains on CartPole-v1 (observations zero-padded to 1024 floats, so sample
 batches, replay batches, weights and gradients exceed Ray's 100 KiB inline limit and
@@ -45,6 +46,7 @@ replay-shard processes.  The in-flight bounds cap the store at ~6 MiB and the re
 
 APEX_STEPS = 6000
 A3C_STEPS = 4500
+IMPALA_STEPS = 6000
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +127,16 @@ def test_async_soak_driver_and_object_store_stay_flat(ray_session, soak):
     assert stats["num_gradients_applied"] >= A3C_STEPS // 10  # a task per 10 env steps
     assert stats["num_weight_syncs"] == stats["num_gradients_applied"]
     assert stats["in_flight"] <= 2  # max_in_flight_per_evaluator=1, two evaluators
+    assert _over_limits(growth) == {}, growth
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+def test_aso_soak_driver_and_object_store_stay_flat(ray_session, soak):
+    growth, stats = _soak(soak, "IMPALA", IMPALA_STEPS, soak.impala_config(obs_size=1024))
+    assert stats["num_learner_updates"] > 0 and stats["num_weight_syncs"] > 0
+    assert stats["sample_requests_in_flight"] <= 2 * 2
+    assert stats["batches_waiting_for_learner"] <= 4  # learner_queue_size
     assert _over_limits(growth) == {}, growth
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hierl.algorithms.ppo import clipped_surrogate_loss
 from hierl.algorithms.trainer import Trainer, TrainerConfig
 from hierl.config import ConfigError
 from hierl.optimizers import PolicyOptimizer
@@ -152,13 +153,11 @@ class IMPALAPolicy(TorchPolicyGraph):
         )
 
     def loss(self, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, Any]]:
-        """``-E[log pi(a|x) A_vtrace] + c_v E[(V(x) - v_s)^2] / 2 - c_e H[pi(.|x)]``."""
+        """``policy objective + c_v E[(V(x) - v_s)^2] / 2 - c_e H[pi(.|x)]``."""
         cfg = self.config
         dist_inputs, values = self.model_outputs(batch)
         dist = self.dist_class(dist_inputs)
-        logp = dist.logp(batch[SampleBatch.ACTIONS])
-        targets = self.vtrace_targets(batch, logp, values)
-        policy_loss = -(logp * targets.pg_advantages).mean()
+        policy_loss, targets, stats = self.policy_objective(batch, dist, values)
         vf_loss = 0.5 * ((values - targets.vs) ** 2).mean()
         entropy = dist.entropy().mean()
         total = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
@@ -166,8 +165,17 @@ class IMPALAPolicy(TorchPolicyGraph):
             "policy_loss": policy_loss.detach(),
             "vf_loss": vf_loss.detach(),
             "entropy": entropy.detach(),
+            **stats,
             **_rho_stats(targets.rhos, cfg.vtrace_clip_rho_threshold),
         }
+
+    def policy_objective(
+        self, batch: TensorBatch, dist: Any, values: torch.Tensor
+    ) -> tuple[torch.Tensor, VTrace, dict[str, Any]]:
+        """``-E[log pi(a|x) A_vtrace]``, the V-trace targets, extra stats (none)."""
+        logp = dist.logp(batch[SampleBatch.ACTIONS])
+        targets = self.vtrace_targets(batch, logp, values)
+        return -(logp * targets.pg_advantages).mean(), targets, {}
 
 
 def _rho_stats(rhos: torch.Tensor, clip: float | None) -> dict[str, torch.Tensor]:
@@ -188,16 +196,17 @@ class APPOPolicy(IMPALAPolicy):
             self.target_model = copy.deepcopy(self.model).requires_grad_(False)
         self.num_learner_updates = 0
 
-    def loss(self, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Clipped surrogate on V-trace advantages + value loss - entropy (+ KL)."""
+    def policy_objective(
+        self, batch: TensorBatch, dist: Any, values: torch.Tensor
+    ) -> tuple[torch.Tensor, VTrace, dict[str, Any]]:
+        """Clipped surrogate on V-trace advantages (+ KL penalty), against the target
+        network when there is one, else against the behaviour policy."""
         cfg = self.config
-        dist_inputs, values = self.model_outputs(batch)
-        dist = self.dist_class(dist_inputs)
         logp = dist.logp(batch[SampleBatch.ACTIONS])
         behaviour_logp = batch[SampleBatch.ACTION_LOGP]
         if self.target_model is None:
             ref_inputs = batch[SampleBatch.ACTION_DIST_INPUTS]
-            ref_logp, is_ratio = behaviour_logp, torch.ones_like(logp)
+            ref_logp, is_ratio = behaviour_logp, None
             targets = self.vtrace_targets(batch, logp, values)
         else:  # V-trace and the ratio for the target network's policy
             with torch.no_grad():
@@ -205,29 +214,15 @@ class APPOPolicy(IMPALAPolicy):
             ref_logp = self.dist_class(ref_inputs).logp(batch[SampleBatch.ACTIONS])
             is_ratio = torch.exp(ref_logp - behaviour_logp).clamp(0.0, 2.0)
             targets = self.vtrace_targets(batch, ref_logp, values)
-        adv = targets.pg_advantages
         ratio = torch.exp(logp - ref_logp)
-        surrogate = is_ratio * torch.min(
-            ratio * adv, torch.clamp(ratio, 1 - cfg.clip_param, 1 + cfg.clip_param) * adv
+        loss, clip_frac = clipped_surrogate_loss(
+            ratio, targets.pg_advantages, cfg.clip_param, is_ratio
         )
-        policy_loss = -surrogate.mean()
-        vf_loss = 0.5 * ((values - targets.vs) ** 2).mean()
-        entropy = dist.entropy().mean()
-        total = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
         with torch.set_grad_enabled(cfg.kl_coeff > 0):
             kl = self.dist_class(ref_inputs).kl(dist).mean()
         if cfg.kl_coeff > 0:
-            total = total + cfg.kl_coeff * kl
-        with torch.no_grad():
-            clip_frac = ((ratio - 1).abs() > cfg.clip_param).float().mean()
-        return total, {
-            "policy_loss": policy_loss.detach(),
-            "vf_loss": vf_loss.detach(),
-            "entropy": entropy.detach(),
-            "kl": kl.detach(),
-            "clip_frac": clip_frac,
-            **_rho_stats(targets.rhos, cfg.vtrace_clip_rho_threshold),
-        }
+            loss = loss + cfg.kl_coeff * kl
+        return loss, targets, {"kl": kl.detach(), "clip_frac": clip_frac}
 
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
         """One update; refresh the target network every ``target_network_update_freq``."""

@@ -79,6 +79,23 @@ class PPOConfig(TrainerConfig):
         self.check("vf_clip_param", self.vf_clip_param is None or self.vf_clip_param > 0, "> 0")
 
 
+def clipped_surrogate_loss(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_param: float,
+    weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's ``-E[w min(r A, clip(r, 1 - eps, 1 + eps) A)]`` (``w`` = ``weights``, or 1)
+    and the fraction of rows whose ratio lies outside the clip range (no gradient)."""
+    clipped = torch.clamp(ratio, 1 - clip_param, 1 + clip_param)
+    surrogate = torch.min(ratio * advantages, clipped * advantages)
+    if weights is not None:
+        surrogate = weights * surrogate
+    with torch.no_grad():
+        clip_frac = ((ratio - 1).abs() > clip_param).float().mean()
+    return -surrogate.mean(), clip_frac
+
+
 class PPOPolicy(TorchPolicyGraph):
     """PPO's act (Gaussian/categorical), GAE postprocessing and clipped-surrogate loss."""
 
@@ -107,10 +124,7 @@ class PPOPolicy(TorchPolicyGraph):
         adv = batch[SampleBatch.ADVANTAGES]
         if cfg.normalize_advantages and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        surrogate = torch.min(
-            ratio * adv, torch.clamp(ratio, 1 - cfg.clip_param, 1 + cfg.clip_param) * adv
-        )
-        policy_loss = -surrogate.mean()
+        policy_loss, clip_frac = clipped_surrogate_loss(ratio, adv, cfg.clip_param)
         targets = batch[SampleBatch.VALUE_TARGETS]
         vf_loss = (values - targets) ** 2
         if cfg.vf_clip_param:
@@ -128,8 +142,6 @@ class PPOPolicy(TorchPolicyGraph):
             total = total - cfg.entropy_coeff * entropy
         if self.kl_coeff > 0:
             total = total + self.kl_coeff * kl
-        with torch.no_grad():
-            clip_frac = ((ratio - 1).abs() > cfg.clip_param).float().mean()
         return total, {
             "policy_loss": policy_loss.detach(),
             "vf_loss": vf_loss.detach(),

@@ -21,8 +21,10 @@ How an optimizer drives it::
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
+import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -33,6 +35,28 @@ from hierl.sample_batch import SampleBatch
 LearnFn = Callable[[Any, SampleBatch], tuple[Mapping[str, float], Any]]
 """``learn(tag, batch) -> (stats, output)``: one update on ``batch`` (queued with
 ``tag``); ``output`` goes to the out-queue unless it is None."""
+
+
+@dataclasses.dataclass
+class LearnerSpan:
+    """What the learner did while an optimizer's ``step()`` ran it (``run_rounds``)."""
+
+    elapsed_s: float
+    updates: int
+    rows: int
+    busy_s: float
+    """Seconds spent inside ``learn``."""
+
+    def rates(self, env_steps: int) -> dict[str, float]:
+        """Per-second rates over the span: ``env_steps`` delivered by the samplers
+        (``sample_steps_per_s``), learner updates and rows, and the busy fraction."""
+        elapsed = max(self.elapsed_s, 1e-9)
+        return {
+            "sample_steps_per_s": env_steps / elapsed,
+            "learner_updates_per_s": self.updates / elapsed,
+            "learner_rows_per_s": self.rows / elapsed,
+            "learner_busy_frac": self.busy_s / elapsed,
+        }
 
 
 class LearnerThread(threading.Thread):
@@ -137,6 +161,29 @@ class LearnerThread(threading.Thread):
         self._stopped.set()
         if self.is_alive():
             self.join(timeout_s)
+
+    def run_rounds(self, one_round: Callable[[], None], min_seconds: float) -> LearnerSpan:
+        """Learn while ``one_round()`` (the driver's event loop) runs, repeatedly, for at
+        least ``min_seconds`` (and at least once); paused again on return.  Raises the
+        thread's failure (``check``) as soon as a round sees it."""
+        self.check()
+        start = time.perf_counter()
+        updates, rows, busy = self.num_updates, self.num_rows_trained, self.learn_timer.total_s
+        self.resume()
+        try:
+            while True:
+                one_round()
+                self.check()
+                if time.perf_counter() - start >= min_seconds:
+                    break
+        finally:
+            self.pause()
+        return LearnerSpan(
+            time.perf_counter() - start,
+            self.num_updates - updates,
+            self.num_rows_trained - rows,
+            self.learn_timer.total_s - busy,
+        )
 
     def check(self) -> None:
         """Raise RuntimeError (from the original exception) if the thread failed or died."""

@@ -168,34 +168,17 @@ class ApexOptimizer(PolicyOptimizer):
     # -- the event loop ----------------------------------------------------------------
     def step(self) -> LearnerStats:
         """Run the event loop for ``min_step_time_s``; returns the learner's mean stats."""
-        learner = self.learner
-        learner.check()
-        start = time.perf_counter()
-        sampled0, updates0 = self.num_steps_sampled, learner.num_updates
-        rows0, busy0 = learner.num_rows_trained, learner.learn_timer.total_s
         self._weights = None  # the local weights may have been set between steps
-        learner.resume()
-        try:
-            while True:
-                self._remote_round() if self.remote_evaluators else self._local_round()
-                learner.check()
-                if time.perf_counter() - start >= self.config.min_step_time_s:
-                    break
-        finally:
-            learner.pause()
+        sampled0 = self.num_steps_sampled
+        one_round = self._remote_round if self.remote_evaluators else self._local_round
+        span = self.learner.run_rounds(one_round, self.config.min_step_time_s)
         self._send_priorities()
         self.evaluators.set_global_vars(self.global_vars())
         # Deltas: the counters may have been restored from a checkpoint, the learner's not.
-        self.num_steps_trained += learner.num_rows_trained - rows0
-        self.num_updates += learner.num_updates - updates0
-        elapsed = max(time.perf_counter() - start, 1e-9)
-        self._rates = {
-            "sample_steps_per_s": (self.num_steps_sampled - sampled0) / elapsed,
-            "learner_updates_per_s": (learner.num_updates - updates0) / elapsed,
-            "learner_rows_per_s": (learner.num_rows_trained - rows0) / elapsed,
-            "learner_busy_frac": (learner.learn_timer.total_s - busy0) / elapsed,
-        }
-        self.learner_stats = single_policy_stats(learner.pop_stats())
+        self.num_steps_trained += span.rows
+        self.num_updates += span.updates
+        self._rates = span.rates(self.num_steps_sampled - sampled0)
+        self.learner_stats = single_policy_stats(self.learner.pop_stats())
         return self.learner_stats
 
     def _remote_round(self) -> None:
