@@ -15,9 +15,9 @@ Three measurements, each with its baseline from the same run, printed and writte
    evaluators whose sample task returns a cached fragment at once, with a learner that
    drops each train batch.  What remains is the driver's own work per fragment: wait for
    finished tasks, fetch and concatenate fragments into train batches, relaunch sample
-   tasks with fresh weights.  The fragments routed per second, divided by the fragments
-   per second one real evaluator produces (measurement 1), is the number of workers the
-   driver could feed; the arithmetic is printed for 256.
+   tasks with fresh weights.  The fragments routed per second of driver CPU, divided by
+   the fragments per second one real evaluator produces (measurement 1, for each env),
+   is the number of workers one driver core could feed; the arithmetic is printed for 256.
 
 Usage::
 
@@ -218,6 +218,21 @@ def routing_capacity(num_fake: int, fragment_rows: int, seconds: float) -> dict[
         trainer.stop()
 
 
+def projection(fragments_per_s: float, per_worker: float, rows: int) -> tuple[int, list[str]]:
+    """Workers the driver feeds at ``fragments_per_s`` when each produces ``per_worker``
+    frames/s in ``rows``-row fragments, with the arithmetic as printable lines."""
+    per_worker_fragments = per_worker / rows
+    workers = int(fragments_per_s // per_worker_fragments)
+    needed = PAPER_WORKERS * per_worker_fragments
+    return workers, [
+        f"one evaluator: {per_worker:,.0f} frames/s / {rows} rows per fragment "
+        f"= {per_worker_fragments:.2f} fragments/s",
+        f"driver: {fragments_per_s:,.0f} / {per_worker_fragments:.2f} = {workers:,} workers",
+        f"{PAPER_WORKERS} workers need {PAPER_WORKERS} x {per_worker_fragments:.2f} = "
+        f"{needed:,.0f} fragments/s: the driver has {fragments_per_s / needed:.2f}x of that",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--evaluators", type=int, default=2)
@@ -265,26 +280,22 @@ def main(argv: list[str] | None = None) -> int:
 
     fragment_rows = 4 * 50
     cap = routing_capacity(args.fake_evaluators, fragment_rows, args.routing_seconds)
-    per_worker = throughput["CartPole-v1"]["IMPALA"]["frames_per_s"] / args.evaluators
-    per_worker_fragments = per_worker / fragment_rows
-    workers = int(cap["fragments_per_s"] // per_worker_fragments)
-    lines = [
-        f"one evaluator here: {per_worker:,.0f} frames/s / {fragment_rows} rows per fragment "
-        f"= {per_worker_fragments:.2f} fragments/s",
-        f"driver routes {cap['fragments_per_s']:,.0f} fragments/s -> "
-        f"{cap['fragments_per_s']:,.0f} / {per_worker_fragments:.2f} = {workers:,} workers",
-        f"{PAPER_WORKERS} workers need {PAPER_WORKERS} x {per_worker_fragments:.2f} = "
-        f"{PAPER_WORKERS * per_worker_fragments:,.0f} fragments/s: "
-        f"{cap['fragments_per_s'] / (PAPER_WORKERS * per_worker_fragments):.2f}x of that",
-    ]
-    figures["routing"] = {**cap, "projected_workers": workers, "projection": lines}
+    per_core = cap["fragments_per_s"] / max(cap["driver_cores"], 1e-9)
     print(
         f"\nDriver routing capacity ({args.fake_evaluators} instant fake evaluators, "
         f"{fragment_rows}-row fragments, learner dropping batches):\n"
         f"  {cap['fragments_per_s']:,.0f} fragments/s ({cap['frames_per_s']:,.0f} frames/s); "
-        f"driver used {cap['driver_cores']:.2f} cores, the machine {cap['machine_cores']:.2f}"
+        f"driver used {cap['driver_cores']:.2f} cores, the machine {cap['machine_cores']:.2f} "
+        f"(one whole driver core: {cap['fragments_per_s']:,.0f} / {cap['driver_cores']:.2f} "
+        f"= {per_core:,.0f} fragments/s)"
     )
-    print("Projection:\n  " + "\n  ".join(lines))
+    projections = {}
+    for env_name, runs in throughput.items():
+        per_worker = runs["IMPALA"]["frames_per_s"] / args.evaluators
+        workers, lines = projection(per_core, per_worker, fragment_rows)
+        projections[env_name] = {"workers": workers, "lines": lines}
+        print(f"Projection at {env_name}'s per-evaluator rate:\n  " + "\n  ".join(lines))
+    figures["routing"] = {**cap, "fragments_per_driver_core_s": per_core, **projections}
     path = record("impala", vars(args), figures)
     print(f"\nwrote {path}")
     ray.shutdown()
