@@ -27,7 +27,7 @@ OptimizerFactory = Callable[[str, Mapping[str, Any]], "PolicyOptimizer"]
 the algorithm's defaults for it under ``settings``."""
 LearnsOn = Literal["driver", "evaluators", "servers", "varies", "none"]
 """The values of ``PolicyOptimizer.learns_on``."""
-LearnsFrom = Literal["samples", "replay", "returns"]
+LearnsFrom = Literal["samples", "lagged_samples", "replay", "returns"]
 """The values of ``PolicyOptimizer.learns_from``."""
 
 
@@ -89,8 +89,10 @@ class PolicyOptimizer:
     any PolicyGraph."""
     learns_from: ClassVar[LearnsFrom] = "samples"
     """What each update learns from: freshly sampled batches, each row once per step
-    (``samples``: interchangeable strategies, the ones ``auto`` compares), rows drawn
-    again from a ``replay`` buffer, or episode ``returns`` (ES, no gradients)."""
+    (``samples``: interchangeable strategies, the ones ``auto`` compares), batches
+    sampled by weights a few updates old (``lagged_samples``, ``aso``: the algorithm
+    must correct for the lag, e.g. V-trace), rows drawn again from a ``replay`` buffer,
+    or episode ``returns`` (ES, no gradients)."""
     samples_to_driver: ClassVar[bool] = True
     """Its bulk data into the driver are the sampled rows (``local``, ``multi_gpu``,
     the replay optimizers); False: samples stay on the evaluators and gradients or

@@ -126,6 +126,7 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
 
     name = "aso"
     config_class = ASOConfig
+    learns_from = "lagged_samples"  # not interchangeable with on-policy strategies
     supports_recurrent = True  # train batches are whole fragments: sequences stay whole
 
     @classmethod
