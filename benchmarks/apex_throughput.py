@@ -47,7 +47,7 @@ from hierl.optimizers.apex.samplers import sample_for_replay
 from hierl.sample_batch import SampleBatch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import CpuMeter, cartpole_batch, process_tree, record
+from common import CpuMeter, cartpole_batch, measure_routing, process_tree, record
 
 PAPER_FRAMES_PER_S = 160_000
 PAPER_WORKERS = 256
@@ -129,19 +129,8 @@ def routing_capacity(
     with fake_replay_shards():
         optimizer = ApexOptimizer(evaluators, config=config)
     try:
-        optimizer.config.min_step_time_s = 1.0
-        optimizer.step()  # warm-up: actors started, pipelines full
-        optimizer.config.min_step_time_s = seconds
-        steps0 = optimizer.num_steps_sampled
-        with CpuMeter({"driver": [os.getpid()]}) as meter:
-            optimizer.step()
-        wall = meter.cores["wall_s"]
-        batches = (optimizer.num_steps_sampled - steps0) / batch_rows
         return {
-            "batches_per_s": batches / wall,
-            "frames_per_s": batches * batch_rows / wall,
-            "driver_cores": meter.cores["driver"],
-            "machine_cores": meter.cores["machine"],
+            **measure_routing(optimizer, seconds, batch_rows),
             "weight_syncs": optimizer.samplers.num_weight_syncs,
         }
     finally:

@@ -155,3 +155,24 @@ def cartpole_batch(rows: int, seed: int = 0) -> SampleBatch:
             SampleBatch.EPS_ID: np.zeros(rows, np.int64),
         }
     )
+
+
+def measure_routing(optimizer: Any, seconds: float, rows: int) -> dict[str, float]:
+    """One warm-up ``step()`` (actors started, pipelines full), then one of ``seconds``
+    under a :class:`CpuMeter`: batches of ``rows`` env steps routed per second by the
+    driver (``batches_per_s``, ``frames_per_s``) and the cores the driver and the
+    machine used.  ``optimizer`` runs its event loop for ``config.min_step_time_s``."""
+    optimizer.config.min_step_time_s = 1.0
+    optimizer.step()
+    optimizer.config.min_step_time_s = seconds
+    steps0 = optimizer.num_steps_sampled
+    with CpuMeter({"driver": [os.getpid()]}) as meter:
+        optimizer.step()
+    wall = meter.cores["wall_s"]
+    batches = (optimizer.num_steps_sampled - steps0) / rows
+    return {
+        "batches_per_s": batches / wall,
+        "frames_per_s": batches * rows / wall,
+        "driver_cores": meter.cores["driver"],
+        "machine_cores": meter.cores["machine"],
+    }

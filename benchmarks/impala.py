@@ -47,7 +47,7 @@ from hierl.optimizers.aso.optimizer import sample_fragment
 from hierl.sample_batch import SampleBatch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import CpuMeter, cartpole_batch, process_tree, record
+from common import CpuMeter, cartpole_batch, measure_routing, process_tree, record
 
 PAPER_WORKERS = 256
 
@@ -197,18 +197,10 @@ def routing_capacity(num_fake: int, fragment_rows: int, seconds: float) -> dict[
     optimizer = AsyncSamplesOptimizer(evaluators, config=config)
     optimizer.learner.learn = lambda versions, batch: ({}, None)  # drops the batch
     try:
-        optimizer.step()  # warm-up: actors started, pipelines full
-        optimizer.config.min_step_time_s = seconds
-        steps0 = optimizer.num_steps_sampled
-        with CpuMeter({"driver": [os.getpid()]}) as meter:
-            optimizer.step()
-        wall = meter.cores["wall_s"]
-        fragments = (optimizer.num_steps_sampled - steps0) / fragment_rows
+        cap = measure_routing(optimizer, seconds, fragment_rows)
         return {
-            "fragments_per_s": fragments / wall,
-            "frames_per_s": fragments * fragment_rows / wall,
-            "driver_cores": meter.cores["driver"],
-            "machine_cores": meter.cores["machine"],
+            "fragments_per_s": cap.pop("batches_per_s"),
+            **cap,
         }
     finally:
         optimizer.stop()
