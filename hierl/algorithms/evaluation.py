@@ -71,6 +71,8 @@ class Evaluation:
             batch_mode="truncate_episodes",
             compress_observations=False,
             sample_async=False,
+            input=None,  # evaluation plays the env, whatever training reads
+            output=None,
         )
         with _driver_rng_kept():
             self.evaluators = EvaluatorSet(

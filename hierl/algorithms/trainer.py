@@ -30,6 +30,8 @@ from hierl.checkpoint import CheckpointError
 from hierl.config import ConfigError, from_dict, suggest
 from hierl.evaluators import EvaluatorSet, EvaluatorSpec, atari, env_state
 from hierl.evaluators.evaluator_set import DEFAULT_MAX_EVALUATOR_RESTARTS
+from hierl.evaluators.offline.settings import SAMPLER, InputSpec, OutputSpec
+from hierl.evaluators.offline.writer import DEFAULT_MAX_FILE_SIZE
 from hierl.evaluators.policy_map import PolicySpec
 from hierl.models.networks import ModelConfig
 from hierl.optimizers import (
@@ -162,6 +164,31 @@ class TrainerConfig(BaseConfig):
     evaluator_scheduling_strategy: Literal["DEFAULT", "SPREAD"] = "DEFAULT"
     """Ray placement of the evaluator actors; ``SPREAD`` puts them on as many nodes as
     possible (a lost node then takes fewer evaluators with it)."""
+    input: Any = SAMPLER
+    """Where evaluators' ``sample()`` reads experience: ``"sampler"`` (the env), logged
+    data written by ``output`` (a directory, a glob, a file or a list of files), or a
+    ``ray.data.Dataset``; logged data makes the evaluators OfflineEvaluators
+    (:mod:`hierl.evaluators.offline`), each reading its share of the files."""
+    input_mix: dict = dataclasses.field(default_factory=dict)
+    """Several sources drawn by probability per ``sample()``, e.g. ``{"sampler": 0.5,
+    "/data/expert": 0.5}`` (instead of ``input``)."""
+    input_shuffle_window: int = 10_000
+    """Rows of logged data read and shuffled together (0: file order, no shuffling)."""
+    input_skip_bad_files: bool = False
+    """Skip (with a warning) input files that are corrupt or do not fit the policy
+    instead of raising."""
+    postprocess_inputs: bool = False
+    """Run the policy's ``postprocess_trajectories`` on logged data as it is read (in
+    file order, before shuffling); MARWIL needs it for its returns."""
+    output: str | None = None
+    """A directory where every evaluator writes each batch it samples (Parquet, see
+    :mod:`hierl.evaluators.offline.writer`); None: nothing is written."""
+    output_postprocessed: bool = True
+    """Write batches after the policy's postprocessing (False: the rows as sampled)."""
+    output_max_file_size: int = DEFAULT_MAX_FILE_SIZE
+    """An evaluator starts a new output file after this many (uncompressed) bytes."""
+    output_compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
+    """Parquet compression of output files."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -179,6 +206,9 @@ class TrainerConfig(BaseConfig):
         self.check("evaluation_interval", self.evaluation_interval >= 0, "must be >= 0")
         self.check("evaluation_num_episodes", self.evaluation_num_episodes >= 1, "must be >= 1")
         self.check("evaluation_num_evaluators", self.evaluation_num_evaluators >= 0, "must be >= 0")
+        self.check("input_shuffle_window", self.input_shuffle_window >= 0, "must be >= 0")
+        self.check("output_max_file_size", self.output_max_file_size > 0, "must be > 0")
+        self.input_spec()  # validates input / input_mix
         self.policies = {str(pid): PolicySpec.coerce(pid, s) for pid, s in self.policies.items()}
         multi_agent.validate(self)
         self._resolve_optimizer()
@@ -307,6 +337,69 @@ class TrainerConfig(BaseConfig):
         data.update(changes, optimizer_config=nested)
         return type(self).from_dict(data)
 
+    def input_spec(self) -> InputSpec | None:
+        """``input`` / ``input_mix`` as an InputSpec (None: the sampler only)."""
+        mix = self.input_mix or {}
+        if mix and self.input != SAMPLER:
+            raise ConfigError(
+                f"config fields 'input' = {self.input!r} and 'input_mix' are both set; give "
+                "the sources once, in input_mix (e.g. {'sampler': 0.5, DIR: 0.5})"
+            )
+        if self.input is None:
+            raise ConfigError(
+                "config field 'input' is None (a checkpoint of a run that read a Ray "
+                "dataset stores no dataset): pass input again"
+            )
+        pairs = list(mix.items()) if mix else [(self.input, 1.0)]
+        sources: dict[str, float] = {}
+        files: dict[str, tuple[str, ...]] = {}
+        datasets: dict[str, Any] = {}
+        for source, prob in pairs:
+            if not isinstance(prob, (int, float)) or isinstance(prob, bool) or prob < 0:
+                raise ConfigError(
+                    f"config field 'input_mix' gives source {source!r} the probability "
+                    f"{prob!r}; probabilities are numbers >= 0"
+                )
+            if isinstance(source, str):
+                name = source
+            elif isinstance(source, (list, tuple)) and all(isinstance(f, str) for f in source):
+                name = f"files:{source[0] if source else ''}+{len(source)}"
+                files[name] = tuple(source)
+            elif type(source).__module__.startswith("ray.data"):
+                name = f"dataset:{len(datasets)}"
+                datasets[name] = source
+            else:
+                raise ConfigError(
+                    f"config field 'input' = {source!r} is not valid; valid: 'sampler', a "
+                    "directory, glob or file of logged data, a list of files, or a "
+                    "ray.data.Dataset"
+                )
+            sources[name] = float(prob)
+        if sum(sources.values()) <= 0:
+            raise ConfigError(f"config field 'input_mix' = {mix!r} has no positive probability")
+        if list(sources) == [SAMPLER]:
+            return None
+        return InputSpec(
+            sources,
+            files=files,
+            datasets=datasets,
+            num_shards=self.num_evaluators,
+            shuffle_window=self.input_shuffle_window,
+            skip_bad_files=self.input_skip_bad_files,
+            postprocess=self.postprocess_inputs,
+        )
+
+    def output_spec(self) -> OutputSpec | None:
+        """``output`` and its settings as an OutputSpec (None: no output)."""
+        if not self.output:
+            return None
+        return OutputSpec(
+            self.output,
+            postprocessed=self.output_postprocessed,
+            max_file_size=self.output_max_file_size,
+            compression=self.output_compression,
+        )
+
     def fragment_for(self, batch_size: int) -> int:
         """``rollout_fragment_length``, or when it is 0, ``batch_size`` split over all
         sub-envs (each sample() call then gathers about ``batch_size`` rows in all)."""
@@ -321,6 +414,10 @@ class TrainerConfig(BaseConfig):
         if self.callbacks is not None:
             # Code is never stored in (or loaded from) checkpoints: pass it again.
             out["callbacks"] = None
+        if not isinstance(self.input, (str, list, tuple)):
+            out["input"] = None  # a Ray dataset: pass it again when restoring
+        if any(not isinstance(k, str) for k in self.input_mix):
+            out["input_mix"] = {}  # holds a Ray dataset: pass it again
         out.update(multi_agent.to_json(self))
         return out
 
@@ -464,6 +561,8 @@ class Trainer(BaseTrainer):
             policies=multi_agent.resolve_policy_specs(cfg, self.policy_class),
             policy_mapping_fn=cfg.policy_mapping_fn,
             policies_to_train=cfg.policies_to_train,
+            input=cfg.input_spec(),
+            output=cfg.output_spec(),
         )
 
     def _set_options(self) -> dict[str, Any]:

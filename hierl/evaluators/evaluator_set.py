@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from hierl.evaluators.env import EnvError
+from hierl.evaluators.offline.evaluator import OfflineEvaluator
 from hierl.evaluators.policy_evaluator import PolicyEvaluator
 from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S, ensure_ray
 from hierl.evaluators.restarts import RestartBudget
@@ -66,6 +67,11 @@ def is_evaluator_failure(error: BaseException) -> bool:
     return isinstance(error, rex.RayActorError) or env_error_of(error) is not None
 
 
+def evaluator_class(spec: EvaluatorSpec) -> type[PolicyEvaluator]:
+    """OfflineEvaluator when the spec's input has logged data, else PolicyEvaluator."""
+    return OfflineEvaluator if spec.input is not None and spec.input.offline else PolicyEvaluator
+
+
 class EvaluatorSet:
     """Creates, addresses, recreates and stops a local evaluator and N Ray actors.
 
@@ -96,7 +102,8 @@ class EvaluatorSet:
         self.num_gpus = num_gpus_per_evaluator
         self.get_timeout_s = get_timeout_s
         self.actor_options = dict(actor_options or {})
-        self.local_evaluator = PolicyEvaluator(spec, worker_index=0)
+        self.evaluator_class = evaluator_class(spec)
+        self.local_evaluator = self.evaluator_class(spec, worker_index=0)
         self.remote_evaluators: list[Any] = []
         self._init_failure_handling(recreate_failed_evaluators, max_evaluator_restarts, fail_fast)
         if num_evaluators > 0:
@@ -109,6 +116,7 @@ class EvaluatorSet:
         """A set over evaluators created elsewhere.  It has no spec to recreate them from:
         a failed remote evaluator is dropped."""
         evaluators = cls.__new__(cls)
+        evaluators.spec = None
         evaluators.local_evaluator = local
         evaluators.remote_evaluators = list(remotes)
         evaluators.get_timeout_s = DEFAULT_GET_TIMEOUT_S
@@ -143,7 +151,7 @@ class EvaluatorSet:
         return dict(self.restarts.counts)
 
     def _make_remote(self, worker_index: int) -> Any:
-        cls = PolicyEvaluator.as_remote(
+        cls = self.evaluator_class.as_remote(
             num_cpus=self.num_cpus, num_gpus=self.num_gpus, **self.actor_options
         )
         threads = max(1, int(self.num_cpus))
@@ -295,11 +303,15 @@ class EvaluatorSet:
         return [local, *(v for _, v in self.call_remotes(lambda e: e.apply.remote(fn)))]
 
     def stop(self) -> None:
-        """Kill the remote actors and close the local envs."""
+        """Stop every evaluator (their output files are finished), then kill the actors."""
         self.local_evaluator.stop()
         if self.remote_evaluators:
             import ray
 
+            if self.spec is not None and self.spec.output is not None:
+                stops = [e.stop.remote() for e in self.healthy_evaluators()]
+                with contextlib.suppress(Exception):  # a dead one has left its parts
+                    ray.get(stops, timeout=self.get_timeout_s)
             for e in self.remote_evaluators:
                 with contextlib.suppress(Exception):  # already gone
                     ray.kill(e)

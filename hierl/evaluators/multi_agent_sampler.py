@@ -345,6 +345,8 @@ class MultiAgentSampler(FragmentSampler):
                 others = {o: pb for o, pb in chunk.items() if o != aid}
                 # a shallow copy: columns the policy adds stay out of the others' view
                 own = SampleBatch(dict(batch))
+                if self.raw_batches is not None:
+                    self.raw_batches.append((pid, SampleBatch(dict(batch))))
                 per_policy[pid].append(self.policy_map[pid].postprocess_trajectory(own, others))
         self.steps_sampled += env_steps
         return MultiAgentBatch(

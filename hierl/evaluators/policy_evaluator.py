@@ -22,6 +22,7 @@ from hierl.config import ConfigError
 from hierl.evaluators import env_state
 from hierl.evaluators.env import EnvContext, resolve_env_creator
 from hierl.evaluators.filters import make_filter
+from hierl.evaluators.offline.writer import OutputWriter
 from hierl.evaluators.policy_map import build_policy_map
 from hierl.evaluators.rollout import (
     EnvKind,
@@ -44,7 +45,7 @@ from hierl.utils import seed_everything
 T = TypeVar("T")
 
 
-def _locked(method: Callable[..., T]) -> Callable[..., T]:
+def locked(method: Callable[..., T]) -> Callable[..., T]:
     """Run ``method`` holding the evaluator's lock (the background sampler shares it)."""
 
     @functools.wraps(method)
@@ -135,6 +136,15 @@ class PolicyEvaluator:
         self._lock = threading.RLock()
         self.sample_async = spec.sample_async
         self._queue: SampleQueue | None = None
+        self.writer: OutputWriter | None = None
+        if spec.output is not None:
+            self.writer = OutputWriter(
+                spec.output.path,
+                {pid: (p.observation_space, p.action_space) for pid, p in self.policy_map.items()},
+                worker_index=worker_index,
+                max_file_size=spec.output.max_file_size,
+                compression=spec.output.compression,
+            )
 
     # -- construction ------------------------------------------------------------------
     @classmethod
@@ -161,6 +171,8 @@ class PolicyEvaluator:
         first use."""
         if self._sampler is None:
             self._sampler = self.env_kind.sampler_class.from_evaluator(self)
+            if self.writer is not None and not self.spec.output.postprocessed:
+                self._sampler.raw_batches = []
         return self._sampler
 
     def sampler_settings(self) -> RolloutSettings:
@@ -216,11 +228,23 @@ class PolicyEvaluator:
     def _sample_now(self) -> SampleBatch | MultiAgentBatch:
         batch = self.sampler.sample()
         self._episodes.extend(self.sampler.pop_episodes())
+        if self.writer is not None:
+            self._record(batch)
         if self.spec.compress_observations:
             batch.compress(bulk=True)
         return batch
 
-    @_locked
+    def _record(self, batch: SampleBatch | MultiAgentBatch) -> None:
+        """Write the batch just sampled (or its rows before postprocessing)."""
+        raw = self.sampler.raw_batches
+        if raw is None:
+            self.writer.write(batch)
+            return
+        for pid, rows in raw:
+            self.writer.write_policy_batch(pid, rows, subdir=self.multi_agent)
+        raw.clear()
+
+    @locked
     def compute_single_action(
         self, obs: Any, explore: bool = False, policy_id: str = DEFAULT_POLICY_ID
     ) -> Any:
@@ -236,7 +260,7 @@ class PolicyEvaluator:
             )
         return self.compute_single_action_and_state(obs, None, explore, policy_id)[0]
 
-    @_locked
+    @locked
     def compute_single_action_and_state(
         self,
         obs: Any,
@@ -258,7 +282,7 @@ class PolicyEvaluator:
             raise ValueError(f"unknown policy id {policy_id!r}; valid: {sorted(self.policy_map)}")
         return self.policy_map[policy_id]
 
-    @_locked
+    @locked
     def evaluate(
         self,
         num_episodes: int,
@@ -292,14 +316,14 @@ class PolicyEvaluator:
                     out.append(record)
         return out
 
-    @_locked
+    @locked
     def get_metrics(self) -> list[EpisodeRecord]:
         """Episodes finished since the last call."""
         out, self._episodes = self._episodes, []
         return out
 
     # -- learning ----------------------------------------------------------------------
-    @_locked
+    @locked
     def learn_on_batch(self, batch: SampleBatch | MultiAgentBatch) -> LearnerStats:
         """One update of the default policy on ``batch`` (a SampleBatch), or of each
         policy in ``policies_to_train`` on its own batch (a MultiAgentBatch); returns the
@@ -313,25 +337,25 @@ class PolicyEvaluator:
                 stats[pid] = self.policy_map[pid].learn_on_batch(b)
         return stats
 
-    @_locked
+    @locked
     def compute_gradients(
         self, batch: SampleBatch, clip: bool = True
     ) -> tuple[list[np.ndarray], dict[str, float]]:
         """Gradients of the default policy's loss on ``batch``."""
         return self.policy.compute_gradients(batch, clip=clip)
 
-    @_locked
+    @locked
     def apply_gradients(self, grads: list[np.ndarray], clip: bool = False) -> dict[str, float]:
         """Apply gradients to the default policy."""
         return self.policy.apply_gradients(grads, clip=clip)
 
     # -- weights, filters, state -------------------------------------------------------
-    @_locked
+    @locked
     def get_weights(self) -> dict[str, Weights]:
         """Weights of every policy, by policy id."""
         return {pid: p.get_weights() for pid, p in self.policy_map.items()}
 
-    @_locked
+    @locked
     def set_weights(
         self, weights: Mapping[str, Weights], global_vars: GlobalVars | None = None
     ) -> None:
@@ -341,13 +365,13 @@ class PolicyEvaluator:
         if global_vars is not None:
             self.set_global_vars(global_vars)
 
-    @_locked
+    @locked
     def set_global_vars(self, global_vars: GlobalVars) -> None:
         """Pass global counters (``timestep``...) to every policy."""
         for p in self.policy_map.values():
             p.on_global_var_update(global_vars)
 
-    @_locked
+    @locked
     def foreach_policy(self, fn: Callable[[PolicyGraph, str], T]) -> list[T]:
         """Call ``fn(policy, policy_id)`` for every policy (utility methods by name)."""
         return [fn(p, pid) for pid, p in self.policy_map.items()]
@@ -361,7 +385,7 @@ class PolicyEvaluator:
         """
         return fn(self, *args, **kwargs)
 
-    @_locked
+    @locked
     def get_filters(self, flush_after: bool = True) -> dict[str, dict[str, Any]]:
         """Each filter's statistics gathered since the last flush."""
         return {
@@ -369,13 +393,13 @@ class PolicyEvaluator:
             for pid, f in self.filters.items()
         }
 
-    @_locked
+    @locked
     def sync_filters(self, states: Mapping[str, dict[str, Any]]) -> None:
         """Replace each filter's total statistics (its unsynced buffer is kept)."""
         for pid, state in states.items():
             self.filters[pid].set_state(state)
 
-    @_locked
+    @locked
     def save(self) -> dict[str, Any]:
         """State of policies, filters and the rollout loop (arrays + JSON scalars).
 
@@ -392,7 +416,7 @@ class PolicyEvaluator:
             out["sampler"] = env_state.get_sampler_state(self._sampler)
         return out
 
-    @_locked
+    @locked
     def restore(self, state: Mapping[str, Any]) -> None:
         """Inverse of ``save``.
 
@@ -439,10 +463,12 @@ class PolicyEvaluator:
         return self.worker_index
 
     def stop(self) -> None:
-        """Stop background sampling and close the envs."""
+        """Stop background sampling, finish the output files and close the envs."""
         if self._queue is not None:
             self._queue.stop()
             self._queue = None
+        if self.writer is not None:
+            self.writer.close()
         if self._sampler is not None:
             self._sampler.close()
         self._sampler = None

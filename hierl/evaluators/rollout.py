@@ -317,6 +317,9 @@ class FragmentSampler(RolloutCore):
         # None keeps the policy's default (sampling), so policies without the argument work
         self.explore: bool | None = None if settings.explore else False
         self.steps_sampled = 0
+        self.raw_batches: list[tuple[str, SampleBatch]] | None = None
+        """When a list (``output_postprocessed=False``), each sample's rows before
+        postprocessing are appended as ``(policy_id, batch)``."""
 
     @classmethod
     def from_evaluator(cls, evaluator: PolicyEvaluator) -> FragmentSampler:

@@ -322,6 +322,8 @@ class VectorSampler(FragmentSampler):
 
     def _finish(self, batch: SampleBatch) -> SampleBatch:
         """Postprocess (if the policy does) and, for recurrent policies, cut sequences."""
+        if self.raw_batches is not None:
+            self.raw_batches.append((DEFAULT_POLICY_ID, SampleBatch(dict(batch))))
         if self._postprocess:
             batch = self.policy.postprocess_trajectories(batch)
         if self.recurrent:

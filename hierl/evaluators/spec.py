@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hierl.evaluators.env import EnvCreator
+from hierl.evaluators.offline.settings import InputSpec, OutputSpec
 from hierl.evaluators.policy_map import PolicySpec
 from hierl.evaluators.rollout import EpisodeCallbacks
 from hierl.policy_graph import PolicyGraph
@@ -76,6 +77,11 @@ class EvaluatorSpec:
     """Agent id → policy id; may be omitted with a single policy."""
     policies_to_train: list[str] | tuple[str, ...] | None = None
     """The policy ids optimizers update (None: all)."""
+    input: InputSpec | None = None
+    """Where ``sample()`` reads from (None: the simulator); an input with logged data
+    makes each evaluator an :class:`~hierl.evaluators.offline.OfflineEvaluator`."""
+    output: OutputSpec | None = None
+    """Where every sampled batch is written (None: nowhere)."""
 
     @property
     def env_name(self) -> str:

@@ -1,0 +1,173 @@
+"""The on-disk format of logged experience: SampleBatch <-> Arrow table, versioned.
+
+One Parquet file holds rows of one policy's SampleBatches.  Every column keeps its
+numpy dtype and per-row shape: a column of shape ``(N,)`` is a plain Arrow column, one
+of shape ``(N, *shape)`` a fixed-size list of ``prod(shape)`` values (uint8 images stay
+uint8).  The schema's metadata key ``hierl`` holds JSON (never code)::
+
+    {"version": 1, "columns": {"obs": {"dtype": "uint8", "shape": [84, 84, 4]}, ...},
+     "observation_space": {...}, "action_space": {...}, "policy_id": "default_policy"}
+
+so a reader rebuilds the arrays exactly and checks the data against the policy it feeds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pyarrow as pa
+
+from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+
+SCHEMA_VERSION = 1
+METADATA_KEY = b"hierl"
+
+
+class OfflineDataError(ValueError):
+    """Logged data is missing, empty, corrupt or does not fit the policy; the message
+    names the file (or path) and what was expected."""
+
+
+# -- spaces as JSON ----------------------------------------------------------------------
+def space_to_json(space: gym.Space) -> dict[str, Any]:
+    """A JSON description of a Box / Discrete / MultiDiscrete / MultiBinary space."""
+    if isinstance(space, gym.spaces.Box):
+        return {
+            "type": "Box",
+            "shape": list(space.shape),
+            "dtype": str(space.dtype),
+            "low": space.low.tolist(),
+            "high": space.high.tolist(),
+        }
+    if isinstance(space, gym.spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return {"type": "MultiDiscrete", "nvec": space.nvec.tolist()}
+    if isinstance(space, gym.spaces.MultiBinary):
+        return {"type": "MultiBinary", "n": np.asarray(space.n).tolist()}
+    return {"type": type(space).__name__, "shape": list(space.shape or ())}
+
+
+def space_from_json(data: dict[str, Any]) -> gym.Space | None:
+    """The space ``space_to_json`` described (None for a kind it does not rebuild)."""
+    kind = data.get("type")
+    if kind == "Box":
+        return gym.spaces.Box(
+            np.asarray(data["low"], dtype=data["dtype"]),
+            np.asarray(data["high"], dtype=data["dtype"]),
+            dtype=data["dtype"],
+        )
+    if kind == "Discrete":
+        return gym.spaces.Discrete(data["n"], start=data.get("start", 0))
+    if kind == "MultiDiscrete":
+        return gym.spaces.MultiDiscrete(data["nvec"])
+    if kind == "MultiBinary":
+        return gym.spaces.MultiBinary(data["n"])
+    return None
+
+
+def describe_space(space: gym.Space | dict[str, Any]) -> str:
+    """``Box(uint8, (84, 84, 4))`` / ``Discrete(2)``: for error messages."""
+    data = space if isinstance(space, dict) else space_to_json(space)
+    if data.get("type") == "Discrete":
+        return f"Discrete({data['n']})"
+    if data.get("type") == "Box":
+        return f"Box({data['dtype']}, {tuple(data['shape'])})"
+    return f"{data.get('type')}({data.get('shape', data.get('nvec', data.get('n')))})"
+
+
+# -- batches as tables -------------------------------------------------------------------
+def batch_to_table(
+    batch: SampleBatch,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    policy_id: str = DEFAULT_POLICY_ID,
+) -> pa.Table:
+    """An Arrow table of ``batch``'s rows (decompressed) with the schema metadata."""
+    batch = batch.decompress_if_needed()
+    if SampleBatch.SEQ_LENS in batch:
+        batch = SampleBatch({k: v for k, v in batch.items() if k != SampleBatch.SEQ_LENS})
+    arrays, columns = [], {}
+    for name, value in batch.items():
+        value = np.ascontiguousarray(value)
+        if value.dtype == object:
+            raise OfflineDataError(
+                f"column '{name}' holds Python objects ({value.dtype}); only numeric and "
+                "boolean columns can be written"
+            )
+        columns[name] = {"dtype": value.dtype.str, "shape": list(value.shape[1:])}
+        arrays.append(_to_arrow(value))
+    meta = {
+        "version": SCHEMA_VERSION,
+        "columns": columns,
+        "observation_space": space_to_json(observation_space),
+        "action_space": space_to_json(action_space),
+        "policy_id": policy_id,
+    }
+    return pa.Table.from_arrays(
+        arrays, names=list(columns), metadata={METADATA_KEY: json.dumps(meta).encode()}
+    )
+
+
+def _to_arrow(value: np.ndarray) -> pa.Array:
+    if value.ndim == 1:
+        return pa.array(value)
+    width = math.prod(value.shape[1:])
+    return pa.FixedSizeListArray.from_arrays(pa.array(value.reshape(-1)), width)
+
+
+def read_metadata(schema: pa.Schema, where: str) -> dict[str, Any]:
+    """The ``hierl`` metadata of a table / file schema; OfflineDataError naming ``where``
+    if it is missing or of another version."""
+    raw = (schema.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        raise OfflineDataError(
+            f"{where} has no hierl schema metadata: not written by hierl (or by a tool "
+            "that dropped the metadata)"
+        )
+    try:
+        meta = json.loads(raw)
+    except ValueError as e:
+        raise OfflineDataError(f"{where}: its hierl schema metadata is not JSON: {e}") from e
+    if meta.get("version") != SCHEMA_VERSION:
+        raise OfflineDataError(
+            f"{where} has schema version {meta.get('version')!r}; this hierl reads version "
+            f"{SCHEMA_VERSION}"
+        )
+    return meta
+
+
+def table_to_batch(table: pa.Table, meta: dict[str, Any]) -> SampleBatch:
+    """The SampleBatch of ``table``'s rows, every column with its written dtype and shape."""
+    out = SampleBatch()
+    n = table.num_rows
+    for name, info in meta["columns"].items():
+        column = table.column(name).combine_chunks()
+        dtype = np.dtype(info["dtype"])
+        shape = tuple(info["shape"])
+        if shape:
+            column = column.flatten()
+        values = column.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+        out[name] = values.reshape((n, *shape))
+    return out
+
+
+def check_obs_shape(
+    meta: dict[str, Any], expected: tuple[int, ...], policy_space: gym.Space, where: str
+) -> None:
+    """OfflineDataError unless the logged observations have the per-row shape
+    ``expected`` (what the policy's preprocessor makes of ``policy_space``), naming both."""
+    logged = meta.get("columns", {}).get(SampleBatch.OBS)
+    if logged is None:
+        raise OfflineDataError(f"{where} has no '{SampleBatch.OBS}' column")
+    got = tuple(logged["shape"])
+    if got != tuple(expected):
+        raise OfflineDataError(
+            f"{where}: logged observations have shape {got} "
+            f"({describe_space(meta['observation_space'])}), but the policy's observation "
+            f"space {describe_space(policy_space)} gives rows of shape {tuple(expected)}"
+        )

@@ -1,0 +1,53 @@
+"""What an evaluator reads (``InputSpec``) and writes (``OutputSpec``), as typed values.
+
+The trainer builds them from its config fields ``input``, ``input_mix``,
+``input_shuffle_window``, ``input_skip_bad_files``, ``postprocess_inputs`` and ``output``,
+``output_postprocessed``, ``output_max_file_size``, ``output_compression`` (documented
+there); the :class:`~hierl.evaluators.spec.EvaluatorSpec` carries them to every
+evaluator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from hierl.evaluators.offline.writer import DEFAULT_MAX_FILE_SIZE, Compression
+
+SAMPLER = "sampler"
+"""The input name of the live simulator (the evaluator's own rollout loop)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """Sources of ``sample()`` and how offline sources are read."""
+
+    sources: Mapping[str, float]
+    """Source -> probability of drawing each ``sample()`` from it; a source is
+    ``"sampler"``, a path / glob (a list of files is one source), or the key of a
+    Ray Data dataset in ``datasets``."""
+    files: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """Source -> its list of files, where the source is a list of files."""
+    datasets: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Source -> a ``ray.data.Dataset``."""
+    num_shards: int = 0
+    """Remote evaluators splitting the files (evaluator ``i`` reads every ``n``-th)."""
+    shuffle_window: int = 10_000
+    skip_bad_files: bool = False
+    postprocess: bool = False
+
+    @property
+    def offline(self) -> bool:
+        """Whether any source is logged data (not only the sampler)."""
+        return any(s != SAMPLER for s in self.sources)
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSpec:
+    """Where and how each evaluator writes the batches it samples."""
+
+    path: str
+    postprocessed: bool = True
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE
+    compression: Compression = "zstd"
