@@ -356,6 +356,17 @@ class TorchPolicyGraph(PolicyGraph):
         dist_inputs, values, _ = model(obs[index], state)
         return dist_inputs[mask], values[mask]
 
+    @torch.no_grad()
+    def compute_log_likelihoods(self, batch: SampleBatch) -> np.ndarray:
+        """``log pi(a|s)`` of each row's logged ACTIONS under this policy (off-policy
+        estimation); a recurrent batch needs its ``seq_lens``."""
+        columns = [SampleBatch.OBS, SampleBatch.ACTIONS, SampleBatch.SEQ_LENS]
+        columns += [k for k in batch if k.startswith(SampleBatch.STATE_IN)]
+        tensors = self.to_tensors(SampleBatch({k: batch[k] for k in columns if k in batch}))
+        dist_inputs, _ = self.model_outputs(tensors)
+        logp = self.dist_class(dist_inputs).logp(tensors[SampleBatch.ACTIONS])
+        return logp.cpu().numpy().astype(np.float64)
+
     # -- loss --------------------------------------------------------------------------
     @abc.abstractmethod
     def loss(self, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, Any]]:

@@ -25,11 +25,13 @@ import numpy as np
 
 from hierl.algorithms import multi_agent
 from hierl.algorithms.evaluation import Evaluation
+from hierl.algorithms.off_policy_estimation import check_estimators, estimate
 from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
 from hierl.checkpoint import CheckpointError
 from hierl.config import ConfigError, from_dict, suggest
 from hierl.evaluators import EvaluatorSet, EvaluatorSpec, atari, env_state
 from hierl.evaluators.evaluator_set import DEFAULT_MAX_EVALUATOR_RESTARTS
+from hierl.evaluators.offline.reader import iter_episodes, list_files
 from hierl.evaluators.offline.settings import SAMPLER, InputSpec, OutputSpec
 from hierl.evaluators.offline.writer import DEFAULT_MAX_FILE_SIZE
 from hierl.evaluators.policy_map import PolicySpec
@@ -41,7 +43,7 @@ from hierl.optimizers import (
     optimizer_settings,
 )
 from hierl.policy_graph import LearnerStats, PolicyGraph, Weights
-from hierl.sample_batch import DEFAULT_POLICY_ID
+from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 from hierl.utils import seed_everything
 
 MULTI_AGENT = (
@@ -180,6 +182,14 @@ class TrainerConfig(BaseConfig):
     postprocess_inputs: bool = False
     """Run the policy's ``postprocess_trajectories`` on logged data as it is read (in
     file order, before shuffling); MARWIL needs it for its returns."""
+    off_policy_estimation: tuple[str, ...] = ()
+    """Estimators (``is``, ``wis``; :mod:`hierl.algorithms.off_policy_estimation`) of the
+    current policy's return from the whole logged episodes of ``input``'s files (at most
+    ``off_policy_estimation_max_rows`` rows, read once), reported every
+    ``evaluation_interval`` iterations (every iteration if 0) as
+    ``off_policy_estimation/<name>/v_target`` etc."""
+    off_policy_estimation_max_rows: int = 100_000
+    """Rows of logged episodes kept for off-policy estimation."""
     output: str | None = None
     """A directory where every evaluator writes each batch it samples (Parquet, see
     :mod:`hierl.evaluators.offline.writer`); None: nothing is written."""
@@ -208,7 +218,14 @@ class TrainerConfig(BaseConfig):
         self.check("evaluation_num_evaluators", self.evaluation_num_evaluators >= 0, "must be >= 0")
         self.check("input_shuffle_window", self.input_shuffle_window >= 0, "must be >= 0")
         self.check("output_max_file_size", self.output_max_file_size > 0, "must be > 0")
-        self.input_spec()  # validates input / input_mix
+        spec = self.input_spec()  # validates input / input_mix
+        check_estimators(self.off_policy_estimation)
+        if self.off_policy_estimation and (spec is None or not spec.logged_files()):
+            raise ConfigError(
+                f"config field 'off_policy_estimation' = {self.off_policy_estimation!r} "
+                "estimates from logged episodes: set 'input' (or input_mix) to files of "
+                "logged data"
+            )
         self.policies = {str(pid): PolicySpec.coerce(pid, s) for pid, s in self.policies.items()}
         multi_agent.validate(self)
         self._resolve_optimizer()
@@ -482,6 +499,7 @@ class Trainer(BaseTrainer):
                 raise
         self.optimizer = self._make_optimizer(optimizer_name)
         self.evaluation = self._make_evaluation()
+        self._ope_episodes = self._load_ope_episodes()
         self.episodes_total = 0
         self._episodes: collections.deque = collections.deque(
             maxlen=self.config.metrics_smoothing_episodes
@@ -535,6 +553,37 @@ class Trainer(BaseTrainer):
             num_evaluators=cfg.evaluation_num_evaluators,
             **self._set_options(),
         )
+
+    def _load_ope_episodes(self) -> list[SampleBatch]:
+        """The whole logged episodes off-policy estimation averages over (read once)."""
+        cfg = self.config
+        if not cfg.off_policy_estimation:
+            return []
+        episodes, rows = [], 0
+        files = list_files(list(cfg.input_spec().logged_files()))
+        for ep in iter_episodes(files, skip_bad_files=cfg.input_skip_bad_files):
+            if rows + ep.count > cfg.off_policy_estimation_max_rows and episodes:
+                break
+            episodes.append(ep)
+            rows += ep.count
+        if not episodes:
+            raise ConfigError(
+                f"off_policy_estimation: the input {cfg.input!r} holds no whole logged "
+                "episode (record with batch_mode 'complete_episodes' or 'hierl rollout "
+                "--output')"
+            )
+        return episodes
+
+    def off_policy_estimates(self) -> dict[str, float]:
+        """Each configured estimator's figures for the current policy, flat."""
+        policy = self.get_policy()
+        out = {}
+        for name in self.config.off_policy_estimation:
+            figures = estimate(
+                name, self._ope_episodes, policy.compute_log_likelihoods, self.config.gamma
+            )
+            out.update({f"off_policy_estimation/{name}/{k}": v for k, v in figures.items()})
+        return out
 
     def _evaluator_spec(self) -> EvaluatorSpec:
         """The spec every training evaluator is built from."""
@@ -705,6 +754,8 @@ class Trainer(BaseTrainer):
         result.update(self._policy_rewards.metrics())
         if self.evaluation is not None and self.iteration % self.config.evaluation_interval == 0:
             result.update(self.evaluation.run(self.local_evaluator))
+        if self._ope_episodes and self.iteration % max(1, self.config.evaluation_interval) == 0:
+            result.update(self.off_policy_estimates())
         # learner/<stat> of the single-agent policy; learner/<policy_id>/<stat> multi-agent
         multi_agent = self.local_evaluator.multi_agent
         for pid, stats in learner_stats.items():

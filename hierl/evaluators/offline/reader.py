@@ -99,32 +99,43 @@ def open_file(path: Path) -> _File:
     return _File(path, md.num_rows, meta, starts)
 
 
-def read_rows(file: _File, start: int, stop: int) -> SampleBatch:
-    """Rows ``[start, stop)`` of ``file``, reading only the row groups that hold them."""
-    first = bisect.bisect_right(file.row_group_starts, start) - 1
-    last = bisect.bisect_left(file.row_group_starts, stop)
+def read_file(file: _File) -> SampleBatch:
+    """All rows of ``file``."""
     try:
-        table = pq.ParquetFile(file.path).read_row_groups(list(range(first, last)))
+        table = pq.read_table(file.path)
     except (OSError, pa.ArrowException) as e:
         raise OfflineDataError(f"input file '{file.path}' is corrupt: {e}") from e
-    offset = file.row_group_starts[first]
-    return table_to_batch(table.slice(start - offset, stop - start), file.meta)
+    return table_to_batch(table, file.meta)
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """One row group of one file: the unit of reading and of the epoch's shuffle."""
+
+    file: _File
+    group: int
+    num_rows: int
 
 
 class ParquetInput:
     """Shuffled batches of ``batch_size`` rows from Parquet files, forever (epochs).
+
+    Each epoch orders the files' row groups (*chunks*; hierl writes groups of at most
+    ``ROW_GROUP_ROWS`` rows) at random, cuts that sequence into windows of at least
+    ``shuffle_window`` rows, and reads one window at a time, shuffled: so rows of
+    different files mix, and memory holds one window.
 
     Args:
         files: the data files (``list_files``), already this evaluator's share.
         batch_size: rows per ``next()``.
         shuffle_window: rows read and shuffled together (at least ``batch_size``); 0
             reads in file order without shuffling.
-        seed: seeds the file order and the shuffles.
+        seed: seeds the chunk order and the shuffles.
         skip_bad_files: a file that cannot be read is logged and skipped instead of
             raising.
         check: called with each file's metadata and name (e.g. to check the observation
             shape); it raises OfflineDataError for a file that does not fit.
-        postprocess: applied to each window in file order (before shuffling).
+        postprocess: applied to each window in chunk order (before shuffling rows).
     """
 
     def __init__(
@@ -162,7 +173,7 @@ class ParquetInput:
             )
         self.epoch = 0
         self.row = 0  # rows handed out in this epoch
-        self._order: list[_File] = []
+        self._windows: list[list[_Chunk]] = []
         self._starts: list[int] = []
         self._cache: tuple[tuple[int, int], SampleBatch] | None = None
         self._begin_epoch()
@@ -179,40 +190,49 @@ class ParquetInput:
         return sum(f.num_rows for f in self.files)
 
     def _begin_epoch(self) -> None:
-        order = list(self.files)
+        chunks = [
+            _Chunk(f, g, f.row_group_starts[g + 1] - f.row_group_starts[g])
+            for f in self.files
+            for g in range(len(f.row_group_starts) - 1)
+        ]
         if self.shuffle:
-            np.random.default_rng([self.seed, self.epoch]).shuffle(order)
-        self._order = order
-        self._starts = list(np.cumsum([0] + [f.num_rows for f in order]))
+            order = np.random.default_rng([self.seed, self.epoch]).permutation(len(chunks))
+            chunks = [chunks[i] for i in order]
+        self._windows, self._starts = [], [0]
+        current: list[_Chunk] = []
+        rows = 0
+        for chunk in chunks:
+            current.append(chunk)
+            rows += chunk.num_rows
+            if rows >= self.window:
+                self._windows.append(current)
+                self._starts.append(self._starts[-1] + rows)
+                current, rows = [], 0
+        if current:
+            self._windows.append(current)
+            self._starts.append(self._starts[-1] + rows)
         self._cache = None
 
-    def _read_span(self, start: int, stop: int) -> SampleBatch:
-        """Rows ``[start, stop)`` of this epoch's file sequence."""
-        pieces = []
-        i = bisect.bisect_right(self._starts, start) - 1
-        while start < stop and i < len(self._order):
-            f, f0 = self._order[i], self._starts[i]
-            hi = min(stop, f0 + f.num_rows)
-            try:
-                pieces.append(read_rows(f, start - f0, hi - f0))
-            except OfflineDataError as e:
-                self._skip_or_raise(e)
-                self.files.remove(f)
-                if not self.files:
-                    raise OfflineDataError("every input file was bad") from e
-                self.row = 0
-                self._begin_epoch()
-                raise _Restart from None
-            start, i = hi, i + 1
-        return SampleBatch.concat_samples(pieces)
+    def _read_chunk(self, chunk: _Chunk) -> SampleBatch:
+        try:
+            table = pq.ParquetFile(chunk.file.path).read_row_group(chunk.group)
+        except (OSError, pa.ArrowException) as e:
+            error = OfflineDataError(f"input file '{chunk.file.path}' is corrupt: {e}")
+            self._skip_or_raise(error)
+            self.files.remove(chunk.file)
+            if not self.files:
+                raise OfflineDataError("every input file was bad") from e
+            self._begin_epoch()
+            self.row = min(self.row, self._starts[-1])
+            raise _Restart from None
+        return table_to_batch(table, chunk.file.meta)
 
     def _window_rows(self, k: int) -> SampleBatch:
         """Window ``k`` of this epoch, postprocessed and shuffled (cached)."""
         key = (self.epoch, k)
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
-        start = k * self.window
-        rows = self._read_span(start, min(start + self.window, self._starts[-1]))
+        rows = SampleBatch.concat_samples([self._read_chunk(c) for c in self._windows[k]])
         if self.postprocess is not None:
             rows = self.postprocess(rows)
         if self.shuffle:
@@ -231,18 +251,20 @@ class ParquetInput:
 
     def _next(self) -> SampleBatch:
         pieces, need = [], self.batch_size
+        row = self.row
         while need:
-            if self.row >= self._starts[-1]:
+            if row >= self._starts[-1]:
                 self.epoch += 1
-                self.row = 0
+                row = self.row = 0
                 self._begin_epoch()
-            k = self.row // self.window
+            k = bisect.bisect_right(self._starts, row) - 1
             rows = self._window_rows(k)
-            lo = self.row - k * self.window
+            lo = row - self._starts[k]
             take = min(need, rows.count - lo)
             pieces.append(rows.slice(lo, lo + take))
-            self.row += take
+            row += take
             need -= take
+        self.row = row  # only once the whole batch was read
         return pieces[0] if len(pieces) == 1 else SampleBatch.concat_samples(pieces)
 
     def get_state(self) -> dict[str, Any]:
@@ -276,7 +298,7 @@ def iter_episodes(files: Sequence[Path], *, skip_bad_files: bool = False) -> Ite
     for path in files:
         try:
             f = open_file(path)
-            rows = read_rows(f, 0, f.num_rows) if f.num_rows else None
+            rows = read_file(f) if f.num_rows else None
         except OfflineDataError:
             if not skip_bad_files:
                 raise

@@ -37,6 +37,16 @@ class InputSpec:
     skip_bad_files: bool = False
     postprocess: bool = False
 
+    def logged_files(self) -> tuple[str, ...]:
+        """Every path / glob / file of the file sources (not datasets or the sampler)."""
+        out: list[str] = []
+        for source in self.sources:
+            if source in self.files:
+                out.extend(self.files[source])
+            elif source != SAMPLER and source not in self.datasets:
+                out.append(source)
+        return tuple(out)
+
     @property
     def offline(self) -> bool:
         """Whether any source is logged data (not only the sampler)."""

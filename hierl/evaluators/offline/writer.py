@@ -30,13 +30,23 @@ from hierl.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 Compression = Literal["zstd", "snappy", "gzip", "lz4", "none"]
 DEFAULT_MAX_FILE_SIZE = 64 * 2**20
 PART_MARK = ".part-"
+ROW_GROUP_ROWS = 1024
+ROW_GROUP_BYTES = 8 * 2**20
+"""Row groups hold at most this many rows and bytes (at least one row): readers shuffle
+whole groups, so small groups mix rows of different files well."""
 
 
 def write_table_atomically(table: pa.Table, path: Path, compression: Compression) -> None:
     """Write ``table`` to ``path`` through a temporary sibling, fsynced, then renamed."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        pq.write_table(table, tmp, compression=None if compression == "none" else compression)
+        row_bytes = max(1, table.nbytes // max(1, table.num_rows))
+        pq.write_table(
+            table,
+            tmp,
+            compression=None if compression == "none" else compression,
+            row_group_size=max(1, min(ROW_GROUP_ROWS, ROW_GROUP_BYTES // row_bytes)),
+        )
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         tmp.replace(path)

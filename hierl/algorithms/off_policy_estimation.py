@@ -1,0 +1,89 @@
+"""Off-policy estimation: the return of the current policy from logged episodes.
+
+Precup et al. 2000, "Eligibility Traces for Off-Policy Policy Evaluation" (per-decision
+importance sampling).  For a logged episode with behaviour probabilities ``mu_t`` (its
+``action_logp`` column) and the current policy's ``pi_t``, ``p_t = prod_{k<=t} pi_k /
+mu_k`` and
+
+* ``is``:  ``V = sum_t gamma^t p_t r_t`` per episode (unbiased);
+* ``wis``: ``V = sum_t gamma^t (p_t / w_t) r_t`` with ``w_t`` the mean of ``p_t`` over the
+  episodes that reach step ``t`` (biased, consistent, far lower variance).
+
+Each reports the mean over episodes (``v_target``), its standard error, the logged
+discounted return (``v_behavior``) and ``v_gain = v_target / v_behavior``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from hierl.config import ConfigError
+from hierl.sample_batch import SampleBatch
+
+ESTIMATORS = ("is", "wis")
+
+
+def check_estimators(names: Sequence[str]) -> None:
+    """ConfigError for an unknown estimator name."""
+    for name in names:
+        if name not in ESTIMATORS:
+            raise ConfigError(
+                f"config field 'off_policy_estimation' names '{name}'; valid: "
+                f"{', '.join(ESTIMATORS)}"
+            )
+
+
+def _ratios(
+    episodes: Sequence[SampleBatch], target_logp: Callable[[SampleBatch], np.ndarray]
+) -> list[np.ndarray]:
+    out = []
+    for ep in episodes:
+        if SampleBatch.ACTION_LOGP not in ep:
+            raise ValueError(
+                "off-policy estimation needs the behaviour policy's 'action_logp' column in "
+                "the logged data (written by policies that sample, e.g. PG / PPO / "
+                "'hierl rollout --output')"
+            )
+        log_ratio = target_logp(ep) - ep[SampleBatch.ACTION_LOGP].astype(np.float64)
+        out.append(np.exp(np.cumsum(log_ratio)))
+    return out
+
+
+def estimate(
+    name: str,
+    episodes: Sequence[SampleBatch],
+    target_logp: Callable[[SampleBatch], np.ndarray],
+    gamma: float,
+) -> dict[str, float]:
+    """Estimator ``name`` (``is`` / ``wis``) over whole logged ``episodes``; the target
+    policy's log-probabilities of the logged actions come from ``target_logp``."""
+    check_estimators([name])
+    if not episodes:
+        raise ValueError("off-policy estimation needs at least one whole logged episode")
+    ratios = _ratios(episodes, target_logp)
+    rewards = [ep[SampleBatch.REWARDS].astype(np.float64) for ep in episodes]
+    discounts = [gamma ** np.arange(len(r)) for r in rewards]
+    if name == "wis":
+        horizon = max(len(p) for p in ratios)
+        total = np.zeros(horizon)
+        count = np.zeros(horizon)
+        for p in ratios:
+            total[: len(p)] += p
+            count[: len(p)] += 1
+        mean_p = total / count
+        ratios = [p / np.maximum(mean_p[: len(p)], 1e-300) for p in ratios]
+    v_target = np.asarray([np.sum(d * p * r) for d, p, r in zip(discounts, ratios, rewards, strict=True)])
+    v_behavior = np.asarray([np.sum(d * r) for d, r in zip(discounts, rewards, strict=True)])
+    n = len(episodes)
+    std_err = float(np.std(v_target, ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+    mean_b = float(v_behavior.mean())
+    return {
+        "v_target": float(v_target.mean()),
+        "v_target_std_err": std_err,
+        "v_behavior": mean_b,
+        "v_gain": float(v_target.mean()) / mean_b if mean_b else math.nan,
+        "episodes": n,
+    }
