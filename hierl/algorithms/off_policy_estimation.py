@@ -75,7 +75,9 @@ def estimate(
             count[: len(p)] += 1
         mean_p = total / count
         ratios = [p / np.maximum(mean_p[: len(p)], 1e-300) for p in ratios]
-    v_target = np.asarray([np.sum(d * p * r) for d, p, r in zip(discounts, ratios, rewards, strict=True)])
+    v_target = np.asarray(
+        [np.sum(d * p * r) for d, p, r in zip(discounts, ratios, rewards, strict=True)]
+    )
     v_behavior = np.asarray([np.sum(d * r) for d, r in zip(discounts, rewards, strict=True)])
     n = len(episodes)
     std_err = float(np.std(v_target, ddof=1) / math.sqrt(n)) if n > 1 else math.nan
