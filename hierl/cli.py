@@ -209,6 +209,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="sample actions stochastically (default: deterministic/greedy actions)",
     )
     rollout.add_argument("--seed", type=int, metavar="S", help="seed for the env and actions")
+    rollout.add_argument(
+        "--output",
+        metavar="DIR",
+        help="write whole episodes to DIR as logged data (Parquet, with each action's "
+        "action_logp for off-policy estimation); actions are sampled, and the run's "
+        "sub-envs may finish a few more than --episodes",
+    )
     rollout.set_defaults(func=cmd_rollout)
 
     lst = sub.add_parser(
@@ -751,9 +758,21 @@ def cmd_rollout(args: argparse.Namespace) -> int:
                 f"rollout serves one policy, but '{path}' is a checkpoint of the nested "
                 f"algorithm {algo}; load it in Python with BaseTrainer.from_checkpoint"
             )
-        trainer = Trainer.from_checkpoint(path, num_evaluators=0)
+        overrides: dict[str, Any] = {}
+        if args.output:
+            overrides = {
+                "output": args.output,
+                "batch_mode": "complete_episodes",
+                "rollout_fragment_length": 1,
+            }
+        trainer = Trainer.from_checkpoint(path, num_evaluators=0, **overrides)
     except (CheckpointError, ConfigError) as e:
         raise CLIError(str(e)) from None
+    if args.output:
+        returns = _record_episodes(trainer, args)
+        print(f"mean return: {sum(returns) / len(returns):.2f} over {len(returns)} episodes")
+        print(f"logged data: {Path(args.output).resolve()}", flush=True)
+        return 0
     try:
         env = _make_rollout_env(trainer.config)
         try:
@@ -765,6 +784,32 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     mean = sum(returns) / len(returns)
     print(f"mean return: {mean:.2f} over {len(returns)} episodes", flush=True)
     return 0
+
+
+def _record_episodes(trainer: Any, args: argparse.Namespace) -> list[float]:
+    """Play whole episodes with sampled actions, writing each one, until at least
+    ``args.episodes`` (the last batch's other sub-envs may finish more)."""
+    if args.seed is not None:
+        from hierl.utils import seed_everything
+
+        seed_everything(args.seed)
+    evaluator = trainer.local_evaluator
+    evaluator.reset_sampler()  # whole episodes only, not the checkpoint's current ones
+    returns: list[float] = []
+    try:
+        while len(returns) < args.episodes:
+            evaluator.sample_env()
+            for record in evaluator.get_metrics():
+                returns.append(record.episode_reward)
+                n = len(returns)
+                print(
+                    f"episode {n}: return {record.episode_reward:.2f}, length "
+                    f"{record.episode_length}",
+                    flush=True,
+                )
+    finally:
+        trainer.stop()  # finishes the output files
+    return returns
 
 
 def _make_rollout_env(config: Any) -> Any:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import RESULT_KEYS
 
@@ -340,6 +341,20 @@ def test_rollout_accepts_run_dir_and_seed_is_reproducible(trained, capsys):
     assert main(argv) == 0
     assert capsys.readouterr().out == first
     assert "mean return:" in first
+
+
+def test_rollout_output_logs_whole_episodes_with_their_action_logp(trained, capsys, tmp_path):
+    from hierl.evaluators.offline import iter_episodes, list_files
+
+    out, rc, _, _ = trained
+    assert rc == 0
+    argv = ["rollout", str(out), "--episodes", "3", "--output", str(tmp_path / "logged")]
+    assert main([*argv, "--seed", "1"]) == 0
+    stdout = capsys.readouterr().out
+    returns = [float(r) for r in re.findall(r"^episode \d+: return ([\d.]+)", stdout, re.M)]
+    episodes = list(iter_episodes(list_files(tmp_path / "logged")))
+    assert [float(e["rewards"].sum()) for e in episodes] == returns and len(returns) >= 3
+    assert all(np.all(e["action_logp"] < 0) for e in episodes)  # sampled, with logp
 
 
 # -- help, list, config ----------------------------------------------------------------

@@ -226,6 +226,10 @@ class PolicyEvaluator:
         return self._queue.get()
 
     def _sample_now(self) -> SampleBatch | MultiAgentBatch:
+        return self.sample_env()
+
+    def sample_env(self) -> SampleBatch | MultiAgentBatch:
+        """One batch from the envs (written to ``output`` if set), whatever the input."""
         batch = self.sampler.sample()
         self._episodes.extend(self.sampler.pop_episodes())
         if self.writer is not None:
@@ -301,9 +305,7 @@ class PolicyEvaluator:
             self.set_weights(weights)
         if filters is not None:
             self.sync_filters(filters)
-        if self._sampler is not None:
-            self._sampler.close()
-        self._sampler = None
+        self.reset_sampler()
         sampler = self.sampler
         n = sampler.num_envs
         quota = {i: (num_episodes + i) // n for i in range(n)}
@@ -315,6 +317,13 @@ class PolicyEvaluator:
                     quota[record.env_index] -= 1
                     out.append(record)
         return out
+
+    @locked
+    def reset_sampler(self) -> None:
+        """Close the envs: the next sample starts fresh episodes in new ones."""
+        if self._sampler is not None:
+            self._sampler.close()
+        self._sampler = None
 
     @locked
     def get_metrics(self) -> list[EpisodeRecord]:

@@ -96,7 +96,7 @@ class OfflineEvaluator(PolicyEvaluator):
     def _sample_now(self) -> SampleBatch:
         source = self.sources[int(self._rng.choice(len(self.sources), p=self.probs))]
         if source == SAMPLER:
-            return super()._sample_now()
+            return self.sample_env()
         batch = self.readers[source].next()
         if self.spec.compress_observations:
             batch.compress(bulk=True)
