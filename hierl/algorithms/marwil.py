@@ -54,13 +54,6 @@ class MARWILConfig(TrainerConfig):
         super().__post_init__()
         self.check("beta", self.beta >= 0, "must be >= 0")
         self.check("vf_loss_coeff", self.vf_loss_coeff >= 0, "must be >= 0")
-        spec = self.input_spec()
-        if spec is None:
-            raise ConfigError(
-                f"{type(self).__name__[:-6]} learns from logged data: config field 'input' "
-                "= 'sampler' is not valid; give a directory, glob or list of files written "
-                "with 'output' (or a ray.data.Dataset), or an input_mix"
-            )
 
 
 @dataclasses.dataclass
@@ -140,8 +133,18 @@ class MARWILTrainer(Trainer):
     config_class = MARWILConfig
     policy_class = MARWILPolicy
 
+    def validate_config(self, config: MARWILConfig) -> MARWILConfig:
+        """The input must hold logged data (imitating its own samples teaches nothing)."""
+        if config.input_spec() is None:
+            raise ConfigError(
+                f"{self.name} learns from logged data: config field 'input' = 'sampler' is "
+                "not valid; give a directory, glob or list of files written with 'output' "
+                "(or a ray.data.Dataset), or an input_mix"
+            )
+        return super().validate_config(config)
 
-class BCTrainer(Trainer):
+
+class BCTrainer(MARWILTrainer):
     """Behaviour cloning on logged data (``input``)."""
 
     name = "BC"
