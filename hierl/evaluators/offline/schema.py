@@ -52,24 +52,6 @@ def space_to_json(space: gym.Space) -> dict[str, Any]:
     return {"type": type(space).__name__, "shape": list(space.shape or ())}
 
 
-def space_from_json(data: dict[str, Any]) -> gym.Space | None:
-    """The space ``space_to_json`` described (None for a kind it does not rebuild)."""
-    kind = data.get("type")
-    if kind == "Box":
-        return gym.spaces.Box(
-            np.asarray(data["low"], dtype=data["dtype"]),
-            np.asarray(data["high"], dtype=data["dtype"]),
-            dtype=data["dtype"],
-        )
-    if kind == "Discrete":
-        return gym.spaces.Discrete(data["n"], start=data.get("start", 0))
-    if kind == "MultiDiscrete":
-        return gym.spaces.MultiDiscrete(data["nvec"])
-    if kind == "MultiBinary":
-        return gym.spaces.MultiBinary(data["n"])
-    return None
-
-
 def describe_space(space: gym.Space | dict[str, Any]) -> str:
     """``Box(uint8, (84, 84, 4))`` / ``Discrete(2)``: for error messages."""
     data = space if isinstance(space, dict) else space_to_json(space)
