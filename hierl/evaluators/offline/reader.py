@@ -34,7 +34,8 @@ from hierl.sample_batch import SampleBatch
 logger = logging.getLogger(__name__)
 
 Postprocess = Callable[[SampleBatch], SampleBatch]
-"""Applied to each window of rows (in file order) before it is shuffled."""
+"""Applied to each window of rows (whole row groups, each in file order) before it is
+shuffled."""
 
 
 def list_files(source: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
@@ -81,9 +82,13 @@ def _part_of_finished(path: Path, finished: set[str]) -> bool:
 @dataclass
 class _File:
     path: Path
-    num_rows: int
     meta: dict[str, Any]
-    row_group_starts: list[int]
+    group_rows: list[int]
+    """Rows of each row group."""
+
+    @property
+    def num_rows(self) -> int:
+        return sum(self.group_rows)
 
 
 def open_file(path: Path) -> _File:
@@ -93,10 +98,7 @@ def open_file(path: Path) -> _File:
     except (OSError, pa.ArrowException) as e:
         raise OfflineDataError(f"input file '{path}' is not a readable Parquet file: {e}") from e
     meta = read_metadata(md.schema.to_arrow_schema(), f"input file '{path}'")
-    starts = [0]
-    for i in range(md.num_row_groups):
-        starts.append(starts[-1] + md.row_group(i).num_rows)
-    return _File(path, md.num_rows, meta, starts)
+    return _File(path, meta, [md.row_group(i).num_rows for i in range(md.num_row_groups)])
 
 
 def read_file(file: _File) -> SampleBatch:
@@ -114,7 +116,10 @@ class _Chunk:
 
     file: _File
     group: int
-    num_rows: int
+
+    @property
+    def num_rows(self) -> int:
+        return self.file.group_rows[self.group]
 
 
 class ParquetInput:
@@ -190,11 +195,7 @@ class ParquetInput:
         return sum(f.num_rows for f in self.files)
 
     def _begin_epoch(self) -> None:
-        chunks = [
-            _Chunk(f, g, f.row_group_starts[g + 1] - f.row_group_starts[g])
-            for f in self.files
-            for g in range(len(f.row_group_starts) - 1)
-        ]
+        chunks = [_Chunk(f, g) for f in self.files for g in range(len(f.group_rows))]
         if self.shuffle:
             order = np.random.default_rng([self.seed, self.epoch]).permutation(len(chunks))
             chunks = [chunks[i] for i in order]
@@ -213,9 +214,13 @@ class ParquetInput:
             self._starts.append(self._starts[-1] + rows)
         self._cache = None
 
-    def _read_chunk(self, chunk: _Chunk) -> SampleBatch:
+    def _read_chunk(self, chunk: _Chunk, opened: dict[Path, pq.ParquetFile]) -> SampleBatch:
+        """One row group, through ``opened`` (each file's footer is parsed once)."""
         try:
-            table = pq.ParquetFile(chunk.file.path).read_row_group(chunk.group)
+            handle = opened.get(chunk.file.path)
+            if handle is None:
+                handle = opened[chunk.file.path] = pq.ParquetFile(chunk.file.path)
+            table = handle.read_row_group(chunk.group)
         except (OSError, pa.ArrowException) as e:
             error = OfflineDataError(f"input file '{chunk.file.path}' is corrupt: {e}")
             self._skip_or_raise(error)
@@ -232,7 +237,8 @@ class ParquetInput:
         key = (self.epoch, k)
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
-        rows = SampleBatch.concat_samples([self._read_chunk(c) for c in self._windows[k]])
+        opened: dict[Path, pq.ParquetFile] = {}
+        rows = SampleBatch.concat_samples([self._read_chunk(c, opened) for c in self._windows[k]])
         if self.postprocess is not None:
             rows = self.postprocess(rows)
         if self.shuffle:
