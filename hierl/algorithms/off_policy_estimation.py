@@ -60,32 +60,58 @@ def estimate(
 ) -> dict[str, float]:
     """Estimator ``name`` (``is`` / ``wis``) over whole logged ``episodes``; the target
     policy's log-probabilities of the logged actions come from ``target_logp``."""
-    check_estimators([name])
+    return estimate_all([name], episodes, target_logp, gamma)[name]
+
+
+def estimate_all(
+    names: Sequence[str],
+    episodes: Sequence[SampleBatch],
+    target_logp: Callable[[SampleBatch], np.ndarray],
+    gamma: float,
+) -> dict[str, dict[str, float]]:
+    """``estimate`` for each of ``names``, evaluating the target policy once per episode."""
+    check_estimators(names)
     if not episodes:
         raise ValueError("off-policy estimation needs at least one whole logged episode")
     ratios = _ratios(episodes, target_logp)
     rewards = [ep[SampleBatch.REWARDS].astype(np.float64) for ep in episodes]
     discounts = [gamma ** np.arange(len(r)) for r in rewards]
-    if name == "wis":
-        horizon = max(len(p) for p in ratios)
-        total = np.zeros(horizon)
-        count = np.zeros(horizon)
-        for p in ratios:
-            total[: len(p)] += p
-            count[: len(p)] += 1
-        mean_p = total / count
-        ratios = [p / np.maximum(mean_p[: len(p)], 1e-300) for p in ratios]
+    v_behavior = float(np.mean([np.sum(d * r) for d, r in zip(discounts, rewards, strict=True)]))
+    return {
+        name: _figures(_weights(name, ratios), discounts, rewards, v_behavior) for name in names
+    }
+
+
+def _weights(name: str, ratios: list[np.ndarray]) -> list[np.ndarray]:
+    """Per-step importance weights: the cumulative ratios (``is``), or those divided by
+    their mean over the episodes reaching each step (``wis``)."""
+    if name == "is":
+        return ratios
+    horizon = max(len(p) for p in ratios)
+    total = np.zeros(horizon)
+    count = np.zeros(horizon)
+    for p in ratios:
+        total[: len(p)] += p
+        count[: len(p)] += 1
+    mean_p = total / count
+    return [p / np.maximum(mean_p[: len(p)], 1e-300) for p in ratios]
+
+
+def _figures(
+    weights: list[np.ndarray],
+    discounts: list[np.ndarray],
+    rewards: list[np.ndarray],
+    v_behavior: float,
+) -> dict[str, float]:
     v_target = np.asarray(
-        [np.sum(d * p * r) for d, p, r in zip(discounts, ratios, rewards, strict=True)]
+        [np.sum(d * w * r) for d, w, r in zip(discounts, weights, rewards, strict=True)]
     )
-    v_behavior = np.asarray([np.sum(d * r) for d, r in zip(discounts, rewards, strict=True)])
-    n = len(episodes)
+    n = len(v_target)
     std_err = float(np.std(v_target, ddof=1) / math.sqrt(n)) if n > 1 else math.nan
-    mean_b = float(v_behavior.mean())
     return {
         "v_target": float(v_target.mean()),
         "v_target_std_err": std_err,
-        "v_behavior": mean_b,
-        "v_gain": float(v_target.mean()) / mean_b if mean_b else math.nan,
+        "v_behavior": v_behavior,
+        "v_gain": float(v_target.mean()) / v_behavior if v_behavior else math.nan,
         "episodes": n,
     }

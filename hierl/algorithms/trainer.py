@@ -25,7 +25,7 @@ import numpy as np
 
 from hierl.algorithms import multi_agent
 from hierl.algorithms.evaluation import Evaluation
-from hierl.algorithms.off_policy_estimation import check_estimators, estimate
+from hierl.algorithms.off_policy_estimation import check_estimators, estimate_all
 from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
 from hierl.checkpoint import CheckpointError
 from hierl.config import ConfigError, from_dict, suggest
@@ -576,14 +576,18 @@ class Trainer(BaseTrainer):
 
     def off_policy_estimates(self) -> dict[str, float]:
         """Each configured estimator's figures for the current policy, flat."""
-        policy = self.get_policy()
-        out = {}
-        for name in self.config.off_policy_estimation:
-            figures = estimate(
-                name, self._ope_episodes, policy.compute_log_likelihoods, self.config.gamma
-            )
-            out.update({f"off_policy_estimation/{name}/{k}": v for k, v in figures.items()})
-        return out
+        cfg = self.config
+        estimates = estimate_all(
+            cfg.off_policy_estimation,
+            self._ope_episodes,
+            self.get_policy().compute_log_likelihoods,
+            cfg.gamma,
+        )
+        return {
+            f"off_policy_estimation/{name}/{k}": v
+            for name, figures in estimates.items()
+            for k, v in figures.items()
+        }
 
     def _evaluator_spec(self) -> EvaluatorSpec:
         """The spec every training evaluator is built from."""
