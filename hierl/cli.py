@@ -768,47 +768,43 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         trainer = Trainer.from_checkpoint(path, num_evaluators=0, **overrides)
     except (CheckpointError, ConfigError) as e:
         raise CLIError(str(e)) from None
-    if args.output:
-        returns = _record_episodes(trainer, args)
-        print(f"mean return: {sum(returns) / len(returns):.2f} over {len(returns)} episodes")
-        print(f"logged data: {Path(args.output).resolve()}", flush=True)
-        return 0
+    if args.seed is not None:
+        from hierl.utils import seed_everything
+
+        seed_everything(args.seed)
     try:
-        env = _make_rollout_env(trainer.config)
-        try:
-            returns = _run_episodes(trainer, env, args)
-        finally:
-            env.close()
+        if args.output:
+            returns = _record_episodes(trainer, args)
+        else:
+            env = _make_rollout_env(trainer.config)
+            try:
+                returns = _run_episodes(trainer, env, args)
+            finally:
+                env.close()
     finally:
-        trainer.stop()
+        trainer.stop()  # also finishes the output files
     mean = sum(returns) / len(returns)
     print(f"mean return: {mean:.2f} over {len(returns)} episodes", flush=True)
+    if args.output:
+        print(f"logged data: {Path(args.output).resolve()}", flush=True)
     return 0
+
+
+def _print_episode(number: int, total: float, length: int) -> None:
+    print(f"episode {number}: return {total:.2f}, length {length}", flush=True)
 
 
 def _record_episodes(trainer: Any, args: argparse.Namespace) -> list[float]:
     """Play whole episodes with sampled actions, writing each one, until at least
     ``args.episodes`` (the last batch's other sub-envs may finish more)."""
-    if args.seed is not None:
-        from hierl.utils import seed_everything
-
-        seed_everything(args.seed)
     evaluator = trainer.local_evaluator
     evaluator.reset_sampler()  # whole episodes only, not the checkpoint's current ones
     returns: list[float] = []
-    try:
-        while len(returns) < args.episodes:
-            evaluator.sample_env()
-            for record in evaluator.get_metrics():
-                returns.append(record.episode_reward)
-                n = len(returns)
-                print(
-                    f"episode {n}: return {record.episode_reward:.2f}, length "
-                    f"{record.episode_length}",
-                    flush=True,
-                )
-    finally:
-        trainer.stop()  # finishes the output files
+    while len(returns) < args.episodes:
+        evaluator.sample_env()
+        for record in evaluator.get_metrics():
+            returns.append(record.episode_reward)
+            _print_episode(len(returns), record.episode_reward, record.episode_length)
     return returns
 
 
@@ -832,9 +828,6 @@ def _make_rollout_env(config: Any) -> Any:
 
 def _run_episodes(trainer: Any, env: Any, args: argparse.Namespace) -> list[float]:
     if args.seed is not None:
-        from hierl.utils import seed_everything
-
-        seed_everything(args.seed)
         env.action_space.seed(args.seed)
     # recurrent policies carry their state through each episode
     player = trainer.local_evaluator.episode_player(env)
@@ -843,7 +836,7 @@ def _run_episodes(trainer: Any, env: Any, args: argparse.Namespace) -> list[floa
         played = player.play(seed=args.seed if i == 0 else None, explore=args.explore)
         total, length = played.record.episode_reward, played.record.episode_length
         returns.append(total)
-        print(f"episode {i + 1}: return {total:.2f}, length {length}", flush=True)
+        _print_episode(i + 1, total, length)
     return returns
 
 
