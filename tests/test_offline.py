@@ -254,6 +254,26 @@ def test_trainer_checkpoint_resumes_the_reader_and_the_weights_exactly(tmp_path)
             np.testing.assert_array_equal(v, weights["default_policy"][k])
 
 
+def test_checkpoint_covers_the_remote_evaluators_reading_positions(ray_session, tmp_path):
+    write_numbered(tmp_path / "data", [1000] * 4)
+    config = {
+        "env": "CartPole-v1",
+        "input": str(tmp_path / "data"),
+        "train_batch_size": 600,
+        "num_evaluators": 2,
+        "num_cpus_per_evaluator": 0.5,
+    }
+    with BCTrainer(config) as t:
+        for _ in range(3):
+            t.train()
+        assert sorted(t.get_state()["inputs"]) == ["1", "2"]
+        checkpoint = t.save(tmp_path / "checkpoint")
+        expected = [t.train()["learner/policy_loss"] for _ in range(4)]
+    with BCTrainer(config) as resumed:
+        resumed.restore(checkpoint)
+        assert [resumed.train()["learner/policy_loss"] for _ in range(4)] == expected
+
+
 # -- bad input ---------------------------------------------------------------------------
 def test_missing_and_empty_inputs_name_the_path(tmp_path):
     with pytest.raises(OfflineDataError, match="does not exist"):

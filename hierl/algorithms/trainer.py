@@ -32,7 +32,7 @@ from hierl.config import ConfigError, from_dict, suggest
 from hierl.evaluators import EvaluatorSet, EvaluatorSpec, atari, env_state
 from hierl.evaluators.evaluator_set import DEFAULT_MAX_EVALUATOR_RESTARTS
 from hierl.evaluators.offline.reader import iter_episodes, list_files
-from hierl.evaluators.offline.settings import SAMPLER, InputSpec, OutputSpec
+from hierl.evaluators.offline.settings import SAMPLER, InputSpec, OutputSpec, path_strings
 from hierl.evaluators.offline.writer import DEFAULT_MAX_FILE_SIZE
 from hierl.evaluators.policy_map import PolicySpec
 from hierl.models.networks import ModelConfig
@@ -218,6 +218,8 @@ class TrainerConfig(BaseConfig):
         self.check("evaluation_num_evaluators", self.evaluation_num_evaluators >= 0, "must be >= 0")
         self.check("input_shuffle_window", self.input_shuffle_window >= 0, "must be >= 0")
         self.check("output_max_file_size", self.output_max_file_size > 0, "must be > 0")
+        self.input = path_strings(self.input)
+        self.input_mix = {path_strings(k): p for k, p in self.input_mix.items()}
         spec = self.input_spec()  # validates input / input_mix
         check_estimators(self.off_policy_estimation)
         if self.off_policy_estimation and (spec is None or not spec.logged_files()):
@@ -800,11 +802,13 @@ class Trainer(BaseTrainer):
         """Everything ``restore`` needs, as arrays and JSON scalars.
 
         ``rng`` holds the driver's Python / numpy / torch generator states; the local
-        evaluator's state includes its rollout position (see ``PolicyEvaluator.save``).
+        evaluator's state includes its rollout position (see ``PolicyEvaluator.save``);
+        ``inputs`` the remote evaluators' positions in logged data.
         """
         return {
             "rng": env_state.get_rng_state(),
             "evaluator": self.local_evaluator.save(),
+            "inputs": self.evaluators.input_states(),
             "optimizer": self.optimizer.save(),
             "counters": {
                 "iteration": self.iteration,
@@ -822,6 +826,7 @@ class Trainer(BaseTrainer):
         except ValueError as e:
             raise CheckpointError(f"checkpoint does not fit this {self.name} trainer: {e}") from e
         self.optimizer.restore(state["optimizer"])
+        self.evaluators.set_input_states(state.get("inputs", {}))
         counters = state["counters"]
         self.iteration = int(counters["iteration"])
         self.time_total_s = float(counters["time_total_s"])

@@ -294,6 +294,24 @@ class EvaluatorSet:
             states = self.local_evaluator.get_filters(flush_after=False)
             self.call_remotes(lambda e: e.sync_filters.remote(states))
 
+    def input_states(self) -> dict[str, Any]:
+        """The reading positions of the remote offline evaluators, by worker index
+        (``OfflineEvaluator.input_state``); empty when they read no logged data.
+
+        Positions are taken after the evaluators' queued tasks: batches an asynchronous
+        optimizer has requested but not yet consumed count as read."""
+        if not self.remote_evaluators or not isinstance(self.local_evaluator, OfflineEvaluator):
+            return {}
+        pairs = self.call_remotes(lambda e: e.input_state.remote())
+        return {str(self.worker_index(actor)): state for actor, state in pairs}
+
+    def set_input_states(self, states: Mapping[str, Any]) -> None:
+        """Inverse of ``input_states``; evaluators without a saved position start over."""
+        if states and self.remote_evaluators:
+            self.call_remotes(
+                lambda e: e.set_input_state.remote(states.get(str(self.worker_index(e))))
+            )
+
     def foreach_evaluator(self, fn: Callable[[PolicyEvaluator], T]) -> list[T]:
         """``fn(evaluator)`` on the local evaluator, then on every healthy remote (in
         parallel); a remote that fails meanwhile is handled and left out of the result."""

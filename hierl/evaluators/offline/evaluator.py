@@ -18,10 +18,11 @@ import numpy as np
 
 from hierl.config import ConfigError
 from hierl.evaluators.offline.reader import ParquetInput, RayDataInput, list_files
-from hierl.evaluators.offline.schema import check_obs_shape
+from hierl.evaluators.offline.schema import OfflineDataError, check_obs_shape
 from hierl.evaluators.offline.settings import SAMPLER, InputSpec
 from hierl.evaluators.policy_evaluator import PolicyEvaluator, locked
 from hierl.evaluators.spec import EvaluatorSpec
+from hierl.postprocessing import N_STEP_DISCOUNTS
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 
 
@@ -82,6 +83,13 @@ class OfflineEvaluator(PolicyEvaluator):
 
         def check(meta: dict[str, Any], where: str) -> None:
             check_obs_shape(meta, prep.shape, self.policy.observation_space, where)
+            if settings.postprocess and N_STEP_DISCOUNTS in meta["columns"]:
+                raise OfflineDataError(
+                    f"{where} holds n-step transitions (logged after n-step "
+                    "postprocessing); postprocess_inputs True would sum their rewards "
+                    "again: read it with postprocess_inputs False, or log raw rows with "
+                    "output_postprocessed False"
+                )
 
         return ParquetInput(
             file_share(files, self.worker_index, settings.num_shards),
@@ -103,23 +111,31 @@ class OfflineEvaluator(PolicyEvaluator):
         return batch
 
     @locked
-    def save(self) -> dict[str, Any]:
-        """``PolicyEvaluator.save`` plus each reader's position and the source generator."""
-        out = super().save()
-        out["input"] = {
+    def input_state(self) -> dict[str, Any]:
+        """Each reader's position and the source generator's state (JSON scalars)."""
+        return {
             "rng": self._rng.bit_generator.state,
             "readers": {s: r.get_state() for s, r in self.readers.items()},
         }
-        return out
+
+    @locked
+    def set_input_state(self, state: dict[str, Any] | None) -> None:
+        """Inverse of ``input_state``: the readers continue from those positions (None:
+        they stay where they are)."""
+        if state is None:
+            return
+        self._rng.bit_generator.state = state["rng"]
+        for source, reader_state in state["readers"].items():
+            if source in self.readers:
+                self.readers[source].set_state(reader_state)
+
+    @locked
+    def save(self) -> dict[str, Any]:
+        """``PolicyEvaluator.save`` plus ``input_state`` (the lock is reentrant)."""
+        return {**super().save(), "input": self.input_state()}
 
     @locked
     def restore(self, state: dict[str, Any]) -> None:
-        """Inverse of ``save``: the readers continue from their saved positions."""
+        """Inverse of ``save``."""
         super().restore(state)
-        saved = state.get("input")
-        if not saved:
-            return
-        self._rng.bit_generator.state = saved["rng"]
-        for source, reader_state in saved["readers"].items():
-            if source in self.readers:
-                self.readers[source].set_state(reader_state)
+        self.set_input_state(state.get("input"))

@@ -10,6 +10,7 @@ evaluator.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,16 @@ from hierl.evaluators.offline.writer import DEFAULT_MAX_FILE_SIZE, Compression
 
 SAMPLER = "sampler"
 """The input name of the live simulator (the evaluator's own rollout loop)."""
+
+
+def path_strings(value: Any) -> Any:
+    """``value`` with paths (``os.PathLike``, alone or in a list / tuple) as strings;
+    anything else unchanged."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, (list, tuple)):
+        return [path_strings(v) for v in value]
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
