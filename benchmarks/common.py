@@ -5,19 +5,23 @@
 ``bar_png`` is re-exported from there.
 ``CpuMeter`` tells how many CPU cores given processes, and the rest of the machine, used
 during a span: on a small shared machine the background load explains noisy figures.
+``ImageEnv`` is an Atari-shaped env (pickled by value, so Ray actors can build it).
 ``benchmarks/results/`` is gitignored.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import psutil
+import ray.cloudpickle
 
 from hierl.bench_report import bar_png, write_record
 from hierl.sample_batch import SampleBatch
@@ -27,6 +31,7 @@ __all__ = [
     "REPO_ROOT",
     "RESULTS_DIR",
     "CpuMeter",
+    "ImageEnv",
     "bar_png",
     "machine_busy_seconds",
     "process_tree",
@@ -139,6 +144,31 @@ def wait_for_quiet(max_wait_s: float, threshold: float = 0.25, window_s: float =
                 flush=True,
             )
             announced = True
+
+
+class ImageEnv(gym.Env):
+    """Atari-shaped: random ``(84, 84, 4)`` uint8 frames, 6 actions, 400-step episodes."""
+
+    observation_space = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
+    action_space = gym.spaces.Discrete(6)
+
+    def __init__(self, config: Any = None):
+        self.rng = np.random.default_rng(0)
+        self.frames = self.rng.integers(0, 256, (16, 84, 84, 4), dtype=np.uint8)
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: Any = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.frames[0], {}
+
+    def step(self, action: int):
+        self.t += 1
+        reward = float(action == self.t % 6)
+        return self.frames[self.t % 16], reward, False, self.t >= 400, {}
+
+
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors lack this path
 
 
 def cartpole_batch(rows: int, seed: int = 0) -> SampleBatch:

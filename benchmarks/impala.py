@@ -36,7 +36,6 @@ from typing import Any
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -47,31 +46,9 @@ from hierl.optimizers.aso.optimizer import sample_fragment
 from hierl.sample_batch import SampleBatch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import CpuMeter, cartpole_batch, measure_routing, process_tree, record
+from common import CpuMeter, ImageEnv, cartpole_batch, measure_routing, process_tree, record
 
 PAPER_WORKERS = 256
-
-
-class ImageEnv(gym.Env):
-    """Atari-shaped: random ``(84, 84, 4)`` uint8 frames, 6 actions, 400-step episodes."""
-
-    observation_space = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
-    action_space = gym.spaces.Discrete(6)
-
-    def __init__(self, config: Any = None):
-        self.rng = np.random.default_rng(0)
-        self.frames = self.rng.integers(0, 256, (16, 84, 84, 4), dtype=np.uint8)
-        self.t = 0
-
-    def reset(self, *, seed: int | None = None, options: Any = None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self.frames[0], {}
-
-    def step(self, action: int):
-        self.t += 1
-        reward = float(action == self.t % 6)
-        return self.frames[self.t % 16], reward, False, self.t >= 400, {}
 
 
 ENVS = {"CartPole-v1": "CartPole-v1", "image": ImageEnv}
