@@ -100,6 +100,17 @@ def _algorithm_names() -> list[str]:
     return trainer_names()
 
 
+def _algorithm(text: str) -> str:
+    """``--algo`` / ``ALGO``: a registered algorithm name in any case, as registered."""
+    from hierl.algorithms.registry import canonical_name
+    from hierl.config import ConfigError
+
+    try:
+        return canonical_name(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``hierl`` argument parser with its subcommands."""
     parser = _Parser(
@@ -134,7 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     train.add_argument(
-        "--algo", required=True, metavar="ALGO", help=f"algorithm name (one of: {algos})"
+        "--algo",
+        required=True,
+        type=_algorithm,
+        metavar="ALGO",
+        help=f"algorithm name, any case (one of: {algos})",
     )
     train.add_argument(
         "--env",
@@ -219,8 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
     rollout.set_defaults(func=cmd_rollout)
 
     lst = sub.add_parser(
-        "list", help="list algorithms", description="List the registered algorithm names."
+        "list",
+        help="list algorithms",
+        description="List the registered algorithms with their default policy optimizer "
+        "and a one-line description.",
     )
+    lst.add_argument("--names", action="store_true", help="only the names, one per line")
     lst.set_defaults(func=cmd_list)
 
     cfg = sub.add_parser(
@@ -229,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Show the config keys of an algorithm with their defaults and meaning "
         "(for 'hierl train --config').",
     )
-    cfg.add_argument("algo", metavar="ALGO", help="algorithm name")
+    cfg.add_argument("algo", type=_algorithm, metavar="ALGO", help="algorithm name (any case)")
     cfg.set_defaults(func=cmd_config)
 
     tune = sub.add_parser(
@@ -489,9 +508,25 @@ def _trainer_class(name: str) -> type:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    for name in _algorithm_names():
-        print(name)
+    from hierl.algorithms.registry import describe
+
+    names = _algorithm_names()
+    if args.names:
+        print("\n".join(names))
+        return 0
+    rows = [(name, _default_optimizer(name), describe(name)) for name in names]
+    width = max(len(name) for name in names)
+    print(f"{'ALGORITHM':<{width}}  {'OPTIMIZER':<9}  DESCRIPTION")
+    for name, optimizer, description in rows:
+        print(f"{name:<{width}}  {optimizer:<9}  {description}")
     return 0
+
+
+def _default_optimizer(name: str) -> str:
+    """The policy optimizer ``name`` uses unless told otherwise ("-": a nested trainer
+    that drives whole trainers, not one optimizer)."""
+    config_class = _trainer_class(name).config_class
+    return getattr(config_class, "default_optimizer", None) or "-"
 
 
 def cmd_config(args: argparse.Namespace) -> int:

@@ -13,12 +13,63 @@ import dataclasses
 import difflib
 import inspect
 import itertools
+import logging
 import types
 import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
 C = TypeVar("C", bound="Config")
+
+log = logging.getLogger(__name__)
+
+RLLIB_KEYS: dict[str, str] = {
+    # evaluators (RLlib: rollout workers, later env runners)
+    "num_workers": "num_evaluators",
+    "num_rollout_workers": "num_evaluators",
+    "num_env_runners": "num_evaluators",
+    "num_envs_per_worker": "num_envs_per_evaluator",
+    "num_envs_per_env_runner": "num_envs_per_evaluator",
+    "num_cpus_per_worker": "num_cpus_per_evaluator",
+    "num_cpus_per_env_runner": "num_cpus_per_evaluator",
+    "num_gpus_per_worker": "num_gpus_per_evaluator",
+    "num_gpus_per_env_runner": "num_gpus_per_evaluator",
+    "recreate_failed_workers": "recreate_failed_evaluators",
+    "recreate_failed_env_runners": "recreate_failed_evaluators",
+    "max_num_worker_restarts": "max_evaluator_restarts",
+    "max_num_env_runner_restarts": "max_evaluator_restarts",
+    "evaluation_num_workers": "evaluation_num_evaluators",
+    "evaluation_num_env_runners": "evaluation_num_evaluators",
+    "evaluation_duration": "evaluation_num_episodes",
+    # training
+    "lambda": "lambda_",
+    "num_epochs": "num_sgd_iter",
+    "minibatch_size": "sgd_minibatch_size",
+    "train_batch_size_per_learner": "train_batch_size",
+    "num_steps_sampled_before_learning_starts": "learning_starts",
+    "min_sample_timesteps_per_iteration": "timesteps_per_iteration",
+    "replay_buffer_capacity": "buffer_size",
+    # model
+    "fcnet_hiddens": "hiddens",
+    "fcnet_activation": "activation",
+}
+"""Keys users bring from RLlib (old and new API stacks), by the hierl key of the same
+meaning.  A config that has the hierl key reads the RLlib one as it, with a one-line
+notice; one that lacks it names the key in the unknown-key error."""
+
+NOT_SETTINGS: dict[str, str] = {
+    "framework": "hierl runs PyTorch only; drop 'framework'",
+    "custom_model": "set it inside 'model': model.custom_model (and model.custom_model_config)",
+    "exploration_config": "exploration is set by each algorithm's own keys (DQN: "
+    "initial_epsilon, final_epsilon, epsilon_timesteps; DDPG/TD3: exploration_noise; "
+    "'hierl config ALGO' lists them)",
+    "replay_buffer_config": "replay is set by the optimizer's keys (buffer_size, "
+    "prioritized_replay, prioritized_replay_alpha, ...; 'hierl config ALGO' lists them)",
+    "evaluation_config": "evaluation is set by evaluation_interval, evaluation_num_episodes, "
+    "evaluation_explore and evaluation_num_evaluators",
+    "env_runners": "hierl's samplers are evaluators: num_evaluators, num_envs_per_evaluator",
+}
+"""RLlib keys with no single hierl equivalent, and what to use instead."""
 
 
 class ConfigError(ValueError):
@@ -29,6 +80,38 @@ def suggest(name: str, valid: list[str] | tuple[str, ...]) -> str:
     """Return ``" (did you mean 'x'?)"`` for the closest valid name, or an empty string."""
     close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def suggest_key(key: str, valid: list[str] | tuple[str, ...] | set[str]) -> str:
+    """Like :func:`suggest` for a config key, but by meaning first: an RLlib key names its
+    hierl counterpart (or what to use instead), whether or not this config has it."""
+    if key in RLLIB_KEYS:
+        target = RLLIB_KEYS[key]
+        where = "" if target in valid else ", which this config does not have"
+        return f" ('{key}' is RLlib's name for '{target}'{where})"
+    if key in NOT_SETTINGS:
+        return f" ({NOT_SETTINGS[key]})"
+    return suggest(key, sorted(valid))
+
+
+def translate_rllib_keys(
+    data: Mapping[str, Any], valid: set[str] | frozenset[str], prefix: str = ""
+) -> dict[str, Any]:
+    """``data`` with each RLlib key (:data:`RLLIB_KEYS`) whose hierl key is in ``valid``
+    renamed to it, with a one-line notice; giving both is a ConfigError."""
+    out = dict(data)
+    for key in list(out):
+        target = RLLIB_KEYS.get(key) if isinstance(key, str) else None
+        if target is None or key in valid or target not in valid:
+            continue
+        if target in out:
+            raise ConfigError(
+                f"config keys '{prefix}{key}' and '{prefix}{target}' are both given, but "
+                f"'{key}' is RLlib's name for '{target}': give it once, as '{target}'"
+            )
+        out[target] = out.pop(key)
+        log.warning("hierl: config key '%s%s' read as '%s%s'", prefix, key, prefix, target)
+    return out
 
 
 def _type_name(tp: Any) -> str:
@@ -116,11 +199,11 @@ def from_dict(cls: type[C], data: Mapping[str, Any], prefix: str = "") -> C:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs = {}
-    for key, value in data.items():
+    for key, value in translate_rllib_keys(data, set(fields), prefix).items():
         if key not in fields:
             raise ConfigError(
                 f"unknown config key '{prefix}{key}' for {cls.__name__}"
-                f"{suggest(str(key), list(fields))}; valid keys: {', '.join(sorted(fields))}"
+                f"{suggest_key(str(key), set(fields))}; valid keys: {', '.join(sorted(fields))}"
             )
         kwargs[key] = _coerce(prefix + key, hints[key], value)
     try:

@@ -423,8 +423,14 @@ def test_help_returns_0(argv, capsys):
 
 
 def test_list_and_config(capsys):
-    assert main(["list"]) == 0
+    assert main(["list", "--names"]) == 0
     assert capsys.readouterr().out.split() == ALGORITHMS
+    assert main(["list"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].split() == ["ALGORITHM", "OPTIMIZER", "DESCRIPTION"]
+    assert [r.split()[0] for r in rows[1:]] == ALGORITHMS
+    assert re.search(r"^PPO +local +proximal policy optimization", "\n".join(rows), re.M)
+    assert re.search(r"^PPO_ES +- +a population", "\n".join(rows), re.M)
     assert main(["config", "PPO"]) == 0
     text = capsys.readouterr().out
     assert re.search(r"^  lr = [\d.e-]+$", text, re.M)

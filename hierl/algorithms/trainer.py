@@ -28,7 +28,7 @@ from hierl.algorithms.evaluation import Evaluation
 from hierl.algorithms.off_policy_estimation import check_estimators, estimate_all
 from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
 from hierl.checkpoint import CheckpointError
-from hierl.config import ConfigError, from_dict, suggest
+from hierl.config import ConfigError, from_dict, suggest_key, translate_rllib_keys
 from hierl.evaluators import EvaluatorSet, EvaluatorSpec, atari, env_state
 from hierl.evaluators.evaluator_set import DEFAULT_MAX_EVALUATOR_RESTARTS
 from hierl.evaluators.offline.reader import iter_episodes, list_files
@@ -308,6 +308,8 @@ class TrainerConfig(BaseConfig):
             return dict(data)  # from_dict / __post_init__ name the wrong type
         name = cls.check_optimizer(name)
         opt_fields = optimizer_settings(name)
+        data = translate_rllib_keys(data, own | opt_fields)
+        flat = [k for k in data if k not in own]
         out = {k: v for k, v in data.items() if k in own}
         nested = dict(nested)
         for key in flat:
@@ -338,7 +340,7 @@ class TrainerConfig(BaseConfig):
         )
         return (
             f"unknown config key '{key}' for {cls.__name__}"
-            f"{suggest(key, sorted(own | opt_fields))}{hint}; valid keys: "
+            f"{suggest_key(key, own | opt_fields)}{hint}; valid keys: "
             f"{', '.join(sorted(own))}, and the settings of optimizer '{optimizer}' "
             f"(aliases of optimizer_config.<key>): {', '.join(sorted(opt_fields))}"
         )
