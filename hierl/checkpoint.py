@@ -130,3 +130,44 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any], Any]:
     except (KeyError, TypeError) as e:
         raise CheckpointError(f"checkpoint '{meta_path}' refers to a missing array: {e}") from e
     return doc, state
+
+
+def latest_complete_checkpoint(
+    root: str | os.PathLike,
+) -> tuple[Path, dict[str, Any], list[tuple[Path, str]]]:
+    """The newest checkpoint under ``root`` that loads completely.
+
+    Checkpoints are the subdirectories of ``root`` named by their iteration (``000042``,
+    as ``hierl train`` writes them), newest = highest number; temporary directories of an
+    interrupted write are ignored.  Returns ``(path, meta, skipped)``, ``skipped`` being
+    the newer checkpoints that failed to load, each with the reason.
+
+    Raises:
+        CheckpointError: ``root`` holds no checkpoint, or none that loads (the message
+            names the newest and why it failed).
+    """
+    root = Path(root)
+    found = (
+        sorted(
+            (p for p in root.iterdir() if p.is_dir() and p.name.isdigit()),
+            key=lambda p: int(p.name),
+            reverse=True,
+        )
+        if root.is_dir()
+        else []
+    )
+    if not found:
+        raise CheckpointError(f"no checkpoint in '{root}'")
+    skipped: list[tuple[Path, str]] = []
+    for path in found:
+        try:
+            meta, _ = load_checkpoint(path)
+        except CheckpointError as e:
+            skipped.append((path, str(e)))
+            continue
+        return path, meta, skipped
+    newest, why = skipped[0]
+    raise CheckpointError(
+        f"no complete checkpoint in '{root}': all {len(skipped)} failed to load; the newest, "
+        f"'{newest.name}': {why}"
+    )

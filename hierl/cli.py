@@ -4,9 +4,12 @@ Examples::
 
     hierl train --algo PPO --env CartPole-v1
     hierl train --algo PG --env CartPole-v1 --config cfg.yaml --stop training_iteration=50
+    hierl train --algo PPO --env CartPole-v1 --set model.hiddens=[32,32] --set lr=1e-3
+    hierl train --resume hierl_results/PPO_CartPole-v1_20250101-120000
     hierl rollout hierl_results/PPO_CartPole-v1_20250101-120000/checkpoints/000042
     hierl list
     hierl config PPO
+    hierl config PPO --yaml > ppo.yaml
 
 User errors (bad arguments, unknown algorithm/env/config key, unreadable files, bad
 checkpoints) print one ``hierl: error: ...`` line to stderr and exit with status 2.
@@ -27,11 +30,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hierl.loggers import RESULTS_FILE
+
 PROG = "hierl"
 TIMESTEPS_CAP = 1_000_000
 """Safety cap added to the default stop conditions."""
-RESULTS_FILE = "result.jsonl"
 PARAMS_FILE = "params.json"
+RUN_FILE = "run.json"
+"""What ``--resume`` needs besides the checkpoint: the stop conditions and checkpoint
+frequency of the run."""
 CURVE_FILE = "learning_curve.png"
 CHECKPOINTS_DIR = "checkpoints"
 
@@ -66,6 +73,45 @@ def parse_stop(text: str) -> tuple[str, float]:
     if not math.isfinite(target):
         raise argparse.ArgumentTypeError(f"stop condition {text!r}: value must be finite")
     return key, target
+
+
+def parse_set(text: str) -> tuple[tuple[str, ...], Any]:
+    """Parse one ``--set KEY.SUB=VALUE`` into ``(("KEY", "SUB"), value)``; the value is
+    read as YAML (``1e-3``, ``true``, ``null``, ``[32, 32]``; anything else a string)."""
+    import yaml
+
+    from hierl.yaml_loader import load_yaml
+
+    key, sep, value = text.partition("=")
+    path = tuple(part.strip() for part in key.split("."))
+    if not sep or not all(path):
+        raise argparse.ArgumentTypeError(
+            f"malformed override {text!r}: expected KEY=VALUE with KEY a config key or a "
+            "dotted path into nested keys, e.g. lr=1e-3 or model.hiddens=[32,32]"
+        )
+    try:
+        parsed = load_yaml(value)
+    except yaml.YAMLError as e:
+        raise argparse.ArgumentTypeError(
+            f"override {text!r}: value {value!r} is not valid YAML: {_one_line(str(e))}"
+        ) from None
+    return path, parsed
+
+
+def apply_overrides(
+    config: Mapping[str, Any], overrides: Sequence[tuple[tuple[str, ...], Any]]
+) -> dict[str, Any]:
+    """``config`` with each ``(path, value)`` of ``--set`` applied in order (nested dicts
+    created along the path; the config's own ``from_dict`` checks keys and types later)."""
+    out = dict(config)
+    for path, value in overrides:
+        node = out
+        for part in path[:-1]:
+            child = node.get(part)
+            node[part] = child = dict(child) if isinstance(child, Mapping) else {}
+            node = child
+        node[path[-1]] = value
+    return out
 
 
 def _non_negative_int(text: str) -> int:
@@ -127,8 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="train an algorithm on an environment",
         description=textwrap.fill(
             "Train an algorithm until a stop condition holds, logging every iteration to "
-            "OUTPUT_DIR/result.jsonl, saving checkpoints and a learning curve. "
-            "Ctrl-C stops training cleanly after saving a final checkpoint.",
+            "OUTPUT_DIR/result.jsonl, progress.csv and TensorBoard event files (named as "
+            "Ray Tune names them: tensorboard --logdir OUTPUT_DIR), saving checkpoints and "
+            "a learning curve. Ctrl-C stops training cleanly after saving a final "
+            "checkpoint; --resume OUTPUT_DIR continues a run from its last complete "
+            "checkpoint (after Ctrl-C, a crash or a kill).",
             width=79,
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -139,17 +188,20 @@ def build_parser() -> argparse.ArgumentParser:
             "  hierl train --algo PPO --env CartPole-v1 \\\n"
             '      --config \'{"train_batch_size": 2000, "lr": 3e-4}\' \\\n'
             "      --stop episode_reward_mean=475 --stop timesteps_total=500000 \\\n"
-            "      --checkpoint-freq 10\n\n"
+            "      --checkpoint-freq 10\n"
+            "  hierl train --resume hierl_results/PPO_CartPole-v1_20250101-120000 \\\n"
+            "      --stop timesteps_total=1e6\n\n"
+            "Config sources apply in order: --config files/objects, then --set, then "
+            "--env/--seed/\n--num-evaluators.\n"
             "Without --stop, training stops when episode_reward_mean reaches the env's "
             f"reward_threshold\n(if it has one) or timesteps_total reaches {TIMESTEPS_CAP}."
         ),
     )
     train.add_argument(
         "--algo",
-        required=True,
         type=_algorithm,
         metavar="ALGO",
-        help=f"algorithm name, any case (one of: {algos})",
+        help=f"algorithm name, any case (one of: {algos}); required unless --resume",
     )
     train.add_argument(
         "--env",
@@ -165,6 +217,16 @@ def build_parser() -> argparse.ArgumentParser:
         'e.g. \'{"lr": 0.001, "train_batch_size": 1000}\'; repeatable: merged in order, '
         "a later one overriding the keys it sets (nested dicts such as 'model' merged "
         "key by key, lists replaced)",
+    )
+    train.add_argument(
+        "--set",
+        action="append",
+        type=parse_set,
+        dest="overrides",
+        metavar="KEY=VALUE",
+        help="set one config key after --config, a dotted path into nested keys; VALUE is "
+        "read as YAML (numbers, true/false, null, [lists], strings), e.g. "
+        "--set model.hiddens=[32,32] --set lr=1e-3 (repeatable)",
     )
     train.add_argument(
         "--stop",
@@ -191,12 +253,32 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--checkpoint-freq",
         type=_non_negative_int,
-        default=0,
         metavar="K",
-        help="also checkpoint every K iterations (default 0: only at the end)",
+        help="also checkpoint every K iterations (default 0: only at the end; with "
+        "--resume: the run's own)",
     )
     train.add_argument(
         "--seed", type=int, metavar="S", help="random seed; overrides 'seed' in --config"
+    )
+    train.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the run in output dir DIR from its last complete checkpoint, with "
+        "its saved config (a corrupt last checkpoint: the one before), appending to its "
+        "logs after dropping the rows logged after that checkpoint; stop conditions count "
+        "from the start of the run. Only --stop (e.g. to extend the run), "
+        "--checkpoint-freq, --ray-address, --no-curve and --quiet may be given with it",
+    )
+    train.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="join this Ray cluster (e.g. 10.0.0.1:6379) instead of starting a local one; "
+        "overrides 'ray_address' in --config",
+    )
+    train.add_argument(
+        "--no-curve",
+        action="store_true",
+        help=f"do not plot {CURVE_FILE} (spares matplotlib's import, about 0.5 s)",
     )
     train.add_argument("--quiet", "-q", action="store_true", help="print only the final summary")
     train.set_defaults(func=cmd_train)
@@ -214,9 +296,36 @@ def build_parser() -> argparse.ArgumentParser:
     rollout.add_argument(
         "--episodes",
         type=_positive_int,
-        default=10,
         metavar="N",
-        help="episodes to run (default 10)",
+        help="episodes to run (default 10 unless --steps is given)",
+    )
+    rollout.add_argument(
+        "--steps",
+        type=_positive_int,
+        metavar="N",
+        help="stop after N env steps in all, cutting the last episode short (with "
+        "--episodes: whichever limit comes first; single-agent envs)",
+    )
+    rollout.add_argument(
+        "--render", action="store_true", help="show the env on screen (render_mode='human')"
+    )
+    rollout.add_argument(
+        "--video-dir",
+        metavar="DIR",
+        help="record every episode as an mp4 file in DIR (gymnasium RecordVideo; needs "
+        "pip install 'hierl[render]')",
+    )
+    rollout.add_argument(
+        "--env",
+        metavar="ENV",
+        help="play this env instead of the checkpoint's (same observation and action "
+        "spaces); the checkpoint's env_config is dropped",
+    )
+    rollout.add_argument(
+        "--env-config",
+        metavar="JSON",
+        help='env keyword arguments merged over the env_config, e.g. \'{"max_episode_steps": '
+        "100}'",
     )
     rollout.add_argument(
         "--explore",
@@ -249,6 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(for 'hierl train --config').",
     )
     cfg.add_argument("algo", type=_algorithm, metavar="ALGO", help="algorithm name (any case)")
+    cfg.add_argument(
+        "--yaml",
+        action="store_true",
+        help="print a complete YAML config file (every key with its default, its "
+        "documentation as a comment) to edit and pass to 'hierl train --config FILE'",
+    )
     cfg.set_defaults(func=cmd_config)
 
     tune = sub.add_parser(
@@ -263,7 +378,17 @@ def build_parser() -> argparse.ArgumentParser:
             width=79,
         ),
     )
-    tune.add_argument("file", metavar="FILE", help="experiment file (.yaml)")
+    tune.add_argument(
+        "file", nargs="?", metavar="FILE", help="experiment file (.yaml); not with --resume"
+    )
+    tune.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the interrupted Tune experiment in DIR (STORAGE_PATH/NAME, as "
+        "'hierl tune' printed it): unfinished trials resume from their last checkpoints, "
+        "errored ones too (Tune's Tuner.restore; DIR must be trusted: Tune unpickles its "
+        "experiment state)",
+    )
     tune.add_argument(
         "--storage-path",
         metavar="DIR",
@@ -288,13 +413,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tune.set_defaults(func=cmd_tune)
 
+    from hierl.optimizer_bench_options import add_arguments as add_bench_arguments
+
     bench = sub.add_parser(
         "bench",
         help="microbenchmarks (pick a policy optimizer for your hardware)",
-        description="Run a microbenchmark; 'hierl bench optimizers --help' lists its options.",
+        description="Run a microbenchmark: 'optimizers' drives every policy optimizer with "
+        "the same trainer and reports samples/s, updates/s and driver traffic, then the "
+        "SGD throughput of Table 3 and the async optimizer's driver overhead.",
     )
     bench.add_argument("target", choices=["optimizers"], help="what to benchmark")
-    bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's options")
+    add_bench_arguments(bench)
     bench.set_defaults(func=cmd_bench)
     return parser
 
@@ -535,6 +664,9 @@ def cmd_config(args: argparse.Namespace) -> int:
     cls = _trainer_class(args.algo)
     config_class = cls.config_class
     config = config_class.from_dict({})
+    if args.yaml:
+        print(_config_yaml(args.algo, config), end="")
+        return 0
     print(f"{args.algo} config keys ({config_class.__name__}), set with --config '{{...}}':")
     _print_fields(config.to_dict(), field_docs(config_class), "  ")
     opt_config = getattr(config, "optimizer_config", None)
@@ -545,6 +677,25 @@ def cmd_config(args: argparse.Namespace) -> int:
         )
         _print_fields(opt_config.to_dict(), field_docs(type(opt_config)), "    ")
     return 0
+
+
+def _config_yaml(algo: str, config: Any) -> str:
+    from hierl.config_yaml import config_yaml
+
+    title = (
+        f"{algo} config ({type(config).__name__}): every key with its default. Edit and run "
+        f"'hierl train --algo {algo} --config THIS.yaml' (--env and --set override keys)."
+    )
+    notes = {}
+    opt_config = getattr(config, "optimizer_config", None)
+    if opt_config is not None:
+        notes["optimizer_config"] = (
+            f"These are the settings of optimizer '{config.optimizer}' "
+            f"({type(opt_config).__name__}); with another 'optimizer' (supported: "
+            f"{', '.join(type(config).supported_optimizers)}), delete them or give that "
+            "optimizer's."
+        )
+    return config_yaml(config, title, notes)
 
 
 def _print_fields(values: dict[str, Any], docs: dict[str, str], indent: str) -> None:
@@ -558,13 +709,35 @@ def _print_fields(values: dict[str, Any], docs: dict[str, str], indent: str) -> 
 
 def cmd_tune(args: argparse.Namespace) -> int:
     """Run the experiments of a YAML file with Ray Tune; print the best trials."""
-    from rich.console import Console
-    from rich.table import Table
 
     from hierl.config import ConfigError
     from hierl.evaluators.ray_runtime import ensure_ray
-    from hierl.tune.experiments import load_experiments, run_experiment, summary_rows
+    from hierl.tune.experiments import (
+        load_experiments,
+        resume_experiment,
+        run_experiment,
+    )
 
+    if args.resume is not None:
+        for flag, value in {
+            "FILE": args.file,
+            "--experiment": args.experiment,
+            "--stop": args.stop,
+            "--storage-path": args.storage_path,
+        }.items():
+            if value is not None:
+                raise CLIError(
+                    f"--resume continues the experiment in its directory as it was "
+                    f"started; {flag} does not go with it"
+                )
+        ensure_ray(args.ray_address)
+        try:
+            name, spec, results = resume_experiment(args.resume)
+        except ConfigError as e:
+            raise CLIError(str(e)) from None
+        return _print_best_trials([(name, spec, results)])
+    if args.file is None:
+        raise CLIError("the following arguments are required: FILE (or --resume DIR)")
     try:
         experiments = load_experiments(args.file)
     except ConfigError as e:
@@ -580,15 +753,29 @@ def cmd_tune(args: argparse.Namespace) -> int:
         for spec in experiments.values():
             spec.stop = dict(args.stop)
     ensure_ray(args.ray_address)
-    table = Table(title="best trials")
-    for column in ("experiment", "trial", "status", "metric", "iterations", "timesteps", "config"):
-        table.add_column(column)
-    failed = 0
+    done = []
     for name, spec in experiments.items():
         try:
             results = run_experiment(name, spec, args.storage_path, verbose=args.verbose)
         except ConfigError as e:  # e.g. a trial that can never be placed on this cluster
             raise CLIError(str(e)) from None
+        done.append((name, spec, results))
+    return _print_best_trials(done)
+
+
+def _print_best_trials(experiments: list[tuple[str, Any, Any]]) -> int:
+    """The table of the best trials of each ``(name, spec, ResultGrid)``; the exit status
+    (1 if any trial failed)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from hierl.tune.experiments import summary_rows
+
+    table = Table(title="best trials")
+    for column in ("experiment", "trial", "status", "metric", "iterations", "timesteps", "config"):
+        table.add_column(column)
+    failed = 0
+    for name, spec, results in experiments:
         failed += sum(1 for r in results if r.error)
         for row in summary_rows(name, spec, results):
             value = row[spec.metric]
@@ -612,15 +799,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """``hierl bench optimizers ...``: the optimizer microbenchmarks."""
-    from hierl.optimizer_bench import main as bench_main
+    from hierl.optimizer_bench import run
 
-    try:
-        return bench_main(args.options, parser_class=_Parser)
-    except SystemExit as e:  # its --help
-        return e.code if isinstance(e.code, int) else 0
+    return run(args, _Parser(prog=f"{PROG} bench optimizers"))
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    """``hierl train``: a new run, or ``--resume`` of one."""
+    if args.resume is not None:
+        return _resume_train(args)
+    if args.algo is None:
+        raise CLIError(
+            "the following arguments are required: --algo (or --resume DIR to continue a run)"
+        )
     from hierl.config import ConfigError
 
     cls = _trainer_class(args.algo)
@@ -628,12 +819,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     config: dict[str, Any] = {}
     for text in args.config or []:  # later --config values override earlier ones
         config = merge_configs(config, load_config_arg(text))
+    config = apply_overrides(config, args.overrides or [])
     if args.env is not None:
         config["env"] = args.env
     if args.num_evaluators is not None:
         config["num_evaluators"] = args.num_evaluators
     if args.seed is not None:
         config["seed"] = args.seed
+    if args.ray_address is not None:
+        config["ray_address"] = args.ray_address
     if config.get("env") is None:
         raise CLIError("no environment: pass --env ID (e.g. --env CartPole-v1) or set 'env'")
     try:
@@ -655,14 +849,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         results_path = out_dir / RESULTS_FILE
         if results_path.exists() and results_path.stat().st_size > 0:
             raise CLIError(
-                f"output dir '{out_dir}' already holds a run ({RESULTS_FILE}); "
-                "choose another --output-dir"
+                f"output dir '{out_dir}' already holds a run ({RESULTS_FILE}); continue it "
+                f"with 'hierl train --resume {out_dir}' or choose another --output-dir"
             )
     else:
         out_dir = default_output_dir(args.algo, env)
 
-    env_name = env if isinstance(env, str) else getattr(env, "__name__", repr(env))
-    title = f"{args.algo} on {env_name}"
+    title = f"{args.algo} on {_env_name(env)}"
     if not args.quiet:
         print(f"{PROG}: training {title}; output dir {out_dir.resolve()}", flush=True)
         note = f" ({stop_note})" if stop_note else ""
@@ -672,16 +865,153 @@ def cmd_train(args: argparse.Namespace) -> int:
         trainer = cls(trainer_config)
     except ConfigError as e:
         raise CLIError(str(e)) from None
-    interrupted = False
-    try:
+
+    def start() -> None:
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise CLIError(f"cannot create output dir '{out_dir}': {e.strerror or e}") from None
-        (out_dir / PARAMS_FILE).write_text(
-            json.dumps(trainer.config.to_dict(), indent=2, default=str) + "\n"
+        _write_json(out_dir / PARAMS_FILE, trainer.config.to_dict())
+
+    return _run_training(trainer, args, stop, args.checkpoint_freq or 0, out_dir, title, [], start)
+
+
+def _resume_train(args: argparse.Namespace) -> int:
+    """``hierl train --resume DIR``: the run in DIR, from its last complete checkpoint."""
+    from hierl.algorithms.trainer_base import BaseTrainer
+    from hierl.checkpoint import CheckpointError, latest_complete_checkpoint
+    from hierl.config import ConfigError
+    from hierl.loggers import truncate_logs
+
+    changing = {
+        "--config": args.config,
+        "--set": args.overrides,
+        "--env": args.env,
+        "--seed": args.seed,
+        "--num-evaluators": args.num_evaluators,
+        "--output-dir": args.output_dir,
+    }
+    for flag, value in changing.items():
+        if value is not None:
+            raise CLIError(
+                f"--resume continues a run with its saved config; {flag} would change it "
+                "(only --stop, --checkpoint-freq, --ray-address, --no-curve and --quiet go "
+                "with --resume; to train with other settings, start a new run from the old "
+                "one's: hierl train --algo ALGO --config DIR/params.json --set KEY=VALUE)"
+            )
+    run_dir = Path(args.resume).expanduser()
+    if not run_dir.is_dir():
+        raise CLIError(f"--resume '{run_dir}': no such directory (give a 'hierl train' output dir)")
+    try:
+        path, meta, skipped = latest_complete_checkpoint(run_dir / CHECKPOINTS_DIR)
+    except CheckpointError as e:
+        raise CLIError(
+            f"cannot resume '{run_dir}': {e} ('hierl train' checkpoints at the end, on "
+            "Ctrl-C and every --checkpoint-freq iterations)"
+        ) from None
+    algo = str(meta.get("algorithm"))
+    if args.algo is not None and args.algo != algo:
+        raise CLIError(
+            f"--algo {args.algo} does not match the run in '{run_dir}': its checkpoint "
+            f"'{path}' is of algorithm {algo} (drop --algo, or pass --algo {algo})"
         )
-        return _train_loop(trainer, args, stop, out_dir, title)
+    for bad, why in skipped:
+        print(
+            f"{PROG}: warning: checkpoint '{bad}' is unusable ({_one_line(why)}); "
+            f"resuming from '{path}'",
+            file=sys.stderr,
+            flush=True,
+        )
+    saved = _read_run_info(run_dir)
+    overrides = {} if args.ray_address is None else {"ray_address": args.ray_address}
+    try:
+        trainer = BaseTrainer.from_checkpoint(path, **overrides)
+    except (CheckpointError, ConfigError) as e:
+        raise CLIError(f"cannot resume '{run_dir}': {e}") from None
+    try:
+        env = trainer.config.env
+        if args.stop:
+            stop, stop_note = dict(args.stop), ""
+        elif "stop" in saved:
+            stop, stop_note = saved["stop"], "the run's"
+        else:
+            stop, stop_note = default_stop(env)
+        freq = args.checkpoint_freq
+        if freq is None:
+            freq = int(saved.get("checkpoint_freq", 0))
+        # the logs must match the restored state: drop what came after the checkpoint
+        kept = truncate_logs(run_dir, trainer.iteration)
+        title = f"{algo} on {_env_name(env)}"
+        last = kept[-1] if kept else None
+        if last is not None and last.get("training_iteration") == trainer.iteration:
+            reason = reached_stop(stop, last)
+            if reason is not None:
+                print(
+                    f"{PROG}: {title} already done ({reason}) at iteration {trainer.iteration}"
+                    "; pass --stop to train on"
+                )
+                return 0
+        if not args.quiet:
+            print(
+                f"{PROG}: resuming {title} from checkpoint {path.resolve()} (iteration "
+                f"{trainer.iteration}); output dir {run_dir.resolve()}",
+                flush=True,
+            )
+            note = f" ({stop_note})" if stop_note else ""
+            print(f"stop when any of: {describe_stop(stop)}{note}", flush=True)
+    except BaseException:
+        trainer.stop()
+        raise
+    return _run_training(trainer, args, stop, freq, run_dir, title, kept, lambda: None)
+
+
+def _env_name(env: Any) -> str:
+    return env if isinstance(env, str) else getattr(env, "__name__", repr(env))
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` atomically."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def _read_run_info(run_dir: Path) -> dict[str, Any]:
+    """The run's saved stop conditions and checkpoint frequency ({} if none saved)."""
+    try:
+        info = json.loads((run_dir / RUN_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    if not isinstance(info, dict):
+        return {}
+    stop = info.get("stop")
+    if not isinstance(stop, dict) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in stop.values()
+    ):
+        info.pop("stop", None)
+    return info
+
+
+def _run_training(
+    trainer: Any,
+    args: argparse.Namespace,
+    stop: Mapping[str, float],
+    checkpoint_freq: int,
+    out_dir: Path,
+    title: str,
+    history: list[dict[str, Any]],
+    start: Any,
+) -> int:
+    """Run ``start()`` (which prepares ``out_dir``), record the run's stop conditions,
+    train, and always stop the trainer."""
+    interrupted = False
+    try:
+        start()
+        _write_json(
+            out_dir / RUN_FILE,
+            {"algorithm": trainer.name, "stop": dict(stop), "checkpoint_freq": checkpoint_freq},
+        )
+        return _train_loop(trainer, args, stop, checkpoint_freq, out_dir, title, history)
     except KeyboardInterrupt:
         interrupted = True
         raise
@@ -706,51 +1036,58 @@ def _check_env(env: Any, preprocessor_pref: str) -> None:
         raise CLIError(str(e)) from None
 
 
+CURVE_KEYS = ("timesteps_total", "episode_reward_mean", "episode_reward_min", "episode_reward_max")
+"""The result keys the learning curve plots."""
+
+
 def _train_loop(
     trainer: Any,
     args: argparse.Namespace,
     stop: Mapping[str, float],
+    checkpoint_freq: int,
     out_dir: Path,
     title: str,
+    history: list[dict[str, Any]],
 ) -> int:
+    """Train until a stop condition holds or Ctrl-C, logging every result (``history``:
+    the run's results so far, for the learning curve), checkpointing every
+    ``checkpoint_freq`` iterations and at the end."""
+    from hierl.loggers import ResultLogger
     from hierl.progress import TrainingProgress, format_number
 
-    results_path = out_dir / RESULTS_FILE
     reward_target = stop.get("episode_reward_mean")
-    history: list[dict[str, Any]] = []
+    history = [{k: r.get(k) for k in CURVE_KEYS} for r in history]
     last_saved: int | None = None
     reason: str | None = None
     interrupted = False
     ckpt_root = out_dir / CHECKPOINTS_DIR
 
+    def curve() -> None:
+        if not args.no_curve:
+            write_learning_curve(history, out_dir / CURVE_FILE, title, reward_target)
+
     def checkpoint() -> Path:
         nonlocal last_saved
         path = trainer.save(ckpt_root / f"{trainer.iteration:06d}")
         last_saved = trainer.iteration
-        write_learning_curve(history, out_dir / CURVE_FILE, title, reward_target)
+        curve()
         return path
 
-    with TrainingProgress(stop, title=title, quiet=args.quiet) as progress:
+    first = True
+    with (
+        ResultLogger(out_dir) as log,
+        TrainingProgress(stop, title=title, quiet=args.quiet) as progress,
+    ):
         try:
             while True:
                 result = trainer.train()
-                with open(results_path, "a") as f:
-                    f.write(json.dumps(result, default=float) + "\n")
-                history.append(
-                    {
-                        k: result.get(k)
-                        for k in (
-                            "timesteps_total",
-                            "episode_reward_mean",
-                            "episode_reward_min",
-                            "episode_reward_max",
-                        )
-                    }
-                )
+                log.log(result)
+                history.append({k: result.get(k) for k in CURVE_KEYS})
                 progress.update(result)
-                if len(history) == 1:
+                if first:
                     check_stop_keys(stop, result)
-                if args.checkpoint_freq and trainer.iteration % args.checkpoint_freq == 0:
+                    first = False
+                if checkpoint_freq and trainer.iteration % checkpoint_freq == 0:
                     progress.log(f"checkpoint saved: {checkpoint().resolve()}")
                 reason = reached_stop(stop, result)
                 if reason is not None:
@@ -762,7 +1099,7 @@ def _train_loop(
     if interrupted or last_saved != trainer.iteration:
         ckpt_path = checkpoint()
     else:
-        write_learning_curve(history, out_dir / CURVE_FILE, title, reward_target)
+        curve()
     last = history[-1] if history else {}
     timesteps = format_number(last.get("timesteps_total"), "d")
     stats = (
@@ -781,98 +1118,94 @@ def _train_loop(
 
 def cmd_rollout(args: argparse.Namespace) -> int:
     from hierl.algorithms.registry import get_trainer_class
+    from hierl.algorithms.rollout import RolloutOptions, log_episodes, rollout
     from hierl.algorithms.trainer import Trainer
     from hierl.checkpoint import CheckpointError, load_checkpoint
     from hierl.config import ConfigError
 
     path = resolve_checkpoint(args.checkpoint)
+    if args.output and (args.render or args.video_dir or args.steps):
+        raise CLIError("--output logs whole episodes: it takes no --render, --video-dir or --steps")
     try:
-        algo = str(load_checkpoint(path)[0].get("algorithm"))
+        options = RolloutOptions(
+            episodes=args.episodes or (None if args.steps else 10),
+            steps=args.steps,
+            explore=args.explore,
+            seed=args.seed,
+            render=args.render,
+            video_dir=args.video_dir,
+        )
+        meta = load_checkpoint(path)[0]
+        algo = str(meta.get("algorithm"))
         if not issubclass(get_trainer_class(algo), Trainer):
             raise CLIError(
                 f"rollout serves one policy, but '{path}' is a checkpoint of the nested "
                 f"algorithm {algo}; load it in Python with BaseTrainer.from_checkpoint"
             )
-        overrides: dict[str, Any] = {}
+        overrides = _rollout_env_overrides(args, meta.get("config") or {})
         if args.output:
-            overrides = {
-                "output": args.output,
-                "batch_mode": "complete_episodes",
-                "rollout_fragment_length": 1,
-            }
+            overrides.update(
+                output=args.output, batch_mode="complete_episodes", rollout_fragment_length=1
+            )
         trainer = Trainer.from_checkpoint(path, num_evaluators=0, **overrides)
     except (CheckpointError, ConfigError) as e:
-        raise CLIError(str(e)) from None
+        hint = ""
+        if args.env is not None and isinstance(e, CheckpointError):
+            hint = f" (--env {args.env} must have the spaces the policy was trained on)"
+        raise CLIError(f"{e}{hint}") from None
     if args.seed is not None:
         from hierl.utils import seed_everything
 
         seed_everything(args.seed)
+    returns: list[float] = []
     try:
         if args.output:
-            returns = _record_episodes(trainer, args)
+            for record in log_episodes(trainer, options.episodes or 1):
+                returns.append(record.episode_reward)
+                _print_episode(len(returns), record.episode_reward, record.episode_length)
         else:
-            env = _make_rollout_env(trainer.config)
-            try:
-                returns = _run_episodes(trainer, env, args)
-            finally:
-                env.close()
+            for played in rollout(trainer, options):
+                record = played.record
+                returns.append(record.episode_reward)
+                note = " (cut short by --steps)" if played.cut else ""
+                _print_episode(len(returns), record.episode_reward, record.episode_length, note)
+    except ConfigError as e:
+        raise CLIError(str(e)) from None
     finally:
         trainer.stop()  # also finishes the output files
     mean = sum(returns) / len(returns)
     print(f"mean return: {mean:.2f} over {len(returns)} episodes", flush=True)
     if args.output:
         print(f"logged data: {Path(args.output).resolve()}", flush=True)
+    if args.video_dir:
+        print(f"videos: {Path(args.video_dir).resolve()}", flush=True)
     return 0
 
 
-def _print_episode(number: int, total: float, length: int) -> None:
-    print(f"episode {number}: return {total:.2f}, length {length}", flush=True)
+def _rollout_env_overrides(args: argparse.Namespace, saved: Mapping[str, Any]) -> dict[str, Any]:
+    """``env`` / ``env_config`` for the rollout trainer: ``--env`` replaces the env (and
+    drops the saved env_config), ``--env-config`` is merged over the env_config."""
+    overrides: dict[str, Any] = {}
+    env_config = dict(saved.get("env_config") or {})
+    if args.env is not None:
+        overrides["env"], env_config = args.env, {}
+    if args.env_config is not None:
+        try:
+            extra = json.loads(args.env_config)
+        except json.JSONDecodeError as e:
+            raise CLIError(f"--env-config: invalid JSON: {e}") from None
+        if not isinstance(extra, dict):
+            raise CLIError(
+                f"--env-config must be a JSON object of env keyword arguments, got {extra!r}"
+            )
+        env_config.update(extra)
+    if args.env is not None or args.env_config is not None:
+        overrides["env_config"] = env_config
+    return overrides
 
 
-def _record_episodes(trainer: Any, args: argparse.Namespace) -> list[float]:
-    """Play whole episodes with sampled actions, writing each one, until at least
-    ``args.episodes`` (the last batch's other sub-envs may finish more)."""
-    evaluator = trainer.local_evaluator
-    evaluator.reset_sampler()  # whole episodes only, not the checkpoint's current ones
-    returns: list[float] = []
-    while len(returns) < args.episodes:
-        evaluator.sample_env()
-        for record in evaluator.get_metrics():
-            returns.append(record.episode_reward)
-            _print_episode(len(returns), record.episode_reward, record.episode_length)
-    return returns
-
-
-def _make_rollout_env(config: Any) -> Any:
-    from hierl.evaluators.env import resolve_env_creator
-    from hierl.evaluators.rollout import EnvKindError, make_episode_env
-
-    try:
-        creator = resolve_env_creator(config.env, getattr(config, "preprocessor_pref", "deepmind"))
-    except ValueError as e:
-        raise CLIError(str(e)) from None
-    name = config.env if isinstance(config.env, str) else getattr(config.env, "__name__", "env")
-    try:
-        return make_episode_env(creator, config.env_config, env_id=name)
-    except EnvKindError as e:
-        hint = ""
-        if e.kind is not None and e.kind.multi_agent:
-            hint = " (roll it out from Python: Trainer.compute_single_action(obs, policy_id=...))"
-        raise CLIError(f"rollout runs single-agent envs: {e}{hint}") from None
-
-
-def _run_episodes(trainer: Any, env: Any, args: argparse.Namespace) -> list[float]:
-    if args.seed is not None:
-        env.action_space.seed(args.seed)
-    # recurrent policies carry their state through each episode
-    player = trainer.local_evaluator.episode_player(env)
-    returns = []
-    for i in range(args.episodes):
-        played = player.play(seed=args.seed if i == 0 else None, explore=args.explore)
-        total, length = played.record.episode_reward, played.record.episode_length
-        returns.append(total)
-        _print_episode(i + 1, total, length)
-    return returns
+def _print_episode(number: int, total: float, length: int, note: str = "") -> None:
+    print(f"episode {number}: return {total:.2f}, length {length}{note}", flush=True)
 
 
 # -- entry point -----------------------------------------------------------------------

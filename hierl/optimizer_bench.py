@@ -464,25 +464,30 @@ def main(argv: Sequence[str] | None = None, parser_class: type | None = None) ->
     one line).
     """
     import argparse
-    from pathlib import Path
 
-    from hierl.bench_report import bar_png, write_record
+    from hierl.optimizer_bench_options import add_arguments
 
     parser = (parser_class or argparse.ArgumentParser)(
         prog="hierl bench optimizers", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--algo", default="PG", help="algorithm whose policy graph runs")
-    parser.add_argument("--env", default="CartPole-v1", help="environment id")
-    parser.add_argument("--evaluators", type=int, default=2, help="remote evaluators")
-    parser.add_argument("--iterations", type=int, default=5, help="timed train() calls")
-    parser.add_argument(
-        "--optimizers", nargs="+", default=list(strategies()), choices=strategies(), metavar="NAME"
-    )
-    parser.add_argument("--skip-sgd", action="store_true", help="skip the Table-3 SGD figures")
-    parser.add_argument("--skip-async", action="store_true", help="skip the async overhead")
-    parser.add_argument("--quick", action="store_true", help="small SGD batch, 1 repeat")
-    parser.add_argument("--output-dir", default="hierl_results/bench", help="JSON + PNG here")
-    args = parser.parse_args(argv)
+    add_arguments(parser)
+    return run(parser.parse_args(argv), parser)
+
+
+def run(args: Any, parser: Any) -> int:
+    """Run the benchmark with parsed options (``hierl.optimizer_bench_options``);
+    ``parser.error`` reports an unknown strategy name."""
+    from pathlib import Path
+
+    from hierl.bench_report import bar_png, write_record
+    from hierl.optimizer_bench_options import option_values
+
+    valid = strategies()
+    if args.optimizers is None:
+        args.optimizers = list(valid)
+    unknown = [n for n in args.optimizers if n not in valid]
+    if unknown:
+        parser.error(f"--optimizers: unknown strategy {unknown[0]!r}; valid: {', '.join(valid)}")
     out_dir = Path(args.output_dir)
 
     print(f"== strategies: {args.algo} on {args.env}, {args.evaluators} evaluators ==")
@@ -534,7 +539,7 @@ def main(argv: Sequence[str] | None = None, parser_class: type | None = None) ->
             "Humanoid-sized PPO update (Table 3 shapes)",
             "samples/s",
         )
-    config = vars(args)
+    config = option_values(args)
     path = write_record(out_dir, "optimizers", config, figures)
     print(f"results: {path}")
     return 0

@@ -29,6 +29,7 @@ is a ConfigError naming the key.  Numbers such as ``1e-3`` are floats
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -42,6 +43,8 @@ from hierl.tune.trainable import DEFAULT_METRIC, DEFAULT_MODE, trainable, valida
 
 SEARCH_SPACES = ("grid_search", "choice", "uniform", "loguniform", "randint")
 SCHEDULERS = ("fifo", "asha", "hyperband", "pbt")
+EXPERIMENT_FILE = "hierl_experiment.json"
+"""The experiment's spec, saved in its Tune directory for ``resume_experiment``."""
 RESOURCE_WAIT_LOG_S = 60.0
 """A trial PENDING this long gets one log line saying which resources it waits for."""
 
@@ -266,9 +269,27 @@ def make_scheduler(spec: ExperimentSpec) -> Any:
 def run_experiment(
     name: str, spec: ExperimentSpec, storage_path: str | Path | None = None, verbose: int = 1
 ) -> Any:
-    """Run one experiment with Tune; returns its ``ResultGrid``."""
+    """Run one experiment with Tune; returns its ``ResultGrid``.  The experiment's
+    directory (``storage_path/name``) also gets ``spec`` (``EXPERIMENT_FILE``), so that
+    ``resume_experiment`` can continue it."""
     from ray import tune
 
+    run_config = tune.RunConfig(
+        name=name,
+        storage_path=str(Path(storage_path).resolve()) if storage_path else None,
+        stop=dict(spec.stop) or None,
+        checkpoint_config=tune.CheckpointConfig(
+            checkpoint_frequency=spec.checkpoint_freq,
+            checkpoint_at_end=spec.checkpoint_at_end,
+        ),
+        verbose=verbose,
+        callbacks=[ResourceWaitLogger()],
+    )
+    exp_dir = Path(str(run_config.storage_path)) / name
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    tmp = exp_dir / f".{EXPERIMENT_FILE}.tmp"
+    tmp.write_text(json.dumps(spec.to_dict(), indent=2, default=str) + "\n")
+    tmp.replace(exp_dir / EXPERIMENT_FILE)
     tuner = tune.Tuner(
         trainable(spec.run, base_seed=spec.seed),
         param_space=spec.param_space(),
@@ -279,19 +300,40 @@ def run_experiment(
             num_samples=spec.num_samples,
             max_concurrent_trials=spec.max_concurrent_trials or None,
         ),
-        run_config=tune.RunConfig(
-            name=name,
-            storage_path=str(Path(storage_path).resolve()) if storage_path else None,
-            stop=dict(spec.stop) or None,
-            checkpoint_config=tune.CheckpointConfig(
-                checkpoint_frequency=spec.checkpoint_freq,
-                checkpoint_at_end=spec.checkpoint_at_end,
-            ),
-            verbose=verbose,
-            callbacks=[ResourceWaitLogger()],
-        ),
+        run_config=run_config,
     )
     return tuner.fit()
+
+
+def resume_experiment(path: str | Path) -> tuple[str, ExperimentSpec, Any]:
+    """Continue the experiment that ``run_experiment`` started in directory ``path``
+    (``storage_path/name``) with Tune's ``Tuner.restore``: unfinished and errored trials
+    resume from their last checkpoints.  Returns ``(name, spec, ResultGrid)``.
+
+    ``path`` must be trusted: Tune unpickles its experiment state.  ConfigError when
+    ``path`` holds no experiment of ``hierl tune``.
+    """
+    from ray import tune
+
+    path = Path(path).expanduser().resolve()
+    try:
+        data = json.loads((path / EXPERIMENT_FILE).read_text())
+    except FileNotFoundError:
+        raise ConfigError(
+            f"'{path}' is not an experiment directory of 'hierl tune' (no {EXPERIMENT_FILE}); "
+            "give STORAGE_PATH/EXPERIMENT_NAME"
+        ) from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"cannot read '{path / EXPERIMENT_FILE}': {e}") from None
+    spec = ExperimentSpec.from_dict(data)
+    if not tune.Tuner.can_restore(str(path)):
+        raise ConfigError(
+            f"'{path}' holds no Tune experiment state to restore (did its first trial start?)"
+        )
+    tuner = tune.Tuner.restore(
+        str(path), trainable(spec.run, base_seed=spec.seed), resume_errored=True
+    )
+    return path.name, spec, tuner.fit()
 
 
 def summary_rows(name: str, spec: ExperimentSpec, results: Any, top: int = 3) -> list[dict]:
