@@ -530,16 +530,6 @@ def test_progress_quiet_prints_nothing(capsys):
     assert capsys.readouterr().out == ""
 
 
-def test_rollout_of_a_multi_agent_env_is_a_clear_error():
-    from hierl.algorithms.ppo import PPOConfig
-    from hierl.cli import CLIError, _make_rollout_env
-    from hierl.evaluators import make_multi_agent
-
-    config = PPOConfig.from_dict({"env": make_multi_agent("CartPole-v1")})
-    with pytest.raises(CLIError, match="is a MultiAgentEnv"):
-        _make_rollout_env(config)
-
-
 def test_rollout_of_a_nested_algorithm_checkpoint_is_a_clear_error(tmp_path, capsys):
     from hierl.algorithms.alphazero import AlphaZeroTrainer
 

@@ -7,13 +7,15 @@ rollout``), each step is the same::
     obs, rewards, terminated, truncated, info = call_env(env, "step", actions)
     record (preprocess, filter, rows, episode return and length)
     for every episode that ended: end_episode(record, info)   # callbacks, then metrics
+    (for every episode that began: start_episode(...); with a step hook: step_episode)
 
 This module holds what does not depend on how the rows are laid out:
 
 * :class:`RolloutCore`: env calls (an exception becomes an :class:`EnvError` naming the
-  env, the evaluator, the sub-env and the step count), episode ids, the end of an episode
-  (:meth:`EpisodeCallbacks.on_episode_end`, then its :class:`EpisodeRecord` in the
-  metrics) and :meth:`~RolloutCore.pop_episodes`;
+  env, the evaluator, the sub-env and the step count), episode ids, the user's callbacks
+  (:mod:`hierl.evaluators.callbacks`: the live :class:`Episode` of every sub-env, its
+  start, steps and end, trajectories and samples), the end of an episode (callbacks,
+  then its :class:`EpisodeRecord` in the metrics) and :meth:`~RolloutCore.pop_episodes`;
 * :func:`act`, the *act* step, and :func:`batch_obs`;
 * :class:`FragmentSampler`: a core that returns fragments of ``rollout_fragment_length``
   steps per env (``batch_mode``, reward clipping).  Its loops are
@@ -52,6 +54,7 @@ from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from hierl.evaluators.atari import LIFE_LOSS
+from hierl.evaluators.callbacks import Episode, EpisodeCallbacks, overrides
 from hierl.evaluators.env import EnvContext, EnvCreator, EnvError
 from hierl.evaluators.filters import NoFilter
 from hierl.evaluators.multi_agent_env import MultiAgentEnv
@@ -75,20 +78,6 @@ class EpisodeRecord:
     episode_length: int
     env_index: int
     custom_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
-
-
-class EpisodeCallbacks:
-    """Hooks into the rollout loop; subclass and pass the class as config ``callbacks``.
-
-    ``on_episode_end`` may add numbers to ``episode.custom_metrics``; the trainer reports
-    their mean, min and max over the episodes of each iteration as
-    ``custom_metrics/<name>_mean`` (and ``_min``, ``_max``).
-    """
-
-    def on_episode_end(
-        self, *, episode: EpisodeRecord, env_info: dict[str, Any], worker_index: int
-    ) -> None:
-        """Called once per finished episode with the env's info dict of its last step."""
 
 
 def game_results(
@@ -173,10 +162,15 @@ class RolloutCore:
         env_id: the env's id or creator name (error messages).
         worker_index: the evaluator's index (0: the driver's local evaluator); episode
             ids start at ``worker_index << 40`` so that they are unique across evaluators.
-        callbacks: called at the end of every episode, before it is recorded.
+        callbacks: the user's hooks (:mod:`hierl.evaluators.callbacks`); None costs
+            nothing per step or per episode.
 
     Attributes:
         env_steps: steps taken by ``call_env(..., "step")`` so far (an ``EnvError`` says it).
+        step_hook: whether the callbacks override ``on_episode_step`` (only then do loops
+            call :meth:`step_episode`).
+        live: with callbacks, the :class:`Episode` of every sub-env (by env index) between
+            its :meth:`start_episode` and its end.
     """
 
     def __init__(
@@ -189,6 +183,8 @@ class RolloutCore:
         self.env_id = env_id
         self.worker_index = worker_index
         self.callbacks = callbacks
+        self.step_hook = overrides(callbacks, "on_episode_step")
+        self.live: dict[int, Episode] = {}
         self.env_steps = 0
         self._eps_counter = itertools.count(worker_index << 40)
         self.completed: list[EpisodeRecord] = []
@@ -223,13 +219,55 @@ class RolloutCore:
         self._eps_counter = itertools.count(start + n)
         return np.arange(start, start + n)
 
-    def end_episode(self, episode: EpisodeRecord, env_info: dict[str, Any]) -> None:
-        """An episode ended: run the callbacks on it, then keep it for the metrics."""
+    def start_episode(
+        self, env_index: int, episode_id: int, observation: Any, info: Mapping[str, Any]
+    ) -> None:
+        """Sub-env ``env_index`` began an episode with ``observation`` (callbacks only)."""
+        if self.callbacks is None:
+            return
+        episode = Episode(episode_id, env_index, last_observation=observation)
+        episode.last_info = dict(info)
+        self.live[env_index] = episode
+        self.callbacks.on_episode_start(episode=episode, worker_index=self.worker_index)
+
+    def step_episode(
+        self,
+        env_index: int,
+        reward: float,
+        observation: Any,
+        info: Mapping[str, Any],
+        action: Any,
+    ) -> Episode:
+        """Sub-env ``env_index`` took a step: update its episode, run ``on_episode_step``
+        (loops call this only when :attr:`step_hook` is set); returns the episode."""
+        episode = self.live[env_index]
+        episode.episode_reward += reward
+        episode.episode_length += 1
+        episode.last_observation, episode.last_info = observation, dict(info)
+        episode.last_action = action
+        self.callbacks.on_episode_step(episode=episode, worker_index=self.worker_index)
+        return episode
+
+    def end_episode(
+        self, record: EpisodeRecord, env_info: dict[str, Any], observation: Any = None
+    ) -> None:
+        """An episode ended: run the callbacks on it, then keep it for the metrics.
+
+        ``observation`` is the env's final observation (None: the one the last
+        :meth:`step_episode` recorded); the callbacks' custom metrics go into ``record``.
+        """
         if self.callbacks is not None:
+            episode = self.live.pop(record.env_index)
+            episode.episode_reward = record.episode_reward
+            episode.episode_length = record.episode_length
+            if observation is not None:
+                episode.last_observation = observation
+            episode.last_info = env_info
             self.callbacks.on_episode_end(
                 episode=episode, env_info=env_info, worker_index=self.worker_index
             )
-        self.completed.append(episode)
+            record.custom_metrics = episode.custom_metrics
+        self.completed.append(record)
 
     def end_episodes(
         self,
@@ -237,8 +275,10 @@ class RolloutCore:
         lengths: np.ndarray,
         env_indices: np.ndarray,
         env_info: Callable[[int], dict[str, Any]],
+        observation: Callable[[int], Any] | None = None,
     ) -> None:
-        """Several sub-envs' episodes ended at once (``env_info(i)``: sub-env ``i``'s info).
+        """Several sub-envs' episodes ended at once (``env_info(i)``, ``observation(i)``:
+        sub-env ``i``'s info and final observation, asked for only with callbacks).
 
         Without callbacks the records are only built in :meth:`pop_episodes` (no Python
         object per episode here); the arrays must not be changed afterwards.
@@ -247,7 +287,27 @@ class RolloutCore:
             self._finished.append((returns, lengths, env_indices))
             return
         for r, n, i in zip(returns.tolist(), lengths.tolist(), env_indices.tolist(), strict=True):
-            self.end_episode(EpisodeRecord(r, n, i), env_info(i))
+            final = None if observation is None else observation(i)
+            self.end_episode(EpisodeRecord(r, n, i), env_info(i), final)
+
+    def postprocessed(
+        self,
+        batch: SampleBatch,
+        policy_id: str,
+        policy: PolicyGraph,
+        agent_id: Any = None,
+        other_agent_batches: dict[Any, tuple[str, SampleBatch]] | None = None,
+    ) -> None:
+        """Run ``on_postprocess_trajectory`` on one postprocessed trajectory (if set)."""
+        if self.callbacks is not None:
+            self.callbacks.on_postprocess_trajectory(
+                batch=batch,
+                policy_id=policy_id,
+                policy=policy,
+                agent_id=agent_id,
+                other_agent_batches=other_agent_batches,
+                worker_index=self.worker_index,
+            )
 
     def pop_episodes(self) -> list[EpisodeRecord]:
         """Return and forget the episodes finished since the last call."""
@@ -280,7 +340,7 @@ class RolloutSettings:
     env_id: str = "env"
     """The env's id or creator name (error messages)."""
     callbacks: EpisodeCallbacks | None = None
-    """Called at the end of every episode."""
+    """The user's hooks (:mod:`hierl.evaluators.callbacks`)."""
 
     def __post_init__(self) -> None:
         if self.batch_mode not in BATCH_MODES:
@@ -329,8 +389,12 @@ class FragmentSampler(RolloutCore):
     def sample(self) -> SampleBatch | MultiAgentBatch:
         """Collect and postprocess one batch (see the class docstring for its size)."""
         if self.batch_mode == "truncate_episodes":
-            return self._sample_fragment()
-        return self._sample_episodes(self.fragment_length * self.num_envs)
+            batch = self._sample_fragment()
+        else:
+            batch = self._sample_episodes(self.fragment_length * self.num_envs)
+        if self.callbacks is not None:
+            self.callbacks.on_sample_end(batch=batch, worker_index=self.worker_index)
+        return batch
 
     def _sample_fragment(self) -> SampleBatch | MultiAgentBatch:
         raise NotImplementedError
@@ -360,6 +424,8 @@ class PlayedEpisode:
     """The preprocessed, unfiltered observations acted on (``record_observations``)."""
     last_info: dict[str, Any]
     """The env's info dict of the last step."""
+    ended: bool = True
+    """Whether the episode ended (False: ``max_steps`` cut it short)."""
 
 
 class EpisodePlayer(RolloutCore):
@@ -401,6 +467,7 @@ class EpisodePlayer(RolloutCore):
         (-1: no limit); the episode then ends as in every loop (:meth:`end_episode`)."""
         policy, space = self.policy, self.policy.observation_space
         raw, info = self.call_env(self.env, "reset", seed=seed, sub_env=0)
+        self.start_episode(0, self.new_episode_id(), raw, info)
         state = [np.asarray(s)[None] for s in policy.get_initial_state()]
         total, length, rows = 0.0, 0, []
         while True:
@@ -420,15 +487,16 @@ class EpisodePlayer(RolloutCore):
             state = step.state_out
             total += float(reward)
             length += 1
-            if length == max_steps or (
-                (terminated or truncated) and not (terminated and info.get(LIFE_LOSS))
-            ):
+            if self.step_hook:
+                self.step_episode(0, float(reward), raw, info, step.env_actions[0])
+            ended = (terminated or truncated) and not (terminated and info.get(LIFE_LOSS))
+            if ended or length == max_steps:
                 break
         if "episode" in info:  # RecordEpisodeStatistics: the whole game, unclipped
             total, length = float(info["episode"]["r"]), int(info["episode"]["l"])
         record = EpisodeRecord(total, length, 0)
-        self.end_episode(record, info)
-        return PlayedEpisode(record, np.concatenate(rows) if rows else None, info)
+        self.end_episode(record, info, raw)
+        return PlayedEpisode(record, np.concatenate(rows) if rows else None, info, bool(ended))
 
     def close(self) -> None:
         """Close the env."""
