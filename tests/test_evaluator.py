@@ -8,7 +8,7 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from hierl.algorithms.pg import PGConfig, PGPolicy
-from hierl.evaluators import EvaluatorSet, EvaluatorSpec, PolicyEvaluator
+from hierl.evaluators import EpisodeCallbacks, EvaluatorSet, EvaluatorSpec, PolicyEvaluator
 from hierl.evaluators.filters import MeanStdFilter, RunningStat
 from hierl.sample_batch import SampleBatch as SB
 
@@ -189,7 +189,7 @@ def test_remote_evaluators_sample_sync_weights_and_filters(ray_session, counting
         evs.stop()
 
 
-class LastObsCallbacks:
+class LastObsCallbacks(EpisodeCallbacks):
     def on_episode_end(self, *, episode, env_info, worker_index):
         episode.custom_metrics["double_len"] = 2 * episode.episode_length
         episode.custom_metrics["worker"] = worker_index

@@ -30,6 +30,7 @@ from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
 from hierl.checkpoint import CheckpointError
 from hierl.config import ConfigError, from_dict, suggest_key, translate_rllib_keys
 from hierl.evaluators import EvaluatorSet, EvaluatorSpec, atari, env_state
+from hierl.evaluators.callbacks import make_callbacks, resolve_callbacks
 from hierl.evaluators.evaluator_set import DEFAULT_MAX_EVALUATOR_RESTARTS
 from hierl.evaluators.offline.reader import iter_episodes, list_files
 from hierl.evaluators.offline.settings import SAMPLER, InputSpec, OutputSpec, path_strings
@@ -130,7 +131,10 @@ class TrainerConfig(BaseConfig):
     metrics_smoothing_episodes: int = 100
     """Episode statistics are over the last this-many episodes."""
     callbacks: Any = None
-    """An ``hierl.evaluators.EpisodeCallbacks`` subclass (custom episode metrics)."""
+    """An ``hierl.evaluators.EpisodeCallbacks`` subclass, or its name as
+    ``"module:Class"`` (what YAML files and checkpoints store): hooks into episodes,
+    trajectories, samples and results (:mod:`hierl.evaluators.callbacks`), e.g. custom
+    metrics reported as ``custom_metrics/<name>_mean``."""
     policies: dict = dataclasses.field(default_factory=dict)
     """Multi-agent: policy id → ``PolicySpec`` (policy class, None = this algorithm's;
     spaces, None = from the env's agents mapped to it; config overrides) or a dict of
@@ -218,6 +222,7 @@ class TrainerConfig(BaseConfig):
         self.check("evaluation_num_evaluators", self.evaluation_num_evaluators >= 0, "must be >= 0")
         self.check("input_shuffle_window", self.input_shuffle_window >= 0, "must be >= 0")
         self.check("output_max_file_size", self.output_max_file_size > 0, "must be > 0")
+        resolve_callbacks(self.callbacks)  # a bad name fails here, naming what is valid
         self.input = path_strings(self.input)
         self.input_mix = {path_strings(k): p for k, p in self.input_mix.items()}
         spec = self.input_spec()  # validates input / input_mix
@@ -432,8 +437,9 @@ class TrainerConfig(BaseConfig):
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict; callables (env, callbacks) are recorded by name only."""
         out = super().to_dict()
-        if self.callbacks is not None:
-            # Code is never stored in (or loaded from) checkpoints: pass it again.
+        if self.callbacks is not None and not isinstance(self.callbacks, str):
+            # Code is never stored in (or loaded from) checkpoints: pass the class again,
+            # or name it as "module:Class" (stored as that string).
             out["callbacks"] = None
         if not isinstance(self.input, (str, list, tuple)):
             out["input"] = None  # a Ray dataset: pass it again when restoring
@@ -503,6 +509,7 @@ class Trainer(BaseTrainer):
                 raise
         self.optimizer = self._make_optimizer(optimizer_name)
         self.evaluation = self._make_evaluation()
+        self.callbacks = make_callbacks(self.config.callbacks)  # on_train_result
         self._ope_episodes = self._load_ope_episodes()
         self.episodes_total = 0
         self._episodes: collections.deque = collections.deque(
@@ -769,6 +776,8 @@ class Trainer(BaseTrainer):
         for pid, stats in learner_stats.items():
             prefix = f"learner/{pid}/" if multi_agent else "learner/"
             result.update({prefix + k: v for k, v in stats.items()})
+        if self.callbacks is not None:
+            self.callbacks.on_train_result(trainer=self, result=result)
         return result
 
     # -- acting ------------------------------------------------------------------------

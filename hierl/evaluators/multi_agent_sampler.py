@@ -12,6 +12,10 @@ each agent's rows become one SampleBatch, postprocessed by its policy with the o
 agents' batches of the same episode and fragment (``other_agent_batches``: agent id →
 ``(policy_id, SampleBatch)``, RLlib's convention; what a centralized critic reads).
 The result is a MultiAgentBatch counting environment steps.
+
+Callbacks (:mod:`hierl.evaluators.callbacks`) see one episode per env copy: its
+observations, infos and actions are the env's dicts by agent id, its reward the step's sum
+over the agents.
 """
 
 from __future__ import annotations
@@ -84,6 +88,7 @@ class _Slot:
         self.reward = 0.0
         self.agent_rewards: dict[Any, float] = defaultdict(float)
         self.last_info: dict[str, Any] = {}
+        self.last_obs: dict[Any, Any] = {}
 
 
 class MultiAgentSampler(FragmentSampler):
@@ -188,6 +193,9 @@ class MultiAgentSampler(FragmentSampler):
             self._agent(slot, aid)
         processed = self._process([(slot, aid, o, False) for aid, o in obs.items()])
         slot.to_act = {aid: processed[(slot.index, aid)] for aid in obs}
+        if self.callbacks is not None:
+            self.start_episode(slot.index, slot.eps_id, obs, info)
+            self.live[slot.index].agent_rewards = slot.agent_rewards
 
     # -- one step of every env copy ----------------------------------------------------
     def _tick(self) -> None:
@@ -232,6 +240,7 @@ class MultiAgentSampler(FragmentSampler):
         terminated, all done)``."""
         slot.to_act = {}
         obs, rew, term, trunc, info = self._call(slot, "step", actions)
+        slot.last_obs = obs
         if ALL not in term or ALL not in trunc:
             raise EnvError(
                 f"env '{self.env_id}' step() must put '{ALL}' in terminateds and truncateds"
@@ -255,6 +264,8 @@ class MultiAgentSampler(FragmentSampler):
             final = bool(term.get(aid) or trunc.get(aid)) or all_done
             observed.append((slot, aid, o, final))
         slot.last_info = dict(info)
+        if self.step_hook:
+            self.step_episode(slot.index, float(sum(rew.values())), obs, info, actions)
         return term, trunc, all_term, all_done
 
     def _record(
@@ -294,7 +305,7 @@ class MultiAgentSampler(FragmentSampler):
             agent_rewards=dict(slot.agent_rewards),
             agent_policies={aid: a.policy_id for aid, a in slot.agents.items()},
         )
-        self.end_episode(episode, slot.last_info)
+        self.end_episode(episode, slot.last_info, slot.last_obs)
         self._flush(slot)
         self._complete_steps += slot.length
         self._reset(slot)
@@ -347,7 +358,9 @@ class MultiAgentSampler(FragmentSampler):
                 own = SampleBatch(dict(batch))
                 if self.raw_batches is not None:
                     self.raw_batches.append((pid, SampleBatch(dict(batch))))
-                per_policy[pid].append(self.policy_map[pid].postprocess_trajectory(own, others))
+                own = self.policy_map[pid].postprocess_trajectory(own, others)
+                self.postprocessed(own, pid, self.policy_map[pid], aid, others)
+                per_policy[pid].append(own)
         self.steps_sampled += env_steps
         return MultiAgentBatch(
             {pid: SampleBatch.concat_samples(bs) for pid, bs in per_policy.items()}, env_steps

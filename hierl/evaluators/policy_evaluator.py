@@ -20,13 +20,13 @@ import numpy as np
 
 from hierl.config import ConfigError
 from hierl.evaluators import env_state
+from hierl.evaluators.callbacks import make_callbacks
 from hierl.evaluators.env import EnvContext, resolve_env_creator
 from hierl.evaluators.filters import make_filter
 from hierl.evaluators.offline.writer import OutputWriter
 from hierl.evaluators.policy_map import build_policy_map
 from hierl.evaluators.rollout import (
     EnvKind,
-    EpisodeCallbacks,
     EpisodePlayer,
     EpisodeRecord,
     FragmentSampler,
@@ -90,7 +90,7 @@ class PolicyEvaluator:
         self.env_config = dict(spec.env_config or {})
         self.num_envs = spec.num_envs
         self.rollout_fragment_length = spec.rollout_fragment_length
-        self.callbacks = spec.callbacks() if spec.callbacks is not None else None
+        self.callbacks = make_callbacks(spec.callbacks)
         self.seed = spec.seed_for(worker_index)
         seed_everything(self.seed)
         probe = self.env_creator(EnvContext(self.env_config, 0, 0))
@@ -193,11 +193,12 @@ class PolicyEvaluator:
         env: Any = None,
         *,
         policy_id: str = DEFAULT_POLICY_ID,
-        callbacks: EpisodeCallbacks | None = None,
+        run_callbacks: bool = True,
     ) -> EpisodePlayer:
         """An :class:`~hierl.evaluators.rollout.EpisodePlayer` of policy ``policy_id``
         (with its preprocessor and observation filter) on ``env``, a single
-        ``gymnasium.Env`` (None: a new one from this evaluator's env creator).
+        ``gymnasium.Env`` (None: a new one from this evaluator's env creator), that runs
+        this evaluator's callbacks' episode hooks unless ``run_callbacks`` is False.
 
         Raises:
             EnvKindError: the env is not a single ``gymnasium.Env``.
@@ -213,7 +214,7 @@ class PolicyEvaluator:
             self.filters[policy_id],
             env_id=self.env_name,
             worker_index=self.worker_index,
-            callbacks=callbacks,
+            callbacks=self.callbacks if run_callbacks else None,
         )
 
     # -- sampling ----------------------------------------------------------------------

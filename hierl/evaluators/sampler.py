@@ -21,6 +21,11 @@ the multi-agent sampler and in ES (whose reference records the observations it a
 openai/evolution-strategies-starter ``policies.py`` ``rollout``).  A ``DISABLED`` reset
 records only the rows it reset (Gymnasium returns the current observation of the others).
 
+Callbacks (:mod:`hierl.evaluators.callbacks`) cost nothing when unset.  When set, each
+sub-env's episode start and end runs its hooks (Python per episode, not per step); only
+callbacks that override ``on_episode_step`` get a per-step loop over the sub-envs.  A
+NEXT_STEP env's episode starts at the step that resets it.
+
 Recurrent policies (a non-empty ``get_initial_state()``) get their state carried per
 sub-env: it is passed to ``compute_actions`` every step, recorded as it was at the start
 of each step (``state_in_0``, ``state_in_1``, ...), and reset to the initial state for a
@@ -35,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import iterate
 
 from hierl.evaluators import env_checks
 from hierl.evaluators.env import make_vector_env
@@ -186,11 +192,13 @@ class VectorSampler(FragmentSampler):
             or cls.postprocess_trajectories is not PolicyGraph.postprocess_trajectories
         )
         self._carry: SampleBatch | None = None
-        raw, _ = self.call_env(venv, "reset", seed=settings.seed)
+        raw, info = self.call_env(venv, "reset", seed=settings.seed)
         flat = self.preprocessor.transform(raw)
         env_checks.check_observations(self, raw, None, flat=flat)
         self.obs = self.filter(flat)
         self.eps_id = self.new_episode_ids(self.num_envs)
+        if self.callbacks is not None:
+            self._start_episodes(range(self.num_envs), raw, info)
         self.ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self.ep_len = np.zeros(self.num_envs, dtype=np.int64)
         self.pending_reset = np.zeros(self.num_envs, dtype=bool)
@@ -231,8 +239,12 @@ class VectorSampler(FragmentSampler):
             )
             self.ep_return += np.where(valid, rew, 0.0)
             self.ep_len += valid
+            if self.step_hook:
+                self._step_episodes(raw, rew, info, acted.env_actions, valid, done)
             if done.any():
-                next_obs = self._end_episodes(done, info, next_obs, fragment.new_obs[step])
+                next_obs = self._end_episodes(done, info, next_obs, fragment.new_obs[step], raw)
+            if self.callbacks is not None and not valid.all():  # NEXT_STEP resets
+                self._start_episodes(np.flatnonzero(~valid).tolist(), raw, info)
             if self.recurrent:
                 # A finished episode's successor starts from the initial state; so does the
                 # row after a NEXT_STEP reset step (~valid: its output is from the old one).
@@ -259,17 +271,25 @@ class VectorSampler(FragmentSampler):
         return self.filter(flat)
 
     def _end_episodes(
-        self, done: np.ndarray, info: dict[str, Any], next_obs: np.ndarray, new_obs: np.ndarray
+        self,
+        done: np.ndarray,
+        info: dict[str, Any],
+        next_obs: np.ndarray,
+        new_obs: np.ndarray,
+        raw: Any,
     ) -> np.ndarray:
         """Episodes of the ``done`` sub-envs ended: their final observations go into
         ``new_obs`` (this step's NEW_OBS rows), DISABLED envs are reset, the episodes
-        end in the core; returns the observations to act on next."""
+        end in the core (and, with callbacks, the next ones start unless the env resets
+        at the next step); returns the observations to act on next."""
         idx = np.flatnonzero(done)
+        step_info, start_raw, start_info = info, raw, info
         if self.autoreset_mode == AutoresetMode.SAME_STEP:
             final = batch_obs(self.obs_space, list(info["final_obs"][idx]))
             new_obs[idx] = self.filter(self.preprocessor.transform(final), update=False)
         elif self.autoreset_mode == AutoresetMode.DISABLED:
-            reset_raw, _ = self.call_env(self.venv, "reset", options={"reset_mask": done})
+            reset_raw, start_info = self.call_env(self.venv, "reset", options={"reset_mask": done})
+            start_raw = reset_raw
             flat = self.preprocessor.transform(reset_raw)
             env_checks.check_observations(self, reset_raw, None, rows=idx, flat=flat)
             next_obs = next_obs.copy()
@@ -280,10 +300,51 @@ class VectorSampler(FragmentSampler):
         if self.autoreset_mode == AutoresetMode.SAME_STEP:
             info = info.get("final_info", {})
         returns, lengths, ended = game_results(info, idx, self.ep_return[idx], self.ep_len[idx])
-        self.end_episodes(returns, lengths, ended, lambda i: _sub_env_info(info, i))
+        final_obs = None
+        if self.callbacks is not None:
+            if self.autoreset_mode == AutoresetMode.SAME_STEP:
+                final_obs = step_info["final_obs"].__getitem__
+            else:
+                final_obs = list(iterate(self.venv.observation_space, raw)).__getitem__
+        self.end_episodes(returns, lengths, ended, lambda i: _sub_env_info(info, i), final_obs)
         self.ep_return[idx] = 0.0
         self.ep_len[idx] = 0
+        if self.callbacks is not None and self.autoreset_mode != AutoresetMode.NEXT_STEP:
+            self._start_episodes(ended.tolist(), start_raw, start_info)
         return next_obs
+
+    # -- callbacks (only when set) -------------------------------------------------------
+    def _start_episodes(self, rows: Any, raw: Any, info: dict[str, Any]) -> None:
+        """Start the callbacks' episodes of sub-envs ``rows`` that have none running (an
+        ``EpisodicLife`` life loss goes on in the same one); ``raw``, ``info``: the
+        vector env's observations and info that hold their first ones."""
+        rows = [i for i in rows if i not in self.live]
+        if not rows:
+            return
+        obs = list(iterate(self.venv.observation_space, raw))
+        for i in rows:
+            self.start_episode(i, int(self.eps_id[i]), obs[i], _sub_env_info(info, i))
+
+    def _step_episodes(
+        self,
+        raw: Any,
+        rewards: np.ndarray,
+        info: dict[str, Any],
+        env_actions: Any,
+        valid: np.ndarray,
+        done: np.ndarray,
+    ) -> None:
+        """``on_episode_step`` for every sub-env that stepped: a per-step Python loop, run
+        only for callbacks that override it."""
+        obs = list(iterate(self.venv.observation_space, raw))
+        actions = list(iterate(self.venv.action_space, env_actions))
+        same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
+        for i in np.flatnonzero(valid).tolist():
+            if same_step and done[i]:  # the final observation and info of the episode
+                o, sub_info = info["final_obs"][i], _sub_env_info(info.get("final_info", {}), i)
+            else:
+                o, sub_info = obs[i], _sub_env_info(info, i)
+            self.step_episode(i, float(rewards[i]), o, sub_info, actions[i])
 
     def _carry_state(self, state_out: list[np.ndarray], reset: np.ndarray) -> None:
         """The next step's recurrent state: ``state_out``, initial for ``reset`` rows."""
@@ -326,6 +387,11 @@ class VectorSampler(FragmentSampler):
             self.raw_batches.append((DEFAULT_POLICY_ID, SampleBatch(dict(batch))))
         if self._postprocess:
             batch = self.policy.postprocess_trajectories(batch)
+        if self.callbacks is not None and batch.count:
+            trajectories = batch.split_by_episode()
+            for trajectory in trajectories:
+                self.postprocessed(trajectory, DEFAULT_POLICY_ID, self.policy)
+            batch = SampleBatch.concat_samples(trajectories)
         if self.recurrent:
             batch.chop_into_sequences(self.max_seq_len)
         return batch

@@ -20,10 +20,10 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from hierl.evaluators.callbacks import EpisodeCallbacks
 from hierl.evaluators.env import EnvCreator
 from hierl.evaluators.offline.settings import InputSpec, OutputSpec
 from hierl.evaluators.policy_map import PolicySpec
-from hierl.evaluators.rollout import EpisodeCallbacks
 from hierl.policy_graph import PolicyGraph
 
 
@@ -61,8 +61,9 @@ class EvaluatorSpec:
     plus ``j``."""
     compress_observations: bool = False
     """LZ4-compress OBS/NEW_OBS in returned batches."""
-    callbacks: type[EpisodeCallbacks] | None = None
-    """An EpisodeCallbacks subclass, instantiated in each evaluator."""
+    callbacks: type[EpisodeCallbacks] | str | None = None
+    """An EpisodeCallbacks subclass or its ``"module:Class"`` name (imported in each
+    evaluator's process), instantiated in each evaluator."""
     sample_async: bool = False
     """Sample in a background thread into a queue of ``max_queued_samples`` batches
     (A3C-style); ``sample()`` then returns the oldest queued batch."""

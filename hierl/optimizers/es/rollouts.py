@@ -103,7 +103,7 @@ def episode_player(evaluator: PolicyEvaluator) -> EpisodePlayer:
     use; it runs the evaluator's callbacks."""
     player = _PLAYERS.get(evaluator)
     if player is None:
-        player = evaluator.episode_player(callbacks=evaluator.callbacks)
+        player = evaluator.episode_player()
         _PLAYERS[evaluator] = player
     return player
 
