@@ -26,7 +26,7 @@ import re
 import sys
 import textwrap
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -950,6 +950,7 @@ def _resume_train(args: argparse.Namespace) -> int:
                     f"{PROG}: {title} already done ({reason}) at iteration {trainer.iteration}"
                     "; pass --stop to train on"
                 )
+                trainer.stop()
                 return 0
         if not args.quiet:
             print(
@@ -1000,7 +1001,7 @@ def _run_training(
     out_dir: Path,
     title: str,
     history: list[dict[str, Any]],
-    start: Any,
+    start: Callable[[], None],
 ) -> int:
     """Run ``start()`` (which prepares ``out_dir``), record the run's stop conditions,
     train, and always stop the trainer."""
