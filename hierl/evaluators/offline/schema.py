@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 import pyarrow as pa
 
+from hierl.evaluators.wire import describe_space, space_to_json
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 
 SCHEMA_VERSION = 1
@@ -30,36 +31,6 @@ METADATA_KEY = b"hierl"
 class OfflineDataError(ValueError):
     """Logged data is missing, empty, corrupt or does not fit the policy; the message
     names the file (or path) and what was expected."""
-
-
-# -- spaces as JSON ----------------------------------------------------------------------
-def space_to_json(space: gym.Space) -> dict[str, Any]:
-    """A JSON description of a Box / Discrete / MultiDiscrete / MultiBinary space."""
-    if isinstance(space, gym.spaces.Box):
-        return {
-            "type": "Box",
-            "shape": list(space.shape),
-            "dtype": str(space.dtype),
-            "low": space.low.tolist(),
-            "high": space.high.tolist(),
-        }
-    if isinstance(space, gym.spaces.Discrete):
-        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
-    if isinstance(space, gym.spaces.MultiDiscrete):
-        return {"type": "MultiDiscrete", "nvec": space.nvec.tolist()}
-    if isinstance(space, gym.spaces.MultiBinary):
-        return {"type": "MultiBinary", "n": np.asarray(space.n).tolist()}
-    return {"type": type(space).__name__, "shape": list(space.shape or ())}
-
-
-def describe_space(space: gym.Space | dict[str, Any]) -> str:
-    """``Box(uint8, (84, 84, 4))`` / ``Discrete(2)``: for error messages."""
-    data = space if isinstance(space, dict) else space_to_json(space)
-    if data.get("type") == "Discrete":
-        return f"Discrete({data['n']})"
-    if data.get("type") == "Box":
-        return f"Box({data['dtype']}, {tuple(data['shape'])})"
-    return f"{data.get('type')}({data.get('shape', data.get('nvec', data.get('n')))})"
 
 
 # -- batches as tables -------------------------------------------------------------------

@@ -1,0 +1,153 @@
+"""The JSON wire format of spaces, observations and actions (logged data, serving,
+external envs).
+
+Observations travel as nested JSON lists in Gymnasium's batched layout: a batch of
+``n`` observations of a ``Box(shape)`` space is an ``(n, *shape)`` list, of a
+``Discrete`` space a list of ``n`` integers.  :func:`decode_observations` turns such a
+value into the array a policy takes, or raises :class:`WireError` naming the field and
+what was expected (the HTTP layers answer it with status 400); :func:`encode` turns
+actions and other arrays back into JSON values.  Numpy and Gymnasium only: no torch,
+no Ray, so external clients and servers can use it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+MAX_BATCH = 4096
+"""Default limit on the observations of one request (``decode_observations``)."""
+
+
+class WireError(ValueError):
+    """A value on the wire does not fit: ``field`` names it, the message says what was
+    expected (shape, dtype, range)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+# -- spaces ------------------------------------------------------------------------------
+def space_to_json(space: gym.Space) -> dict[str, Any]:
+    """A JSON description of a Box / Discrete / MultiDiscrete / MultiBinary space."""
+    if isinstance(space, gym.spaces.Box):
+        return {
+            "type": "Box",
+            "shape": list(space.shape),
+            "dtype": str(space.dtype),
+            "low": space.low.tolist(),
+            "high": space.high.tolist(),
+        }
+    if isinstance(space, gym.spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return {"type": "MultiDiscrete", "nvec": space.nvec.tolist()}
+    if isinstance(space, gym.spaces.MultiBinary):
+        return {"type": "MultiBinary", "n": np.asarray(space.n).tolist()}
+    return {"type": type(space).__name__, "shape": list(space.shape or ())}
+
+
+def describe_space(space: gym.Space | dict[str, Any]) -> str:
+    """``Box(uint8, (84, 84, 4))`` / ``Discrete(2)``: for error messages."""
+    data = space if isinstance(space, dict) else space_to_json(space)
+    if data.get("type") == "Discrete":
+        return f"Discrete({data['n']})"
+    if data.get("type") == "Box":
+        return f"Box({data['dtype']}, {tuple(data['shape'])})"
+    return f"{data.get('type')}({data.get('shape', data.get('nvec', data.get('n')))})"
+
+
+# -- values ------------------------------------------------------------------------------
+def _row_layout(space: gym.Space) -> tuple[tuple[int, ...], np.dtype]:
+    """The per-row shape and dtype of ``space``'s batched array."""
+    if isinstance(space, gym.spaces.Discrete):
+        return (), np.dtype(np.int64)
+    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+        return tuple(space.shape), np.dtype(space.dtype)
+    raise WireError(
+        "space",
+        f"{type(space).__name__} spaces have no JSON wire format (Box, Discrete, "
+        "MultiDiscrete and MultiBinary have): flatten it (gymnasium.wrappers."
+        "FlattenObservation)",
+    )
+
+
+def decode_observations(
+    value: Any, space: gym.Space, field: str = "observations", max_batch: int = MAX_BATCH
+) -> np.ndarray:
+    """A batch of observations of ``space`` from its JSON value (a list of rows).
+
+    Raises:
+        WireError: not a list of rows of the space's shape, more than ``max_batch``
+            rows, values of the wrong kind (non-numbers; fractions for an integer
+            space), NaN or infinite numbers, or values outside the bounds of an integer
+            space (uint8 images: 0..255).
+    """
+    shape, dtype = _row_layout(space)
+    expected = f"a list of observations of shape {list(shape)} ({describe_space(space)})"
+    if not isinstance(value, list) or not value:
+        raise WireError(field, f"expected {expected}, got {_short(value)}")
+    if len(value) > max_batch:
+        raise WireError(field, f"{len(value)} observations; at most {max_batch} per request")
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise WireError(
+            field, f"expected {expected} of numbers; rows are ragged or hold non-numbers"
+        ) from None
+    if array.shape[1:] != shape:
+        raise WireError(
+            field,
+            f"observations of shape {list(array.shape[1:])}; expected {list(shape)} "
+            f"({describe_space(space)})",
+        )
+    if not np.isfinite(array).all():
+        raise WireError(field, "holds NaN or infinite values; observations must be finite")
+    if dtype.kind in "iub":
+        if not np.array_equal(array, np.round(array)):
+            raise WireError(field, f"{describe_space(space)} takes integers, got fractions")
+        low, high = _integer_bounds(space, dtype)
+        if array.min() < low or array.max() > high:
+            raise WireError(
+                field,
+                f"values in [{array.min():g}, {array.max():g}]; {describe_space(space)} "
+                f"takes [{low:g}, {high:g}]",
+            )
+    return array.astype(dtype)
+
+
+def _integer_bounds(space: gym.Space, dtype: np.dtype) -> tuple[float, float]:
+    if isinstance(space, gym.spaces.Discrete):
+        return float(space.start), float(space.start + space.n - 1)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return 0.0, float(np.max(space.nvec) - 1)
+    if isinstance(space, gym.spaces.MultiBinary):
+        return 0.0, 1.0
+    if dtype.kind == "b":
+        return 0.0, 1.0
+    info = np.iinfo(dtype)
+    return float(info.min), float(info.max)
+
+
+def encode(value: Any) -> Any:
+    """A JSON value for arrays and numpy scalars (nested lists of Python numbers)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {k: encode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encode(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
