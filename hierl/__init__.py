@@ -32,6 +32,7 @@ _EXPORTS = {
     "get_trainer_class": "hierl.algorithms",
     "make_multi_agent": "hierl.evaluators",
     "register_env": "hierl.evaluators",
+    "register_model": "hierl.models.registry",
     "register_optimizer": "hierl.optimizers",
     "register_trainer": "hierl.algorithms",
 }

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hierl.models.networks import ModelConfig, make_actor_critic
+from hierl.models.networks import ModelConfig, make_actor_critic, make_custom_model
 from hierl.policy_graph import GlobalVars, PolicyGraph, Weights
 from hierl.postprocessing import segment_ends
 from hierl.sample_batch import SampleBatch
@@ -147,8 +147,10 @@ class TorchPolicyGraph(PolicyGraph):
 
     ``config`` is the trainer config; the fields read here are ``model``
     (ModelConfig), ``lr``, ``lr_schedule``, ``grad_clip`` and ``num_gpus``.  Pass
-    ``model`` to use your own module: it must return ``(dist_inputs, values)`` from
-    ``forward(obs)`` and may define ``value(obs)``.
+    ``model`` to use your own module, or name a registered one in
+    ``config.model.custom_model`` (``hierl.register_model``; works from YAML files and
+    checkpoints): it must return ``(dist_inputs, values)`` from ``forward(obs)`` and may
+    define ``value(obs)`` (see :func:`hierl.models.networks.make_custom_model`).
 
     A *recurrent* model (``ModelConfig.use_lstm``, or your own module with
     ``is_recurrent = True``) instead defines ``get_initial_state() -> [arrays]`` (one
@@ -188,8 +190,11 @@ class TorchPolicyGraph(PolicyGraph):
 
     # -- construction hooks -------------------------------------------------------------
     def make_model(self) -> nn.Module:
-        """Build the default actor-critic model from ``config.model`` (LSTM if ``use_lstm``)."""
+        """Build the model ``config.model`` describes: its ``custom_model`` if set, else
+        the default actor-critic (LSTM if ``use_lstm``)."""
         model_config = getattr(self.config, "model", None) or ModelConfig()
+        if model_config.custom_model is not None:
+            return make_custom_model(self.observation_space, self.action_space, model_config)
         return make_actor_critic(self.observation_space, self.action_space, model_config)
 
     def make_optimizer(self) -> torch.optim.Optimizer:

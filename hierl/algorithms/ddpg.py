@@ -41,7 +41,7 @@ from torch.nn import functional as F
 
 from hierl.algorithms.off_policy import OffPolicyConfig
 from hierl.algorithms.trainer import Trainer, same_defaults
-from hierl.models.networks import MLP, ModelConfig
+from hierl.models.networks import MLP, ModelConfig, check_default_model
 from hierl.models.preprocessors import get_preprocessor
 from hierl.policy_graph import LearnResult, PolicyGraph, Weights
 from hierl.postprocessing import N_STEP_DISCOUNTS, compute_n_step
@@ -279,6 +279,7 @@ class DDPGPolicy(PolicyGraph):
         self.act_shape = tuple(action_space.shape)
         self.act_dim = int(low.size)
         obs_size = get_preprocessor(observation_space).size
+        check_default_model(config.model, "DDPG's actor and critics")
         self.model = DDPGModel(obs_size, self.act_dim, config.model, config.twin_q).to(self.device)
         self._center = torch.as_tensor((high + low) / 2, dtype=torch.float32, device=self.device)
         self._half = torch.as_tensor((high - low) / 2, dtype=torch.float32, device=self.device)

@@ -36,7 +36,7 @@ from hierl.algorithms.off_policy import OffPolicyConfig
 from hierl.algorithms.trainer import Trainer
 from hierl.evaluators import PolicyEvaluator
 from hierl.models.distributions import Categorical
-from hierl.models.networks import MLP, ModelConfig, make_torso
+from hierl.models.networks import MLP, ModelConfig, check_default_model, make_torso
 from hierl.models.preprocessors import is_image_space
 from hierl.policy_graph import GlobalVars, LearnerStats, LearnResult, Weights
 from hierl.postprocessing import N_STEP_DISCOUNTS, compute_n_step
@@ -179,6 +179,7 @@ class DQNPolicy(TorchPolicyGraph):
         """A :class:`QNetwork` (dueling when ``config.dueling``)."""
         cfg = self.config
         model = getattr(cfg, "model", None) or ModelConfig()
+        check_default_model(model, "DQN's Q-network")
         return QNetwork(
             self.observation_space, self.action_space, model, getattr(cfg, "dueling", True)
         )

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from hierl.algorithms.trainer import Trainer, TrainerConfig
-from hierl.models.networks import MLP
+from hierl.models.networks import MLP, check_default_model
 from hierl.models.preprocessors import get_preprocessor
 from hierl.policy_graph import PolicyGraph, Weights
 from hierl.sample_batch import SampleBatch
@@ -67,6 +67,7 @@ class ESPolicy(PolicyGraph):
                 f"ESPolicy supports Discrete and Box action spaces, not {action_space}"
             )
         model = config.model
+        check_default_model(model, "ES's deterministic MLP")
         self.in_size = get_preprocessor(observation_space).size
         # Small output gain (Salimans: normc 0.01 on the last layer): near-neutral start.
         self.model = MLP(self.in_size, model.hiddens, model.activation, out, out_gain=0.01)

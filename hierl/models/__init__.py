@@ -13,6 +13,8 @@ lazily, so that ``hierl.models.preprocessors`` loads without torch:
   (picked by :func:`make_actor_critic` when ``ModelConfig.use_lstm`` is set).
 * :mod:`hierl.models.distributions` -- :class:`Categorical`, :class:`MultiCategorical` and
   :class:`DiagGaussian`, selected for an action space by :func:`get_action_dist`.
+* :mod:`hierl.models.registry` -- custom models by name: :func:`register_model` and
+  ``ModelConfig.custom_model`` (built by :func:`make_custom_model`).
 """
 
 from __future__ import annotations
@@ -40,9 +42,11 @@ _EXPORTS = {
             "RecurrentActorCritic",
             "get_activation",
             "make_actor_critic",
+            "make_custom_model",
         ),
         "hierl.models.networks",
     ),
+    **dict.fromkeys(("register_model", "registered_models"), "hierl.models.registry"),
     **dict.fromkeys(preprocessors.__all__, preprocessors.__name__),  # numpy only
 }
 

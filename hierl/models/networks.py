@@ -4,13 +4,16 @@
 * Torch modules -- :class:`MLP`, :class:`NatureCNN`, :class:`ActorCritic` and its recurrent
   variant :class:`RecurrentActorCritic` (picked by :func:`make_actor_critic` when
   ``ModelConfig.use_lstm`` is set).
+* Custom models -- :func:`make_custom_model` builds the module registered (with
+  :func:`hierl.models.registry.register_model`) under ``ModelConfig.custom_model``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
@@ -18,8 +21,10 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from hierl.config import ConfigError
 from hierl.models.distributions import get_action_dist
 from hierl.models.preprocessors import ImagePreprocessor, get_preprocessor
+from hierl.models.registry import get_model_factory
 
 __all__ = [
     "MLP",
@@ -27,9 +32,11 @@ __all__ = [
     "ModelConfig",
     "NatureCNN",
     "RecurrentActorCritic",
+    "check_default_model",
     "get_activation",
     "image_layout",
     "make_actor_critic",
+    "make_custom_model",
     "make_torso",
 ]
 
@@ -95,6 +102,12 @@ class ModelConfig:
         max_seq_len: Longest sequence of consecutive steps the loss unrolls the LSTM over
             (truncated backpropagation through time); longer episode segments are cut into
             several sequences, each started from its recorded state.
+        custom_model: The name of a model registered with ``hierl.register_model`` to
+            use instead of the default actor-critic (the fields above then apply only as
+            that model reads them); None: the default.  Configs and checkpoints store the
+            name, never code: restoring needs the name registered again.
+        custom_model_config: Settings for the custom model (JSON values: they are stored
+            in checkpoints), handed to its factory inside this config.
 
     Lists are accepted for the tuple fields and normalised to tuples.
     """
@@ -109,6 +122,8 @@ class ModelConfig:
     use_lstm: bool = False
     lstm_cell_size: int = 64
     max_seq_len: int = 20
+    custom_model: str | None = None
+    custom_model_config: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Normalise list-valued fields to tuples and validate the configuration."""
@@ -145,6 +160,21 @@ class ModelConfig:
         self.max_seq_len = int(self.max_seq_len)
         if self.max_seq_len <= 0:
             raise ValueError(f"max_seq_len must be a positive integer, got {self.max_seq_len}")
+        if self.custom_model is not None:
+            get_model_factory(self.custom_model)  # ConfigError listing the registered ones
+            if self.use_lstm:
+                raise ConfigError(
+                    f"config field 'model.use_lstm' = True builds the default recurrent "
+                    f"model, but model.custom_model = {self.custom_model!r} is set; a custom "
+                    "model is recurrent by defining is_recurrent = True"
+                )
+        try:
+            json.dumps(self.custom_model_config)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(
+                f"config field 'model.custom_model_config' = {self.custom_model_config!r} "
+                f"must hold JSON values (it is stored in checkpoints): {e}"
+            ) from e
 
 
 # ---------------------------------------------------------------------------------------------
@@ -474,3 +504,81 @@ def make_actor_critic(
     if config.use_lstm:
         return RecurrentActorCritic(obs_space, action_space, config)
     return ActorCritic(obs_space, action_space, config)
+
+
+def make_custom_model(
+    obs_space: gym.Space, action_space: gym.Space, config: ModelConfig
+) -> nn.Module:
+    """The model registered as ``config.custom_model``, built by its factory.
+
+    The factory is called as ``factory(obs_space, action_space, num_outputs, config)``:
+    ``num_outputs`` is the number of action-distribution inputs for ``action_space``
+    (:func:`~hierl.models.distributions.get_action_dist`: logits for Discrete, means and
+    log-stds for Box) and ``config`` this ModelConfig, whose ``custom_model_config`` holds
+    the model's own settings.  It returns a ``torch.nn.Module`` with the interface of
+    :class:`ActorCritic`, which every actor-critic policy graph (PG, A2C, PPO, IMPALA,
+    MARWIL) uses:
+
+    * ``forward(obs) -> (dist_inputs (B, num_outputs), values (B,))`` for a batch of
+      preprocessed observations (float32 ``(B, size)`` vectors, or uint8 images in the
+      env's layout: :func:`~hierl.models.preprocessors.get_preprocessor`);
+    * optionally ``value(obs) -> values (B,)`` (bootstrapping without the policy head);
+    * optionally ``dist_class``: hierl sets it to the distribution of ``action_space``
+      unless the module defines its own;
+    * recurrent models set ``is_recurrent = True`` and define ``get_initial_state() ->
+      [arrays]`` (one agent's state), ``max_seq_len`` and ``forward(obs (N, T, ...),
+      state [(N, ...)]) -> (dist_inputs (N, T, D), values (N, T), state_out)``, as
+      :class:`RecurrentActorCritic` does.
+
+    A feed-forward model is called once on a batch of zeros here, so that a wrong output
+    shape is reported now, naming the model.
+
+    Raises:
+        ConfigError: ``config.custom_model`` is not registered (the registered ones listed).
+        TypeError: the factory did not return a ``torch.nn.Module``.
+        ValueError: the module's outputs do not have the shapes above.
+    """
+    name = config.custom_model
+    factory = get_model_factory(name)
+    dist_class, num_outputs = get_action_dist(action_space)
+    model = factory(obs_space, action_space, num_outputs, config)
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"custom model {name!r}: its factory returned a {type(model).__name__}, not a "
+            "torch.nn.Module"
+        )
+    if getattr(model, "dist_class", None) is None:
+        model.dist_class = dist_class
+    if not getattr(model, "is_recurrent", False):
+        _check_outputs(model, name, obs_space, num_outputs)
+    return model
+
+
+def _check_outputs(model: nn.Module, name: str, obs_space: gym.Space, num_outputs: int) -> None:
+    """ValueError unless ``model(obs)`` is ``(dist_inputs (B, num_outputs), values (B,))``."""
+    preprocessor = get_preprocessor(obs_space)
+    is_image = isinstance(preprocessor, ImagePreprocessor)
+    obs = torch.zeros((2, *preprocessor.shape), dtype=torch.uint8 if is_image else torch.float32)
+    with torch.no_grad():
+        out = model(obs)
+    shapes = None
+    if isinstance(out, (tuple, list)) and len(out) == 2 and all(torch.is_tensor(t) for t in out):
+        shapes = (tuple(out[0].shape), tuple(out[1].shape))
+    if shapes != ((2, num_outputs), (2,)):
+        got = shapes if shapes is not None else type(out).__name__
+        raise ValueError(
+            f"custom model {name!r}: forward(obs) of a batch of 2 observations must return "
+            f"(dist_inputs, values) of shapes ((2, {num_outputs}), (2,)) for this action "
+            f"space, got {got}"
+        )
+
+
+def check_default_model(config: ModelConfig, builder: str) -> None:
+    """ConfigError if ``config`` names a custom model: ``builder`` (e.g. "DQN's
+    Q-network") builds its own network, with another interface."""
+    if config.custom_model is not None:
+        raise ConfigError(
+            f"config field 'model.custom_model' = {config.custom_model!r} is not "
+            f"supported: {builder} is not an actor-critic model; custom models replace the "
+            "actor-critic model of PG, A2C, PPO, IMPALA and MARWIL"
+        )
