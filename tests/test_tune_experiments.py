@@ -158,3 +158,63 @@ def test_hierl_tune_runs_an_example_file_end_to_end(ray_session, tmp_path, capsy
     # each trial ran with its own seed (the experiment's base seed 0 + trial index)
     seeds = [json.loads((p / "result.json").read_text().splitlines()[0]) for p in trials]
     assert sorted(r["config"]["seed"] for r in seeds) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("callbacks", "message"),
+    [
+        ("[wandbb]", r"unknown callback 'wandbb' \(did you mean 'wandb'\?\); valid: wandb, mlflow"),
+        ("[{mlflow: 3}]", "callback 'mlflow': settings must be a mapping"),
+        ("[{mlflow: {tracking_urii: x}}]", "callback 'mlflow':.*tracking_urii"),
+        ("[[1, 2]]", "callbacks entry .* is invalid: give a name or"),
+    ],
+)
+def test_bad_logger_callbacks_fail_before_any_trial(tmp_path, callbacks, message):
+    pytest.importorskip("mlflow")
+    path = _write(tmp_path, f"exp1:\n  run: PG\n  env: CartPole-v1\n  callbacks: {callbacks}\n")
+    with pytest.raises(ConfigError, match=message):
+        load_experiments(path)
+
+
+def test_a_logger_callback_without_its_package_names_the_extra(tmp_path, monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "wandb" else find_spec(name, *a),
+    )
+    path = _write(tmp_path, "exp1:\n  run: PG\n  env: CartPole-v1\n  callbacks: [wandb]\n")
+    with pytest.raises(
+        ConfigError,
+        match=r"callback 'wandb' needs the 'wandb' package: pip install 'hierl\[wandb\]'",
+    ):
+        load_experiments(path)
+
+
+@pytest.mark.ray
+def test_mlflow_callback_logs_every_iteration_of_a_trial(ray_session, tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    from hierl.tune.experiments import run_experiment
+
+    # MLflow 3 keeps the file store only behind this switch (a database needs SQLAlchemy)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    path = _write(
+        tmp_path,
+        "exp1:\n  run: PG\n  env: CartPole-v1\n  stop: {training_iteration: 3}\n"
+        f"  callbacks: [{{mlflow: {{tracking_uri: '{uri}', experiment_name: hierl-test}}}}]\n"
+        "  config: {train_batch_size: 200, num_evaluators: 0}\n",
+    )
+    ((name, spec),) = load_experiments(path).items()
+    (result,) = run_experiment(name, spec, tmp_path / "tune", verbose=0)
+    assert result.error is None
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("hierl-test")
+    (run,) = client.search_runs([experiment.experiment_id])
+    history = client.get_metric_history(run.info.run_id, "episode_reward_mean")
+    assert sorted(m.step for m in history) == [200, 400, 600]  # at timesteps_total
+    assert mlflow is not None

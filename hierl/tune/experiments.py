@@ -141,6 +141,11 @@ class ExperimentSpec(Config):
     """Trials running at once (0: as many as the resources allow)."""
     config: dict = dataclasses.field(default_factory=dict)
     """The algorithm's config; values may be search spaces."""
+    callbacks: list = dataclasses.field(default_factory=list)
+    """Ray Tune's logger integrations, by name, each alone or with its settings:
+    ``[wandb, {mlflow: {tracking_uri: ..., experiment_name: ...}}]`` (``wandb``:
+    ``WandbLoggerCallback``; ``mlflow``: ``MLflowLoggerCallback``; their keyword
+    arguments are the settings).  Tune's JSON, CSV and TensorBoard logs are always on."""
 
     def __post_init__(self) -> None:
         self.check("run", bool(self.run), "is required (an algorithm name, see 'hierl list')")
@@ -226,10 +231,57 @@ def load_experiments(path: str | Path) -> dict[str, ExperimentSpec]:
             spec = ExperimentSpec.from_dict(body)
             validate_param_space(spec.run, spec.param_space())
             make_scheduler(spec)  # bad scheduler arguments fail now, not in a trial
+            make_logger_callbacks(spec.callbacks)
         except ConfigError as e:
             raise ConfigError(f"experiment '{name}' in '{path}': {e}") from e
         experiments[str(name)] = spec
     return experiments
+
+
+LOGGER_CALLBACKS: dict[str, tuple[str, str]] = {
+    "wandb": ("ray.air.integrations.wandb:WandbLoggerCallback", "wandb"),
+    "mlflow": ("ray.air.integrations.mlflow:MLflowLoggerCallback", "mlflow"),
+}
+"""``callbacks`` names: (the Tune callback class, the package it needs; ``pip install
+'hierl[NAME]'`` installs it)."""
+
+
+def make_logger_callbacks(entries: list[Any]) -> list[Any]:
+    """The Tune callbacks named by an experiment's ``callbacks`` (see ExperimentSpec);
+    ConfigError for an unknown name, bad settings or a missing package."""
+    import importlib
+    import importlib.util
+
+    out = []
+    for entry in entries:
+        if isinstance(entry, str):
+            name, settings = entry, {}
+        elif isinstance(entry, Mapping) and len(entry) == 1:
+            ((name, settings),) = entry.items()
+            settings = {} if settings is None else settings
+        else:
+            raise ConfigError(
+                f"callbacks entry {entry!r} is invalid: give a name or {{name: {{settings}}}}"
+                f" with a name of {', '.join(LOGGER_CALLBACKS)}"
+            )
+        if name not in LOGGER_CALLBACKS:
+            raise ConfigError(
+                f"unknown callback '{name}'{suggest(str(name), list(LOGGER_CALLBACKS))}; "
+                f"valid: {', '.join(LOGGER_CALLBACKS)}"
+            )
+        if not isinstance(settings, Mapping):
+            raise ConfigError(f"callback '{name}': settings must be a mapping, got {settings!r}")
+        target, package = LOGGER_CALLBACKS[name]
+        if importlib.util.find_spec(package) is None:
+            raise ConfigError(
+                f"callback '{name}' needs the '{package}' package: pip install 'hierl[{name}]'"
+            )
+        module, cls = target.split(":")
+        try:
+            out.append(getattr(importlib.import_module(module), cls)(**settings))
+        except (TypeError, RuntimeError) as e:
+            raise ConfigError(f"callback '{name}': {e}") from e
+    return out
 
 
 def make_scheduler(spec: ExperimentSpec) -> Any:
@@ -283,7 +335,7 @@ def run_experiment(
             checkpoint_at_end=spec.checkpoint_at_end,
         ),
         verbose=verbose,
-        callbacks=[ResourceWaitLogger()],
+        callbacks=[ResourceWaitLogger(), *make_logger_callbacks(spec.callbacks)],
     )
     exp_dir = Path(str(run_config.storage_path)) / name
     exp_dir.mkdir(parents=True, exist_ok=True)
