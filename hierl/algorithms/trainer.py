@@ -36,6 +36,8 @@ from hierl.evaluators.offline.reader import iter_episodes, list_files
 from hierl.evaluators.offline.settings import SAMPLER, InputSpec, OutputSpec, path_strings
 from hierl.evaluators.offline.writer import DEFAULT_MAX_FILE_SIZE
 from hierl.evaluators.policy_map import PolicySpec
+from hierl.evaluators.wire import space_to_json
+from hierl.export import ExportedPolicy, export_policy
 from hierl.models.networks import ModelConfig
 from hierl.optimizers import (
     OptimizerConfig,
@@ -798,6 +800,42 @@ class Trainer(BaseTrainer):
         """``(action, state_out)`` of a (recurrent) policy; pass ``state_out`` to the next
         call and None at an episode's first step."""
         return self.local_evaluator.compute_single_action_and_state(obs, state, explore, policy_id)
+
+    def export_policy(
+        self,
+        directory: str | Path,
+        format: Literal["torchscript", "onnx"] = "torchscript",
+        policy_id: str = DEFAULT_POLICY_ID,
+    ) -> ExportedPolicy:
+        """Write policy ``policy_id`` as a self-contained TorchScript (``policy.pt``) or
+        ONNX (``policy.onnx``) model plus ``policy.json``, for serving without hierl.
+
+        The model takes raw env observations (batched) and returns ``(actions,
+        action_dist_inputs, vf_preds)``, recurrent ones also their state: the
+        preprocessing, the observation filter's current statistics and the greedy action
+        are folded in, so its actions equal ``compute_single_action(obs, explore=False)``
+        (see :mod:`hierl.export` for the inputs, outputs and how to load it).
+
+        Raises:
+            ExportError: an unknown format, a policy that is not a TorchPolicyGraph, an
+                observation or action space that cannot be exported, or onnx /
+                onnxruntime missing (``pip install 'hierl[export]'``).
+            ValueError: an unknown ``policy_id``.
+        """
+        policy = self.get_policy(policy_id)
+        return export_policy(
+            policy,
+            directory,
+            format,
+            normalization=self.local_evaluator.filters[policy_id].normalization(),
+            metadata={
+                "algorithm": self.name,
+                "iteration": self.iteration,
+                "policy_id": policy_id,
+                "observation_space": space_to_json(policy.observation_space),
+                "action_space": space_to_json(policy.action_space),
+            },
+        )
 
     def get_weights(self) -> dict[str, Weights]:
         """Weights of the driver's policies."""

@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 
+STD_EPSILON = 1e-8
+"""Added to the standard deviation before dividing by it."""
+
 
 class RunningStat:
     """Count, mean and sum of squared deviations of a stream of arrays of one shape."""
@@ -78,6 +81,12 @@ class NoFilter:
         """Return ``x`` unchanged (``update`` as for ``MeanStdFilter``)."""
         return x
 
+    def normalization(self) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """The filter as ``clip((x - mean) / scale, -clip, clip)``: ``(mean, scale,
+        clip)`` in float64 (copies), for exported models that fold it in; None for the
+        identity."""
+        return None
+
     def get_state(self) -> dict[str, Any]:
         """Nothing to save."""
         return {}
@@ -126,8 +135,13 @@ class MeanStdFilter(NoFilter):
         if len(recorded):
             self.rs.push_batch(recorded)
             self.buffer.push_batch(recorded)
-        out = (x - self.rs.mean) / (self.rs.std + 1e-8)
+        out = (x - self.rs.mean) / (self.rs.std + STD_EPSILON)
         return np.clip(out, -self.clip, self.clip).astype(np.float32)
+
+    def normalization(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """``(mean, std + STD_EPSILON, clip)`` of the running statistics (see
+        :meth:`NoFilter.normalization`)."""
+        return self.rs.mean.copy(), self.rs.std + STD_EPSILON, float(self.clip)
 
     def get_state(self) -> dict[str, Any]:
         """Total statistics (the buffer is transient)."""

@@ -1,0 +1,496 @@
+"""Export a TorchPolicyGraph's greedy policy as a self-contained TorchScript or ONNX model.
+
+The exported model maps raw env observations (batched) straight to env actions, with
+everything hierl does in between folded in, so that serving it needs neither hierl nor
+Ray (torch alone for TorchScript, onnxruntime alone for ONNX):
+
+1. the observation preprocessing of :func:`hierl.models.preprocessors.get_preprocessor`
+   (Box: flattened float32; Discrete / MultiDiscrete: one-hot; MultiBinary: float;
+   uint8 images stay uint8 and the model's CNN scales them by 1/255 as in training);
+2. the observation filter (a MeanStdFilter's running statistics, frozen at export);
+3. the model;
+4. greedy action selection (the distribution's ``deterministic_sample``: argmax for
+   Discrete / MultiDiscrete, the Gaussian mean for Box) and the mapping onto the env's
+   action space of :func:`hierl.models.preprocessors.to_env_action` (``start`` added,
+   Box actions rounded for integer dtypes, clipped to ``[low, high]``, in the space's
+   dtype).
+
+So ``model(obs)[0]`` equals ``trainer.compute_single_action(obs, explore=False)`` row by
+row.  Inputs and outputs (``B``: the batch dimension, dynamic):
+
+* ``obs``: ``(B, *obs_shape)``; float32 for Box spaces (uint8 for images), int64 for
+  Discrete / MultiDiscrete, int8 for MultiBinary.  Out-of-range Discrete values one-hot
+  to zeros instead of raising as the preprocessor does.
+* recurrent models only: ``state_in_0``, ``state_in_1``, ... ``(B, *state_shape)``
+  float32 (an episode starts from ``initial_state`` in ``policy.json``).
+* outputs ``actions`` ``(B, *action_shape)`` in the action space's dtype (int64 for
+  Discrete), ``action_dist_inputs`` ``(B, D)`` float32 (logits, or Gaussian
+  ``[mean, log_std]``, before clipping), ``vf_preds`` ``(B,)`` float32 (the value
+  estimate; DQN: ``max_a Q``), then for recurrent models ``state_out_0``, ... (the state
+  to pass to the next call).
+
+Loading, without hierl::
+
+    policy = torch.jit.load("policy.pt")
+    actions, dist_inputs, values = policy(torch.as_tensor(obs_batch))
+
+    session = onnxruntime.InferenceSession("policy.onnx")
+    actions, dist_inputs, values = session.run(None, {"obs": obs_batch})
+
+``policy.json`` beside the model says how to call it (see :func:`write_spec`).  This
+module sits beside :mod:`hierl.torch_policy_graph` and knows nothing of trainers; the
+trainer hands it the policy, its filter as ``(mean, scale, clip)`` and the metadata
+(:meth:`hierl.algorithms.trainer.Trainer.export_policy`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from hierl.models.preprocessors import (
+    BoxPreprocessor,
+    DiscretePreprocessor,
+    ImagePreprocessor,
+    MultiBinaryPreprocessor,
+    MultiDiscretePreprocessor,
+    get_preprocessor,
+)
+from hierl.policy_graph import PolicyGraph
+from hierl.sample_batch import SampleBatch
+from hierl.torch_policy_graph import TorchPolicyGraph
+
+__all__ = [
+    "FORMATS",
+    "MODEL_FILES",
+    "SPEC_FILE",
+    "ExportError",
+    "ExportedPolicy",
+    "GreedyPolicy",
+    "export_policy",
+    "weights_digest",
+]
+
+FORMATS = ("torchscript", "onnx")
+"""The formats :func:`export_policy` writes."""
+MODEL_FILES = {"torchscript": "policy.pt", "onnx": "policy.onnx"}
+"""The model's file name in the export directory, per format."""
+SPEC_FILE = "policy.json"
+"""The sidecar that says how to call the model (:func:`write_spec`)."""
+OBS_INPUT = "obs"
+OUTPUTS = (SampleBatch.ACTIONS, SampleBatch.ACTION_DIST_INPUTS, SampleBatch.VF_PREDS)
+ONNX_OPSET = 17
+TOLERANCE = 1e-4
+"""Largest difference between the exported model's float outputs and the torch module's
+on the check batch that export accepts (float error of another runtime is ~1e-6)."""
+CHECK_ROWS = 7
+"""Rows of the random observation batch the written model is checked on (a batch size
+other than the one traced with, so a batch dimension frozen by mistake shows)."""
+INSTALL_HINT = "pip install 'hierl[export]'"
+
+Normalization = tuple[np.ndarray, np.ndarray, float]
+"""An observation filter as ``clip((x - mean) / scale, -clip, clip)`` (float64 arrays):
+what :meth:`hierl.evaluators.filters.MeanStdFilter.normalization` returns."""
+
+
+class ExportError(ValueError):
+    """The policy, its spaces or the format cannot be exported (the message says what
+    can), or the written model does not reproduce the policy."""
+
+
+# -- the exported module ------------------------------------------------------------------
+class _ObservationEncoder(nn.Module):
+    """The torch twin of the numpy preprocessor of one observation space."""
+
+    def __init__(self, space: gym.Space) -> None:
+        super().__init__()
+        try:
+            preprocessor = get_preprocessor(space)
+        except ValueError as e:
+            raise ExportError(str(e)) from e
+        self.kind = type(preprocessor).__name__
+        if isinstance(preprocessor, ImagePreprocessor):
+            self.input_dtype, self.input_shape = np.dtype(np.uint8), tuple(space.shape)
+        elif isinstance(preprocessor, (BoxPreprocessor, MultiBinaryPreprocessor)):
+            dtype = np.float32 if isinstance(preprocessor, BoxPreprocessor) else space.dtype
+            self.input_dtype, self.input_shape = np.dtype(dtype), tuple(space.shape)
+        elif isinstance(preprocessor, DiscretePreprocessor):
+            self.input_dtype, self.input_shape = np.dtype(np.int64), ()
+            self.register_buffer("columns", torch.arange(preprocessor.n) + preprocessor.start)
+        elif isinstance(preprocessor, MultiDiscretePreprocessor):
+            self.input_dtype, self.input_shape = np.dtype(np.int64), tuple(space.shape)
+            # one-hot column of component i's value v: offsets[i] + v - start[i]
+            self.register_buffer(
+                "shift", torch.as_tensor(preprocessor.offsets - preprocessor.start)
+            )
+            self.register_buffer("columns", torch.arange(preprocessor.shape[0]))
+        else:
+            raise ExportError(
+                f"observation space {space} ({type(space).__name__}) cannot be exported: the "
+                "model takes one observation tensor (Box, Discrete, MultiDiscrete or "
+                "MultiBinary); flatten Dict and Tuple spaces (gymnasium.wrappers."
+                "FlattenObservation)"
+            )
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """``(B, *input_shape)`` observations to what the model takes (float32 rows, or
+        the uint8 images as they are)."""
+        if self.kind == "ImagePreprocessor":
+            return obs
+        if self.kind == "DiscretePreprocessor":
+            return (obs.reshape(-1, 1) == self.columns).float()
+        if self.kind == "MultiDiscretePreprocessor":
+            index = obs.reshape(obs.shape[0], -1) + self.shift
+            return (index.unsqueeze(-1) == self.columns).float().sum(1)
+        return obs.reshape(obs.shape[0], -1).float()
+
+
+class _ActionMapping(nn.Module):
+    """The torch twin of :func:`hierl.models.preprocessors.to_env_action`."""
+
+    def __init__(self, space: gym.Space) -> None:
+        super().__init__()
+        if isinstance(space, spaces.Box):
+            self.shape = tuple(space.shape)
+            self.dtype = np.dtype(space.dtype)
+            self.integer = bool(np.issubdtype(self.dtype, np.integer))
+            # np.clip of an integer action happens in float, before the cast
+            bound_dtype = torch.float64 if self.integer else _torch_dtype(self.dtype)
+            self.register_buffer("low", torch.as_tensor(space.low).to(bound_dtype))
+            self.register_buffer("high", torch.as_tensor(space.high).to(bound_dtype))
+        elif isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)):
+            self.shape = () if isinstance(space, spaces.Discrete) else tuple(space.nvec.shape)
+            self.dtype, self.integer = np.dtype(np.int64), False
+            self.register_buffer("start", torch.as_tensor(space.start, dtype=torch.int64))
+        else:
+            raise ExportError(
+                f"action space {space} ({type(space).__name__}) cannot be exported; "
+                "supported: Box, Discrete, MultiDiscrete"
+            )
+        self.box = isinstance(space, spaces.Box)
+        self.torch_dtype = _torch_dtype(self.dtype)
+
+    def forward(self, actions: torch.Tensor) -> torch.Tensor:
+        """Greedy actions of the distribution to the env's ``(B, *shape)`` actions."""
+        actions = actions.reshape(actions.shape[0], *self.shape)
+        if not self.box:
+            return actions.long() + self.start
+        actions = actions.to(self.low.dtype)
+        if self.integer:
+            actions = torch.round(actions)  # half to even, as np.rint
+        actions = torch.minimum(torch.maximum(actions, self.low), self.high)
+        return actions.to(self.torch_dtype)
+
+
+class GreedyPolicy(nn.Module):
+    """A TorchPolicyGraph's greedy policy as one module: preprocessing, filter, model,
+    deterministic action and env-action mapping (see the module docstring).
+
+    ``forward(obs, *state_in) -> (actions, action_dist_inputs, vf_preds, *state_out)``.
+
+    Args:
+        policy: The policy graph; its model is copied (to the CPU, in eval mode), so the
+            policy keeps training unchanged.
+        normalization: The observation filter as ``(mean, scale, clip)``, or None (no
+            filter).
+
+    Raises:
+        ExportError: ``policy`` is not a TorchPolicyGraph, or its spaces cannot be exported.
+    """
+
+    def __init__(self, policy: PolicyGraph, normalization: Normalization | None = None) -> None:
+        super().__init__()
+        if not isinstance(policy, TorchPolicyGraph):
+            raise ExportError(
+                f"policy {type(policy).__name__} is not a TorchPolicyGraph: export turns a "
+                "torch model into TorchScript / ONNX (PPO, APPO, IMPALA, PG, A2C, MARWIL, "
+                "DQN and custom TorchPolicyGraphs can be exported)"
+            )
+        self.observation_space = policy.observation_space
+        self.encoder = _ObservationEncoder(policy.observation_space)
+        self.actions = _ActionMapping(policy.action_space)
+        self.model = copy.deepcopy(policy.model).cpu().eval().requires_grad_(False)
+        self.dist_class = policy.dist_class
+        self.initial_state = [np.asarray(s, np.float32) for s in policy.get_initial_state()]
+        self.is_recurrent = policy.is_recurrent
+        self.filtered = normalization is not None
+        if normalization is not None:
+            mean, scale, clip = normalization
+            self.register_buffer("mean", torch.as_tensor(np.asarray(mean, np.float64)))
+            self.register_buffer("scale", torch.as_tensor(np.asarray(scale, np.float64)))
+            self.clip = float(clip)
+
+    def forward(self, obs: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Actions, distribution inputs, values (and the next state) for a batch."""
+        x = self.encoder(obs)
+        if self.filtered:
+            # CRUCIAL: in float64 as the numpy filter computes it, then float32.
+            x = ((x.double() - self.mean) / self.scale).clamp(-self.clip, self.clip).float()
+        if self.is_recurrent:
+            dist_inputs, values, state_out = self.model(x.unsqueeze(1), list(state))
+            dist_inputs, values = dist_inputs[:, 0], values[:, 0]
+        else:
+            (dist_inputs, values), state_out = self.model(x), []
+        greedy = self.dist_class(dist_inputs).deterministic_sample()
+        return (self.actions(greedy), dist_inputs, values, *state_out)
+
+    # -- how to call it ------------------------------------------------------------------
+    def input_specs(self) -> list[dict[str, Any]]:
+        """Name, shape (None: the batch dimension) and dtype of every input."""
+        specs = [_spec(OBS_INPUT, self.encoder.input_shape, self.encoder.input_dtype)]
+        for i, s in enumerate(self.initial_state):
+            spec = _spec(f"{SampleBatch.STATE_IN}{i}", s.shape, s.dtype)
+            specs.append({**spec, "initial": s.tolist()})
+        return specs
+
+    def output_specs(self) -> list[dict[str, Any]]:
+        """Name, shape (None: the batch dimension) and dtype of every output."""
+        dist_dim = _dist_dim(self)
+        specs = [
+            _spec(OUTPUTS[0], self.actions.shape, self.actions.dtype),
+            _spec(OUTPUTS[1], (dist_dim,), np.dtype(np.float32)),
+            _spec(OUTPUTS[2], (), np.dtype(np.float32)),
+        ]
+        for i, s in enumerate(self.initial_state):
+            specs.append(_spec(f"{SampleBatch.STATE_OUT}{i}", s.shape, s.dtype))
+        return specs
+
+    def example_inputs(self, rows: int, seed: int) -> tuple[torch.Tensor, ...]:
+        """``rows`` observations sampled from the space (and initial states), to trace
+        and check with."""
+        space = copy.deepcopy(self.observation_space)
+        space.seed(seed)
+        obs = np.stack([np.asarray(space.sample()) for _ in range(rows)])
+        obs = torch.as_tensor(obs.astype(self.encoder.input_dtype))
+        states = [torch.as_tensor(np.tile(s, (rows, *(1,) * s.ndim))) for s in self.initial_state]
+        return (obs, *states)
+
+
+def _dist_dim(module: GreedyPolicy) -> int:
+    example = module.example_inputs(1, 0)
+    with torch.no_grad():
+        return int(module(*example)[1].shape[-1])
+
+
+def _spec(name: str, shape: Sequence[int], dtype: np.dtype) -> dict[str, Any]:
+    return {"name": name, "shape": [None, *(int(s) for s in shape)], "dtype": str(np.dtype(dtype))}
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.zeros(0, dtype=dtype)).dtype
+
+
+# -- writing ------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class ExportedPolicy:
+    """What :func:`export_policy` wrote.
+
+    Attributes:
+        model_path: The model file (``policy.pt`` or ``policy.onnx``).
+        spec_path: The sidecar ``policy.json``.
+        spec: Its content.
+    """
+
+    model_path: Path
+    spec_path: Path
+    spec: dict[str, Any]
+
+    @property
+    def paths(self) -> list[Path]:
+        """Every file written, the model first."""
+        return [self.model_path, self.spec_path]
+
+
+Runner = Callable[[Sequence[torch.Tensor]], list[np.ndarray]]
+"""Runs a written model on a batch of inputs; returns its outputs as arrays."""
+
+
+def export_policy(
+    policy: PolicyGraph,
+    directory: str | os.PathLike,
+    format: str = "torchscript",
+    *,
+    normalization: Normalization | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> ExportedPolicy:
+    """Write ``policy``'s greedy policy to ``directory`` as TorchScript or ONNX, with
+    ``policy.json`` beside it; see the module docstring for inputs and outputs.
+
+    The written model is loaded back and run on random observations of a new batch size;
+    its outputs must equal the torch module's within ``TOLERANCE``.
+
+    Args:
+        policy: A TorchPolicyGraph (feed-forward or recurrent).
+        directory: Created if missing; files of an earlier export are replaced.
+        format: ``"torchscript"`` (``policy.pt``) or ``"onnx"`` (``policy.onnx``).
+        normalization: The observation filter as ``(mean, scale, clip)`` (None: none).
+        metadata: JSON values merged into ``policy.json`` (algorithm, iteration, spaces...).
+
+    Raises:
+        ExportError: an unknown format, a policy or space that cannot be exported, onnx /
+            onnxruntime missing for ``"onnx"`` (the message says what to install), or a
+            written model that does not reproduce the policy.
+    """
+    if format not in FORMATS:
+        raise ExportError(f"unknown export format {format!r}; valid: {', '.join(FORMATS)}")
+    write = _write_onnx if format == "onnx" else _write_torchscript
+    module = GreedyPolicy(policy, normalization)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model_path = directory / MODEL_FILES[format]
+    run = write(module, model_path)
+    _check(module, run, model_path)
+    spec = {
+        "format": format,
+        "file": model_path.name,
+        "inputs": module.input_specs(),
+        "outputs": module.output_specs(),
+        "recurrent": module.is_recurrent,
+        "observation_preprocessing": module.encoder.kind,
+        "observation_filter": (
+            {"type": "MeanStdFilter", "clip": module.clip}
+            if module.filtered
+            else {"type": "NoFilter"}
+        ),
+        "weights_sha256": weights_digest(module),
+        "torch_version": torch.__version__,
+        **({"onnx_opset": ONNX_OPSET} if format == "onnx" else {}),
+        **dict(metadata or {}),
+    }
+    spec_path = directory / SPEC_FILE
+    write_spec(spec_path, spec)
+    return ExportedPolicy(model_path, spec_path, spec)
+
+
+def write_spec(path: str | os.PathLike, spec: Mapping[str, Any]) -> None:
+    """Write the sidecar atomically: ``format``, ``file``, ``inputs`` / ``outputs``
+    (name, ``shape`` with None for the batch dimension, ``dtype``; a state input's
+    ``initial`` value), ``recurrent``, the folded-in ``observation_preprocessing`` and
+    ``observation_filter``, ``weights_sha256`` (SHA-256 of every tensor the model holds:
+    :func:`weights_digest`), versions, and the caller's metadata (``algorithm``,
+    ``iteration``, ``policy_id``, ``observation_space``, ``action_space``)."""
+    _atomic_write(Path(path), lambda tmp: tmp.write_text(json.dumps(spec, indent=2) + "\n"))
+
+
+def weights_digest(module: nn.Module) -> str:
+    """SHA-256 over a module's ``state_dict`` (names, dtypes, shapes and bytes, by name)."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        array = np.ascontiguousarray(tensor.detach().cpu().numpy())
+        h.update(f"{name}:{array.dtype.str}:{array.shape};".encode())
+        h.update(array.tobytes())
+    return h.hexdigest()
+
+
+def _atomic_write(path: Path, write: Callable[[Path], Any]) -> None:
+    """``write(tmp)`` to a temporary sibling of ``path``, then rename it into place."""
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _quiet_tracing() -> Iterator[None]:
+    """Silence the tracer's deprecation notices and its warnings about Python values
+    read from tensors (shape checks that hold for every batch): :func:`_check` runs
+    the written model on another batch size instead."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        # about LSTM initial states that are not inputs; here they are
+        warnings.filterwarnings("ignore", "Exporting a model to ONNX with a batch_size")
+        yield
+
+
+def _write_torchscript(module: GreedyPolicy, path: Path) -> Runner:
+    example = module.example_inputs(2, seed=0)
+    with torch.no_grad(), _quiet_tracing():
+        traced = torch.jit.trace(module, example)
+    _atomic_write(path, lambda tmp: torch.jit.save(traced, str(tmp)))
+    loaded = torch.jit.load(str(path))
+
+    def run(inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:
+        with torch.no_grad():
+            return [t.numpy() for t in loaded(*inputs)]
+
+    return run
+
+
+def _write_onnx(module: GreedyPolicy, path: Path) -> Runner:
+    try:
+        import onnx
+        import onnxruntime
+    except ImportError as e:
+        raise ExportError(
+            f"ONNX export needs the onnx and onnxruntime packages ({e}): {INSTALL_HINT}"
+        ) from e
+    example = module.example_inputs(2, seed=0)
+    inputs = [spec["name"] for spec in module.input_specs()]
+    outputs = [spec["name"] for spec in module.output_specs()]
+
+    def export(tmp: Path) -> None:
+        # the TorchScript-based exporter (dynamo=False): the default needs onnxscript
+        with torch.no_grad(), _quiet_tracing():
+            torch.onnx.export(
+                module,
+                example,
+                str(tmp),
+                input_names=inputs,
+                output_names=outputs,
+                dynamic_axes={name: {0: "batch"} for name in inputs + outputs},
+                opset_version=ONNX_OPSET,
+                dynamo=False,
+            )
+        onnx.checker.check_model(str(tmp))
+
+    _atomic_write(path, export)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+    def run(inputs_: Sequence[torch.Tensor]) -> list[np.ndarray]:
+        feeds = {name: t.numpy() for name, t in zip(inputs, inputs_, strict=True)}
+        return session.run(None, feeds)
+
+    return run
+
+
+def _check(module: GreedyPolicy, run: Runner, path: Path) -> None:
+    """ExportError unless the written model's outputs equal the module's on a new batch."""
+    inputs = module.example_inputs(CHECK_ROWS, seed=1)
+    with torch.no_grad():
+        expected = [t.numpy() for t in module(*inputs)]
+    got = run(inputs)
+    for spec, want, have in zip(module.output_specs(), expected, got, strict=True):
+        name = spec["name"]
+        if have.shape != want.shape or have.dtype != want.dtype:
+            raise ExportError(
+                f"'{path}' gives output '{name}' of shape {have.shape} {have.dtype}; the "
+                f"policy gives {want.shape} {want.dtype}"
+            )
+        if name == OUTPUTS[0] and not np.issubdtype(want.dtype, np.floating):
+            continue  # argmax near a tie may differ by float error: the logits decide
+        error = float(np.max(np.abs(have.astype(np.float64) - want), initial=0.0))
+        if not error <= TOLERANCE:
+            raise ExportError(
+                f"'{path}' does not reproduce the policy: output '{name}' differs by "
+                f"{error:.3g} (> {TOLERANCE}) on {CHECK_ROWS} random observations"
+            )
