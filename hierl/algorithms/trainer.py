@@ -26,6 +26,7 @@ import numpy as np
 from hierl.algorithms import multi_agent
 from hierl.algorithms.evaluation import Evaluation
 from hierl.algorithms.off_policy_estimation import check_estimators, estimate_all
+from hierl.algorithms.serving import ServeDeployment, maybe_push
 from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
 from hierl.checkpoint import CheckpointError
 from hierl.config import ConfigError, from_dict, suggest_key, translate_rllib_keys
@@ -205,6 +206,10 @@ class TrainerConfig(BaseConfig):
     """An evaluator starts a new output file after this many (uncompressed) bytes."""
     output_compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
     """Parquet compression of output files."""
+    serve_deployment: ServeDeployment | None = None
+    """Push the policy to a running ``hierl serve`` app every few iterations (the paper's
+    ``suggest_model``), e.g. ``{"app": "hierl", "every": 5}``; the app then answers with the
+    new weights and filters (:mod:`hierl.algorithms.serving`).  None: no pushing."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -778,6 +783,7 @@ class Trainer(BaseTrainer):
         for pid, stats in learner_stats.items():
             prefix = f"learner/{pid}/" if multi_agent else "learner/"
             result.update({prefix + k: v for k, v in stats.items()})
+        maybe_push(self, result)  # serve_deployment: new weights to a serving app
         if self.callbacks is not None:
             self.callbacks.on_train_result(trainer=self, result=result)
         return result

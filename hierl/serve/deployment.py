@@ -1,0 +1,213 @@
+"""A checkpoint's policy as a Ray Serve application with an HTTP JSON endpoint.
+
+``deploy(checkpoint)`` (and ``hierl serve CHECKPOINT``) starts Serve (HTTP on
+``127.0.0.1:8000`` unless told otherwise) and runs the app: ``num_replicas`` replicas of
+:class:`PolicyServer`, each holding a :class:`~hierl.serve.policy.ServedPolicy` rebuilt
+from the checkpoint.  Routes, under the app's ``route_prefix``:
+
+* ``POST /act``: observations -> actions (see :mod:`hierl.serve.policy` for the JSON);
+  concurrent requests are batched into one forward pass by Serve's dynamic batching
+  (``max_batch_size`` requests, waiting at most ``batch_wait_timeout_s``);
+* ``GET /spec``: the spaces, the checkpoint's algorithm, iteration and content hash;
+* ``GET /healthz``: ``{"status": "ok", "version": ...}`` (needs no token).
+
+Bad requests get HTTP 400 with ``{"error": ..., "field": ...}`` naming the field and what
+was expected; with an ``auth_token``, requests without ``Authorization: Bearer <token>``
+get 401.  A trainer with ``serve_deployment={"app": name}`` pushes new weights to every
+replica (:mod:`hierl.algorithms.serving`): each replica swaps them in between batches, and
+every answer names the ``version`` that computed it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from hierl.algorithms.serving import DEPLOYMENT_NAME, PolicySnapshot
+from hierl.evaluators.ray_runtime import ensure_ray
+from hierl.evaluators.wire import WireError
+from hierl.serve.options import ServeOptions
+from hierl.serve.policy import ServedPolicy
+
+
+class ServeError(RuntimeError):
+    """Serve could not start the app (the message says why and what to change)."""
+
+
+def _error(status: int, message: str, field: str | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": message}
+    if field is not None:
+        body["field"] = field
+    return JSONResponse(body, status_code=status)
+
+
+@serve.deployment(name=DEPLOYMENT_NAME)
+class PolicyServer:
+    """One replica: the checkpoint's policies behind ``/act``, ``/spec`` and ``/healthz``.
+
+    Args:
+        checkpoint: the checkpoint directory (readable from every node with a replica).
+        options: the app's settings (batching, token, limits).
+    """
+
+    def __init__(self, checkpoint: str, options: ServeOptions):
+        import torch
+
+        torch.set_num_threads(max(1, round(options.num_cpus_per_replica)))
+        self.options = options
+        self.policy = ServedPolicy.from_checkpoint(checkpoint, options.max_observations)
+        self._prefix = options.route_prefix.rstrip("/")
+        self._token = options.auth_token.encode() if options.auth_token else None
+        self.act_batch.set_max_batch_size(options.max_batch_size)
+        self.act_batch.set_batch_wait_timeout_s(options.batch_wait_timeout_s)
+
+    async def __call__(self, request: Request) -> JSONResponse:
+        path = request.url.path
+        if self._prefix and path.startswith(self._prefix):
+            path = path[len(self._prefix) :]
+        path = path.rstrip("/") or "/"
+        routes = {"/act": "POST", "/spec": "GET", "/healthz": "GET"}
+        if path not in routes:
+            return _error(404, f"no route {path!r}; routes: POST /act, GET /spec, GET /healthz")
+        if request.method != routes[path]:
+            return _error(405, f"{path} takes {routes[path]}, not {request.method}")
+        if path == "/healthz":
+            return JSONResponse({"status": "ok", "version": self.policy.version})
+        if not self._authorized(request):
+            return _error(401, "missing or wrong token: send 'Authorization: Bearer <token>'")
+        if path == "/spec":
+            return JSONResponse(self.policy.spec())
+        return await self._act(request)
+
+    def _authorized(self, request: Request) -> bool:
+        if self._token is None:
+            return True
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        # CRUCIAL: constant-time comparison: no timing side channel on the token.
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), self._token)
+
+    async def _act(self, request: Request) -> JSONResponse:
+        size = request.headers.get("content-length", "")
+        if size.isdigit() and int(size) > self.options.max_request_bytes:
+            return _error(
+                413,
+                f"request body of {size} bytes; at most {self.options.max_request_bytes}",
+                "body",
+            )
+        body = await request.body()
+        try:
+            data = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return _error(400, f"body: malformed JSON: {e}", "body")
+        try:
+            query = self.policy.parse(data)
+        except WireError as e:
+            return _error(400, str(e), e.field)
+        return JSONResponse(await self.act_batch(query))
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
+    async def act_batch(self, queries: list[Any]) -> list[dict[str, Any]]:
+        """Dynamic batching: the queries of concurrent requests, answered together
+        (``set_max_batch_size`` / ``set_batch_wait_timeout_s`` apply the options)."""
+        return self.policy.act(queries)
+
+    def update_policy(self, snapshot: PolicySnapshot) -> dict[str, Any]:  # UPDATE_METHOD
+        """A trainer's push (``hierl.algorithms.serving.suggest_model``): swap the weights
+        in between two batches; returns the new version."""
+        return self.policy.update(snapshot)
+
+
+@dataclasses.dataclass
+class ServedApp:
+    """A running app: where it answers and what it serves."""
+
+    options: ServeOptions
+    spec: dict[str, Any]
+    """The app's ``/spec`` at start (spaces, algorithm, iteration, hash)."""
+
+    @property
+    def url(self) -> str:
+        """The base URL: ``{url}/act``, ``{url}/spec``, ``{url}/healthz``."""
+        return self.options.url
+
+    @property
+    def name(self) -> str:
+        """The Serve application's name (what ``serve_deployment.app`` names)."""
+        return self.options.name
+
+    def delete(self) -> None:
+        """Stop the app (Serve and the other apps keep running)."""
+        serve.delete(self.options.name)
+
+
+def deploy(
+    checkpoint: str | Path, options: ServeOptions | None = None, **settings: Any
+) -> ServedApp:
+    """Serve the policy of ``checkpoint`` over HTTP; returns when every replica answers.
+
+    ``settings`` are :class:`~hierl.serve.options.ServeOptions` fields (``host``,
+    ``port``, ``num_replicas``, ``max_batch_size``, ``auth_token``...), over ``options``.
+
+    Raises:
+        CheckpointError: the checkpoint is missing, corrupt or holds no servable policy
+            (checked in this process first, so the error is the checkpoint's own).
+        ConfigError: a setting is invalid.
+        ServeError: Serve already runs with other HTTP settings, or the app failed.
+    """
+    base = (options or ServeOptions()).to_dict()
+    options = ServeOptions.from_dict({**base, **settings})
+    path = Path(checkpoint).expanduser().resolve()
+    # Fails here with the checkpoint's own error: a replica would fail the same way, but
+    # Serve reports a replica's failure as a remote traceback in a string.
+    probe = ServedPolicy.from_checkpoint(path, options.max_observations)
+    try:
+        spec = probe.spec()
+    finally:
+        probe.stop()
+    ensure_ray(options.ray_address)
+    serve.start(http_options={"host": options.host, "port": options.port})
+    _check_http(options)
+    app = PolicyServer.options(
+        num_replicas=options.num_replicas,
+        ray_actor_options={"num_cpus": options.num_cpus_per_replica},
+        # a replica must admit a whole batch while it computes the previous one
+        max_ongoing_requests=2 * options.max_batch_size + 8,
+    ).bind(str(path), options)
+    try:
+        serve.run(app, name=options.name, route_prefix=options.route_prefix)
+    except Exception as e:  # Serve raises several types: one message
+        raise ServeError(f"Serve app '{options.name}' for '{path}' failed to start: {e}") from e
+    return ServedApp(options, spec)
+
+
+def _check_http(options: ServeOptions) -> None:
+    """ServeError if Serve already runs in this Ray cluster with another host or port
+    (its HTTP settings cannot change while it runs)."""
+    from ray.serve.context import _get_global_client  # no public getter in Ray 2.60
+
+    config = _get_global_client().http_config
+    if (config.host, config.port) != (options.host, options.port):
+        raise ServeError(
+            f"Serve already runs in this Ray cluster on {config.host}:{config.port}; it "
+            f"cannot also listen on {options.host}:{options.port}: use --host "
+            f"{config.host} --port {config.port} or stop Serve first (serve.shutdown())"
+        )
+
+
+def serve_until_interrupted(app: ServedApp, poll_s: float = 1.0) -> None:
+    """Block until Ctrl-C, then delete the app and shut Serve down."""
+    try:
+        while True:
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        serve.shutdown()

@@ -1,0 +1,71 @@
+"""The settings of a served policy (``hierl serve`` flags, ``hierl.serve.deploy`` args)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from hierl.config import Config
+from hierl.evaluators.wire import MAX_BATCH
+
+TOKEN_ENV = "HIERL_SERVE_TOKEN"
+"""The environment variable holding the shared token when ``auth_token`` is not given."""
+
+
+@dataclasses.dataclass
+class ServeOptions(Config):
+    """How a checkpoint's policy is served: where, by how many replicas, how batched."""
+
+    name: str = "hierl"
+    """The Serve application's name (a trainer's ``serve_deployment.app`` pushes to it)."""
+    host: str = "127.0.0.1"
+    """Address the HTTP proxy binds to: localhost only unless told otherwise (``0.0.0.0``
+    serves every interface)."""
+    port: int = 8000
+    """HTTP port."""
+    route_prefix: str = "/"
+    """The app's URL prefix: ``/act``, ``/spec`` and ``/healthz`` are under it."""
+    num_replicas: int = 1
+    """Replica actors, each holding the policy; requests are spread over them."""
+    num_cpus_per_replica: float = 1.0
+    """CPUs each replica reserves (fractions allowed); torch uses that many threads."""
+    max_batch_size: int = 32
+    """Requests one forward pass may take together (Serve's dynamic batching); 1: none."""
+    batch_wait_timeout_s: float = 0.005
+    """How long a batch waits for more requests once it has one."""
+    max_observations: int = MAX_BATCH
+    """Observations one ``/act`` request may carry (more: HTTP 400)."""
+    max_request_bytes: int = 16 * 1024 * 1024
+    """Request bodies larger than this are refused (HTTP 413) before they are read."""
+    auth_token: str | None = dataclasses.field(default=None, repr=False)
+    """A shared secret every request except ``/healthz`` must send as ``Authorization:
+    Bearer <token>`` (else HTTP 401); None: the ``HIERL_SERVE_TOKEN`` environment
+    variable, if set; ``""``: no token."""
+    ray_address: str | None = None
+    """Join this Ray cluster instead of starting a local instance."""
+
+    def __post_init__(self) -> None:
+        if self.auth_token is None:
+            self.auth_token = os.environ.get(TOKEN_ENV) or ""
+        self.check("name", bool(self.name), "must not be empty")
+        self.check("port", 0 < self.port < 65536, "must be in 1..65535")
+        self.check("route_prefix", self.route_prefix.startswith("/"), "must start with '/'")
+        self.check("num_replicas", self.num_replicas >= 1, "must be >= 1")
+        self.check("num_cpus_per_replica", self.num_cpus_per_replica > 0, "must be > 0")
+        self.check("max_batch_size", self.max_batch_size >= 1, "must be >= 1")
+        self.check("batch_wait_timeout_s", self.batch_wait_timeout_s >= 0, "must be >= 0")
+        self.check("max_observations", self.max_observations >= 1, "must be >= 1")
+        self.check("max_request_bytes", self.max_request_bytes >= 1024, "must be >= 1024")
+
+    @property
+    def url(self) -> str:
+        """The app's base URL (without a trailing slash)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}{self.route_prefix.rstrip('/')}"
+
+    def __repr__(self) -> str:
+        fields = ", ".join(
+            f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr
+        )
+        token = ", auth_token=<set>" if self.auth_token else ""
+        return f"ServeOptions({fields}{token})"
