@@ -7,6 +7,7 @@ Examples::
     hierl train --algo PPO --env CartPole-v1 --set model.hiddens=[32,32] --set lr=1e-3
     hierl train --resume hierl_results/PPO_CartPole-v1_20250101-120000
     hierl rollout hierl_results/PPO_CartPole-v1_20250101-120000/checkpoints/000042
+    hierl export hierl_results/PPO_CartPole-v1_20250101-120000 --format onnx
     hierl list
     hierl config PPO
     hierl config PPO --yaml > ppo.yaml
@@ -341,6 +342,37 @@ def build_parser() -> argparse.ArgumentParser:
         "sub-envs may finish a few more than --episodes",
     )
     rollout.set_defaults(func=cmd_rollout)
+
+    export = sub.add_parser(
+        "export",
+        help="export a checkpoint's policy as TorchScript or ONNX for serving without hierl",
+        description=(
+            "Write the greedy policy of a checkpoint as a self-contained model (observation "
+            "preprocessing, filter and action selection folded in) plus policy.json, which "
+            "says how to call it. CHECKPOINT may also be a run's output dir or its "
+            "checkpoints/ dir (the latest checkpoint is used). Loading it needs only torch "
+            "(TorchScript) or onnxruntime (ONNX); see hierl.export."
+        ),
+    )
+    export.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint directory")
+    export.add_argument(
+        "--format",
+        default="torchscript",
+        metavar="FORMAT",
+        help="torchscript (policy.pt) or onnx (policy.onnx, needs pip install "
+        "'hierl[export]'); default torchscript",
+    )
+    export.add_argument(
+        "--output",
+        metavar="DIR",
+        help="directory to write (default: CHECKPOINT_FORMAT beside the checkpoint)",
+    )
+    export.add_argument(
+        "--policy-id",
+        metavar="ID",
+        help="the policy to export (multi-agent checkpoints; default: the default policy)",
+    )
+    export.set_defaults(func=cmd_export)
 
     lst = sub.add_parser(
         "list",
@@ -1180,6 +1212,40 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         print(f"logged data: {Path(args.output).resolve()}", flush=True)
     if args.video_dir:
         print(f"videos: {Path(args.video_dir).resolve()}", flush=True)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from hierl.algorithms.registry import get_trainer_class
+    from hierl.algorithms.trainer import Trainer
+    from hierl.checkpoint import CheckpointError, load_checkpoint
+    from hierl.config import ConfigError
+    from hierl.export import FORMATS
+    from hierl.sample_batch import DEFAULT_POLICY_ID
+
+    if args.format not in FORMATS:
+        raise CLIError(f"unknown --format {args.format!r}; valid: {', '.join(FORMATS)}")
+    path = resolve_checkpoint(args.checkpoint)
+    output = Path(args.output) if args.output else path.with_name(f"{path.name}_{args.format}")
+    try:
+        algo = str(load_checkpoint(path)[0].get("algorithm"))
+        if not issubclass(get_trainer_class(algo), Trainer):
+            raise CLIError(
+                f"export writes one policy, but '{path}' is a checkpoint of the nested "
+                f"algorithm {algo}; load it in Python with BaseTrainer.from_checkpoint and "
+                "export one of its trainers' policies with Trainer.export_policy"
+            )
+        trainer = Trainer.from_checkpoint(path, num_evaluators=0, evaluation_interval=0)
+    except (CheckpointError, ConfigError) as e:
+        raise CLIError(str(e)) from None
+    try:
+        exported = trainer.export_policy(output, args.format, args.policy_id or DEFAULT_POLICY_ID)
+    except ValueError as e:  # ExportError, an unknown policy id
+        raise CLIError(str(e)) from None
+    finally:
+        trainer.stop()
+    for written in exported.paths:
+        print(written.resolve(), flush=True)
     return 0
 
 

@@ -70,6 +70,7 @@ from hierl.models.preprocessors import (
     MultiBinaryPreprocessor,
     MultiDiscretePreprocessor,
     get_preprocessor,
+    to_env_action,
 )
 from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import SampleBatch
@@ -209,6 +210,10 @@ class GreedyPolicy(nn.Module):
         normalization: The observation filter as ``(mean, scale, clip)``, or None (no
             filter).
 
+    The greedy action is ``policy.dist_class(dist_inputs).deterministic_sample()``, which
+    is what ``compute_actions(explore=False)`` does for every TorchPolicyGraph of hierl
+    (DQN's argmax of the Q-values included); :func:`export_policy` checks it.
+
     Raises:
         ExportError: ``policy`` is not a TorchPolicyGraph, or its spaces cannot be exported.
     """
@@ -237,10 +242,7 @@ class GreedyPolicy(nn.Module):
 
     def forward(self, obs: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Actions, distribution inputs, values (and the next state) for a batch."""
-        x = self.encoder(obs)
-        if self.filtered:
-            # CRUCIAL: in float64 as the numpy filter computes it, then float32.
-            x = ((x.double() - self.mean) / self.scale).clamp(-self.clip, self.clip).float()
+        x = self.filter(self.encoder(obs))
         if self.is_recurrent:
             dist_inputs, values, state_out = self.model(x.unsqueeze(1), list(state))
             dist_inputs, values = dist_inputs[:, 0], values[:, 0]
@@ -248,6 +250,13 @@ class GreedyPolicy(nn.Module):
             (dist_inputs, values), state_out = self.model(x), []
         greedy = self.dist_class(dist_inputs).deterministic_sample()
         return (self.actions(greedy), dist_inputs, values, *state_out)
+
+    def filter(self, x: torch.Tensor) -> torch.Tensor:
+        """The observation filter (the identity without one)."""
+        if not self.filtered:
+            return x
+        # CRUCIAL: in float64 as the numpy filter computes it, then float32.
+        return ((x.double() - self.mean) / self.scale).clamp(-self.clip, self.clip).float()
 
     # -- how to call it ------------------------------------------------------------------
     def input_specs(self) -> list[dict[str, Any]]:
@@ -350,6 +359,7 @@ def export_policy(
         raise ExportError(f"unknown export format {format!r}; valid: {', '.join(FORMATS)}")
     write = _write_onnx if format == "onnx" else _write_torchscript
     module = GreedyPolicy(policy, normalization)
+    _check_greedy(policy, module)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     model_path = directory / MODEL_FILES[format]
@@ -471,6 +481,33 @@ def _write_onnx(module: GreedyPolicy, path: Path) -> Runner:
         return session.run(None, feeds)
 
     return run
+
+
+def _check_greedy(policy: TorchPolicyGraph, module: GreedyPolicy) -> None:
+    """ExportError unless the module's actions are ``policy.compute_actions(...,
+    explore=False)`` mapped onto the env: a subclass that overrides ``compute_actions``
+    with another greedy rule than its ``dist_class``'s ``deterministic_sample`` of the
+    model's distribution inputs cannot be exported this way."""
+    obs, *state = module.example_inputs(CHECK_ROWS, seed=2)
+    with torch.no_grad():
+        actions = module(obs, *state)[0].numpy()
+        flat = module.filter(module.encoder(obs)).numpy()
+    states = [s.numpy() for s in state] or None
+    expected = to_env_action(
+        policy.action_space, policy.compute_actions(flat, states, explore=False)[0]
+    )
+    same = (
+        np.allclose(actions, expected, rtol=0, atol=TOLERANCE)
+        if np.issubdtype(expected.dtype, np.floating)
+        else np.array_equal(actions, expected)
+    )
+    if actions.shape != expected.shape or not same:
+        raise ExportError(
+            f"{type(policy).__name__}.compute_actions(explore=False) gives other actions "
+            f"({expected.tolist()[:4]}...) than the deterministic action of its dist_class on "
+            f"its model's outputs ({actions.tolist()[:4]}...), which export folds in: this "
+            "policy's greedy rule cannot be exported"
+        )
 
 
 def _check(module: GreedyPolicy, run: Runner, path: Path) -> None:
