@@ -1,6 +1,8 @@
 """Serving trained policies: a checkpoint's policy behind an HTTP JSON endpoint on Ray
 Serve (``hierl serve CHECKPOINT``, :func:`deploy`), with dynamic batching, hot-swapped
-weights pushed by a running trainer (``serve_deployment`` config) and a shared token.
+weights pushed by a running trainer (``serve_deployment`` config) and a shared token;
+and :class:`~hierl.serve.client.PolicyClient`, with which apps that own their loop
+drive a trainer's episodes (``input: "external"``).
 
 Names are imported lazily: ``import hierl.serve`` loads neither Ray nor torch.
 """
@@ -10,6 +12,8 @@ from __future__ import annotations
 from hierl._lazy import lazy_exports
 
 _EXPORTS = {
+    "PolicyClient": "hierl.serve.client",
+    "PolicyClientError": "hierl.serve.client",
     "PolicyServer": "hierl.serve.deployment",
     "ServeError": "hierl.serve.deployment",
     "ServeOptions": "hierl.serve.options",

@@ -1,0 +1,399 @@
+"""hierl serve: a checkpoint's policy behind Ray Serve's HTTP endpoint.
+
+Serve runs inside the test session's Ray (2 CPUs; replicas reserve 0.25 CPU each) on a
+free localhost port and is shut down at the end of the module.  Every HTTP call has a
+timeout.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import gymnasium as gym
+import numpy as np
+import psutil
+import pytest
+from learning import SEED, train_until
+
+from hierl.algorithms.ppo import PPOTrainer
+from hierl.algorithms.serving import PolicySnapshot
+from hierl.checkpoint import CheckpointError
+from hierl.cli import main
+from hierl.evaluators.wire import space_to_json
+from hierl.serve import ServeOptions, deploy
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
+
+TOKEN = "s3cret-token"
+REPLICA = {"num_cpus_per_replica": 0.25}
+SMALL_PPO = {
+    "env": "CartPole-v1",
+    "train_batch_size": 256,
+    "sgd_minibatch_size": 64,
+    "num_sgd_iter": 2,
+    "model": {"hiddens": (32, 32)},
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(url: str, body=None, *, token: str | None = None, raw: bytes | None = None):
+    """``(status, JSON answer)`` of a GET (no body) or POST."""
+    data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def random_obs(n: int, seed: int) -> np.ndarray:
+    """CartPole-like observations, wider than the episodes' (both actions occur)."""
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=(n, 4)) * [1.0, 1.5, 0.15, 1.5]).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def port(ray_session):
+    from ray import serve
+
+    yield _free_port()
+    serve.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ppo(tmp_path_factory):
+    """A briefly trained CartPole PPO trainer and its checkpoint."""
+    trainer = PPOTrainer({**SMALL_PPO, "seed": 0})
+    trainer.train()
+    path = trainer.save(tmp_path_factory.mktemp("serve") / "ppo")
+    yield trainer, path
+    trainer.stop()
+
+
+@pytest.fixture(scope="module")
+def app(ppo, port):
+    """The PPO checkpoint served with a token and a 64-observation request limit."""
+    served = deploy(ppo[1], port=port, name="ppo", auth_token=TOKEN, max_observations=64, **REPLICA)
+    yield served
+    served.delete()
+
+
+def act(app, body, token=TOKEN):
+    return http(app.url + "/act", body, token=token)
+
+
+# -- answers ------------------------------------------------------------------------------
+def test_answers_equal_compute_single_action_for_1000_observations(app, ppo):
+    trainer, _ = ppo
+    obs = random_obs(1000, seed=1)
+    served = []
+    for rows in np.split(obs, 20):
+        status, answer = act(app, {"observations": rows.tolist()})
+        assert status == 200, answer
+        served.extend(answer["actions"])
+    expected = [int(trainer.compute_single_action(o, explore=False)) for o in obs]
+    assert served == expected
+    assert 0 < sum(expected) < len(expected)  # both actions occur: the check can fail
+    status, one = act(app, {"observation": obs[0].tolist()})
+    assert status == 200 and one["action"] == expected[0]
+
+
+def test_extras_and_versions_are_the_policy_s(app, ppo):
+    trainer, _ = ppo
+    obs = random_obs(8, seed=2)
+    status, answer = act(app, {"observations": obs.tolist(), "extras": ["value", "action_logp"]})
+    assert status == 200, answer
+    policy = trainer.get_policy()
+    actions, _, extra = policy.compute_actions(obs, explore=False)
+    np.testing.assert_allclose(answer["value"], extra["vf_preds"], atol=1e-5)
+    np.testing.assert_allclose(answer["action_logp"], extra["action_logp"], atol=1e-5)
+    assert answer["actions"] == actions.tolist()
+    assert answer["version"] == PolicySnapshot.of(trainer).version
+    status, sampled = act(app, {"observations": obs.tolist(), "explore": True})
+    assert status == 200 and set(sampled["actions"]) <= {0, 1}
+
+
+def test_spec_names_spaces_algorithm_iteration_and_hash(app, ppo):
+    trainer, path = ppo
+    status, spec = http(app.url + "/spec", token=TOKEN)
+    assert status == 200, spec
+    env = gym.make("CartPole-v1")
+    # JSON has no infinity: an unbounded side reads as null
+    box = space_to_json(env.observation_space)
+    for side in ("low", "high"):
+        box[side] = [v if np.isfinite(v) else None for v in box[side]]
+    assert spec["observation_space"] == box
+    assert spec["action_space"] == {"type": "Discrete", "n": 2, "start": 0}
+    assert spec["algorithm"] == "PPO"
+    assert spec["iteration"] == trainer.iteration == 1
+    assert spec["hash"] == PolicySnapshot.of(trainer).version["hash"]
+    assert spec["checkpoint"] == str(path.resolve())
+    assert spec["policies"]["default_policy"]["extras"] == [
+        "action_dist_inputs",
+        "action_logp",
+        "value",
+    ]
+    status, health = http(app.url + "/healthz")  # no token needed
+    assert status == 200 and health["status"] == "ok"
+
+
+# -- bad input ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("raw", "field", "words"),
+    [
+        (b'{"observations": [[0, 0, 0, 0]', "body", ["malformed JSON"]),
+        (b"[1, 2]", "body", ["JSON object"]),
+        (b'{"observations": [[1, 2]]}', "observations", ["[2]", "expected [4]"]),
+        (b'{"observations": [1, 2, 3, 4]}', "observations", ["expected [4]"]),
+        (b'{"observations": [["a", "b", "c", "d"]]}', "observations", ["shape [4]", "numbers"]),
+        (b'{"observations": [[0, NaN, 0, 0]]}', "observations", ["NaN"]),
+        (b'{"observation": [0, 0, Infinity, 0]}', "observation", ["infinite"]),
+        (json.dumps({"observations": [[0.0] * 4] * 65}).encode(), "observations", ["at most 64"]),
+        (b'{"observations": []}', "observations", ["shape [4]"]),
+        (b'{"obs": [[0, 0, 0, 0]]}', "obs", ["unknown field", "observations"]),
+        (b'{"observation": [0, 0, 0, 0], "explore": "yes"}', "explore", ["true or false"]),
+        (b'{"observation": [0, 0, 0, 0], "extras": ["q"]}', "extras", ["'q'", "value"]),
+        (b'{"observation": [0, 0, 0, 0], "state": [[0]]}', "state", ["feed-forward"]),
+        (b'{"observation": [0, 0, 0, 0], "policy_id": "p2"}', "policy_id", ["default_policy"]),
+    ],
+)
+def test_bad_requests_get_400_naming_the_field(app, raw, field, words):
+    status, answer = http(app.url + "/act", raw=raw, token=TOKEN)
+    assert status == 400, answer
+    assert answer["field"] == field
+    for word in words:
+        assert word in answer["error"]
+
+
+def test_token_is_required_except_for_healthz(app):
+    body = {"observation": [0.0, 0.0, 0.0, 0.0]}
+    assert act(app, body, token=None)[0] == 401
+    assert act(app, body, token="wrong")[0] == 401
+    assert act(app, body, token=TOKEN[:-1])[0] == 401
+    status, answer = http(app.url + "/spec")
+    assert status == 401 and "Bearer" in answer["error"]
+    assert act(app, body)[0] == 200
+    assert http(app.url + "/healthz")[0] == 200
+
+
+def test_token_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("HIERL_SERVE_TOKEN", "from-env")
+    assert ServeOptions().auth_token == "from-env"
+    assert ServeOptions(auth_token="").auth_token == ""  # "" turns it off
+    assert "from-env" not in repr(ServeOptions())
+
+
+def test_binds_to_localhost_by_default(app, port):
+    assert ServeOptions().host == "127.0.0.1"
+    listening = {
+        c.laddr.ip
+        for c in psutil.net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    }
+    assert listening == {"127.0.0.1"}
+
+
+def test_unknown_route_and_method(app):
+    assert http(app.url + "/nope", token=TOKEN)[0] == 404
+    assert http(app.url + "/act", token=TOKEN)[0] == 405  # GET
+
+
+# -- corrupt checkpoints ------------------------------------------------------------------
+@pytest.fixture
+def corrupt(ppo, tmp_path):
+    path = tmp_path / "corrupt"
+    shutil.copytree(ppo[1], path)
+    (path / "arrays.npz").write_bytes(b"not a zip file")
+    return path
+
+
+def test_corrupt_checkpoint_fails_with_the_checkpoint_error(corrupt, port):
+    with pytest.raises(CheckpointError, match=r"arrays\.npz.*corrupt"):
+        deploy(corrupt, port=port, name="corrupt", **REPLICA)
+
+
+def test_cli_serve_corrupt_checkpoint_prints_one_error_line(corrupt, capsys):
+    assert main(["serve", str(corrupt), "--port", str(_free_port())]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hierl: error: ") and "corrupt" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert main(["serve", str(corrupt.parent / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+# -- filters and recurrent state ----------------------------------------------------------
+def test_mean_std_filter_and_recurrent_state_as_in_training(port, tmp_path):
+    config = {
+        **SMALL_PPO,
+        "seed": 0,
+        "observation_filter": "MeanStdFilter",
+        "model": {"hiddens": (16,), "use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 8},
+    }
+    with PPOTrainer(config) as trainer:
+        trainer.train()
+        rs = trainer.local_evaluator.filters["default_policy"].rs
+        assert rs.n > 0 and np.abs(rs.mean).max() > 1e-3  # the filter is not the identity
+        served = deploy(
+            trainer.save(tmp_path / "lstm"), port=port, name="lstm", route_prefix="/lstm", **REPLICA
+        )
+        try:
+            status, spec = http(served.url + "/spec")
+            assert status == 200 and spec["observation_filter"] == "MeanStdFilter"
+            assert spec["policies"]["default_policy"]["state_shapes"] == [[8], [8]]
+            # a batch from the initial state
+            obs = random_obs(200, seed=3)
+            status, answer = http(served.url + "/act", {"observations": obs.tolist()})
+            assert status == 200, answer
+            expected = [trainer.compute_single_action_and_state(o)[0] for o in obs]
+            assert answer["actions"] == [int(a) for a in expected]
+            # an episode, carrying the state from answer to request
+            env = gym.make("CartPole-v1")
+            o, _ = env.reset(seed=0)
+            state, served_state = None, None
+            for _ in range(30):
+                a, state = trainer.compute_single_action_and_state(o, state)
+                body = {"observation": o.tolist()}
+                if served_state is not None:
+                    body["state"] = served_state
+                status, answer = http(served.url + "/act", body)
+                assert status == 200, answer
+                assert answer["action"] == int(a)
+                np.testing.assert_allclose(answer["state_out"], np.stack(state), atol=1e-5)
+                served_state = answer["state_out"]
+                o, _, terminated, truncated, _ = env.step(a)
+                if terminated or truncated:
+                    o, _ = env.reset()
+                    state = served_state = None
+            status, answer = http(served.url + "/act", {"observation": o.tolist(), "state": [[0]]})
+            assert status == 400 and answer["field"] == "state" and "[[8], [8]]" in answer["error"]
+        finally:
+            served.delete()
+
+
+# -- hot swap -----------------------------------------------------------------------------
+def test_hot_swap_under_load_answers_with_one_whole_version(ppo, port):
+    served = deploy(ppo[1], port=port, name="swap", route_prefix="/swap", num_replicas=2, **REPLICA)
+    checkpoint_version = served.spec["hash"]
+    trainer = PPOTrainer({**SMALL_PPO, "seed": 1, "serve_deployment": {"app": "swap"}})
+    answers, failures = [], []
+    stop = threading.Event()
+
+    def client(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        while not stop.is_set():
+            obs = random_obs(4, seed=int(rng.integers(1 << 30)))
+            try:
+                status, answer = http(served.url + "/act", {"observations": obs.tolist()})
+            except Exception as e:  # any failure is one: recorded, asserted below
+                failures.append(repr(e))
+                continue
+            if status != 200:
+                failures.append((status, answer))
+            else:
+                answers.append((obs, answer["actions"], answer["version"]))
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(16)]
+    policies = {checkpoint_version: ppo[0].get_weights()["default_policy"]}
+    try:
+        for t in threads:
+            t.start()
+        rng = np.random.default_rng(0)
+        for _ in range(10):
+            # very different weights each time: a mixed answer could not match any version
+            weights = trainer.get_weights()["default_policy"]
+            trainer.set_weights(
+                {
+                    "default_policy": {
+                        k: rng.normal(0, 1, v.shape).astype(v.dtype) for k, v in weights.items()
+                    }
+                }
+            )
+            result = trainer.train()
+            version = PolicySnapshot.of(trainer).version
+            assert result["serve_version"] == version["hash"]  # the push reached every replica
+            policies[version["hash"]] = copy.deepcopy(trainer.get_weights()["default_policy"])
+        pushed_at = len(answers)
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        served.delete()
+    assert not failures, failures[:3]
+    assert len(answers) > pushed_at > 50
+    seen = {version["hash"] for _, _, version in answers}
+    assert seen <= set(policies)
+    assert len(seen) >= 4  # swaps happened while clients were querying
+    last = result["serve_version"]
+    assert all(v["hash"] == last for _, _, v in answers[pushed_at + 32 :])
+    # every answer is exactly the greedy action of the version it names
+    policy = trainer.get_policy()
+    for version_hash, weights in policies.items():
+        mine = [(obs, actions) for obs, actions, v in answers if v["hash"] == version_hash]
+        if not mine:
+            continue
+        policy.set_weights(weights)
+        obs = np.concatenate([o for o, _ in mine])
+        expected, _, _ = policy.compute_actions(obs, explore=False)
+        assert np.concatenate([a for _, a in mine]).tolist() == expected.tolist(), version_hash
+    trainer.stop()
+
+
+# -- learning -----------------------------------------------------------------------------
+@pytest.mark.learning
+@pytest.mark.timeout(400)
+def test_served_ppo_scores_450_driven_over_http(port, tmp_path):
+    trainer = PPOTrainer(
+        {
+            "env": "CartPole-v1",
+            "num_evaluators": 2,
+            "num_envs_per_evaluator": 4,
+            "num_cpus_per_evaluator": 0.5,
+            "seed": SEED,
+        }
+    )
+    with trainer:
+        run = train_until(trainer, 450, 250_000)
+        assert run.reached, run
+        path = trainer.save(tmp_path / "learned")
+        obs = random_obs(1000, seed=4)
+        expected = [int(trainer.compute_single_action(o, explore=False)) for o in obs]
+    served = deploy(path, port=port, name="learned", route_prefix="/learned", **REPLICA)
+    try:
+        actions = []
+        for rows in np.split(obs, 10):
+            status, answer = http(served.url + "/act", {"observations": rows.tolist()})
+            assert status == 200, answer
+            actions.extend(answer["actions"])
+        assert actions == expected
+        env = gym.make("CartPole-v1")
+        returns = []
+        for episode in range(5):
+            o, _ = env.reset(seed=SEED * 100 + episode)
+            total, done = 0.0, False
+            while not done:
+                status, answer = http(served.url + "/act", {"observation": o.tolist()})
+                assert status == 200, answer
+                o, reward, terminated, truncated, _ = env.step(answer["action"])
+                total += float(reward)
+                done = terminated or truncated
+            returns.append(total)
+        assert np.mean(returns) >= 450, returns
+    finally:
+        served.delete()
