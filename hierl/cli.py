@@ -8,6 +8,7 @@ Examples::
     hierl train --resume hierl_results/PPO_CartPole-v1_20250101-120000
     hierl rollout hierl_results/PPO_CartPole-v1_20250101-120000/checkpoints/000042
     hierl export hierl_results/PPO_CartPole-v1_20250101-120000 --format onnx
+    hierl serve hierl_results/PPO_CartPole-v1_20250101-120000 --port 8000
     hierl list
     hierl config PPO
     hierl config PPO --yaml > ppo.yaml
@@ -397,6 +398,57 @@ def build_parser() -> argparse.ArgumentParser:
         "documentation as a comment) to edit and pass to 'hierl train --config FILE'",
     )
     cfg.set_defaults(func=cmd_config)
+
+    srv = sub.add_parser(
+        "serve",
+        help="serve a checkpoint's policy over HTTP (Ray Serve)",
+        description=(
+            "Deploy the policy of a checkpoint as a Ray Serve application and block until "
+            "Ctrl-C: POST /act (observations -> actions, dynamically batched), GET /spec "
+            "(spaces, algorithm, iteration, weights hash), GET /healthz. A trainer with "
+            "serve_deployment={'app': NAME} pushes new weights to it. CHECKPOINT may also be "
+            "a run's output dir or its checkpoints/ dir (the latest checkpoint is used)."
+        ),
+    )
+    srv.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint directory")
+    srv.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0: every interface)",
+    )
+    srv.add_argument("--port", type=_positive_int, default=8000, help="HTTP port (default 8000)")
+    srv.add_argument("--name", default="hierl", help="Serve application name (default hierl)")
+    srv.add_argument(
+        "--route-prefix", default="/", metavar="PREFIX", help="URL prefix of the app (default /)"
+    )
+    srv.add_argument(
+        "--replicas", type=_positive_int, default=1, metavar="N", help="replicas (default 1)"
+    )
+    srv.add_argument(
+        "--num-cpus", type=float, default=1.0, metavar="C", help="CPUs per replica (default 1)"
+    )
+    srv.add_argument(
+        "--max-batch-size",
+        type=_positive_int,
+        default=32,
+        metavar="N",
+        help="requests batched into one forward pass (default 32; 1: no batching)",
+    )
+    srv.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=5.0,
+        metavar="MS",
+        help="how long a batch waits for more requests (default 5)",
+    )
+    srv.add_argument(
+        "--auth-token",
+        metavar="TOKEN",
+        help="shared token: requests without 'Authorization: Bearer TOKEN' get 401 "
+        "(default: $HIERL_SERVE_TOKEN; prefer it, a flag shows in the process list)",
+    )
+    srv.add_argument("--ray-address", metavar="ADDR", help="join this Ray cluster")
+    srv.set_defaults(func=cmd_serve)
 
     tune = sub.add_parser(
         "tune",
@@ -1246,6 +1298,40 @@ def cmd_export(args: argparse.Namespace) -> int:
         trainer.stop()
     for written in exported.paths:
         print(written.resolve(), flush=True)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from hierl.checkpoint import CheckpointError
+    from hierl.config import ConfigError
+    from hierl.serve import ServeError, ServeOptions, deploy, serve_until_interrupted
+
+    path = resolve_checkpoint(args.checkpoint)
+    try:
+        options = ServeOptions(
+            name=args.name,
+            host=args.host,
+            port=args.port,
+            route_prefix=args.route_prefix,
+            num_replicas=args.replicas,
+            num_cpus_per_replica=args.num_cpus,
+            max_batch_size=args.max_batch_size,
+            batch_wait_timeout_s=args.batch_wait_ms / 1000.0,
+            auth_token=args.auth_token,
+            ray_address=args.ray_address,
+        )
+        app = deploy(path, options)
+    except (CheckpointError, ConfigError, ServeError) as e:
+        raise CLIError(str(e)) from None
+    spec = app.spec
+    print(
+        f"serving {spec['algorithm']} iteration {spec['iteration']} (weights "
+        f"{spec['hash'][:12]}) from {path}",
+        flush=True,
+    )
+    print(f"POST {app.url}/act, GET {app.url}/spec, GET {app.url}/healthz", flush=True)
+    print("Ctrl-C stops", flush=True)
+    serve_until_interrupted(app)
     return 0
 
 
