@@ -19,10 +19,12 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 from hierl.config import ConfigError
 from hierl.evaluators import atari
+from hierl.shared_registry import SharedRegistry
 
 EnvCreator = Callable[[Mapping[str, Any]], "gym.Env | VectorEnv"]
 
-_REGISTRY: dict[str, EnvCreator] = {}
+_REGISTRY: SharedRegistry[EnvCreator] = SharedRegistry("envs")
+"""Env creators by name; remote evaluators and Tune trials of this job see them too."""
 
 #: Gymnasium ids of the board games of :mod:`hierl.algorithms.alphazero.games`, by string
 #: entry point: registering them imports nothing from ``hierl.algorithms``.
@@ -53,8 +55,9 @@ class EnvContext(dict):
 
 
 def register_env(name: str, creator: EnvCreator) -> None:
-    """Register ``creator`` under ``name`` so configs can refer to it by string."""
-    _REGISTRY[name] = creator
+    """Register ``creator`` under ``name`` so configs can refer to it by string, in this
+    process and in the Ray workers of this job (remote evaluators, Tune trials)."""
+    _REGISTRY.register(name, creator)
 
 
 def resolve_env_creator(env: str | EnvCreator, preprocessor_pref: str = "deepmind") -> EnvCreator:
@@ -77,8 +80,9 @@ def resolve_env_creator(env: str | EnvCreator, preprocessor_pref: str = "deepmin
             f"preprocessor_pref '{preprocessor_pref}' is invalid; valid: "
             f"{', '.join(atari.PREPROCESSOR_PREFS)}"
         )
-    if env in _REGISTRY:
-        return _REGISTRY[env]
+    registered = _REGISTRY.get(env)
+    if registered is not None:
+        return registered
     _import_env_module(env)
     env_id = env.split(":", 1)[1] if ":" in env else env
     if env_id not in gym.registry and atari.is_atari_id(env_id):

@@ -16,21 +16,18 @@ cfg.yaml`` uses, since no code of the user's runs in that process before the con
 read.
 
 Ray workers (remote evaluators, Tune trials, a population's member trainers) find the
-factories registered in the driver: each is also put, cloudpickled, in the Ray cluster's
-internal key-value store under this job's id, when it is registered if Ray is up and
-again after every ``ray.init`` of this process (what ``ray.tune.registry`` does for
-``tune.register_env``); a worker that does not know a name looks it up there.  This
-module imports neither torch nor Ray until it needs them.
+factories registered in the driver through :class:`hierl.shared_registry.SharedRegistry`.
+This module imports neither torch nor Ray until it needs them.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hierl.config import ConfigError
+from hierl.shared_registry import SharedRegistry
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -41,9 +38,7 @@ if TYPE_CHECKING:
 ModelFactory = Callable[["gym.Space", "gym.Space", int, "ModelConfig"], "nn.Module"]
 """``factory(observation_space, action_space, num_outputs, model_config) -> nn.Module``."""
 
-_FACTORIES: dict[str, ModelFactory] = {}
-_KV_PREFIX = "hierl/models/"
-_hook_installed = False
+_FACTORIES: SharedRegistry[ModelFactory] = SharedRegistry("models")
 
 
 def register_model(name: str, factory: ModelFactory) -> None:
@@ -61,13 +56,12 @@ def register_model(name: str, factory: ModelFactory) -> None:
         raise ValueError(f"model name must be a non-empty string, got {name!r}")
     if not callable(factory):
         raise TypeError(f"model factory for {name!r} must be callable, got {factory!r}")
-    _FACTORIES[name] = factory
-    _share_with_ray_workers()
+    _FACTORIES.register(name, factory)
 
 
 def registered_models() -> list[str]:
     """The names of the registered models (those of the driver too, in a Ray worker)."""
-    return sorted({*_FACTORIES, *_shared_names()})
+    return _FACTORIES.names()
 
 
 def get_model_factory(name: str) -> ModelFactory:
@@ -78,8 +72,6 @@ def get_model_factory(name: str) -> ModelFactory:
             callable; the message lists the registered ones.
     """
     factory = _FACTORIES.get(name)
-    if factory is None:
-        factory = _fetch_shared(name)
     why = ""
     if factory is None and ":" in name:
         factory, why = _import_factory(name)
@@ -91,7 +83,6 @@ def get_model_factory(name: str) -> ModelFactory:
             "hierl.register_model(name, factory) in the process that builds the config, "
             "or name the factory as 'module:function')"
         )
-    _FACTORIES[name] = factory
     return factory
 
 
@@ -106,62 +97,3 @@ def _import_factory(name: str) -> tuple[ModelFactory | None, str]:
     if not callable(factory):
         return None, f" (nor a 'module:function': '{module_name}' has no function '{attr}')"
     return factory, ""
-
-
-# -- sharing with Ray workers ------------------------------------------------------------
-def _share_with_ray_workers() -> None:
-    """Publish the factories now if Ray is up, and after every later ``ray.init``."""
-    global _hook_installed
-    import ray._private.worker
-
-    if not _hook_installed:
-        ray._private.worker._post_init_hooks.append(_publish)
-        _hook_installed = True
-    _publish()
-
-
-def _kv() -> Any:
-    """Ray's internal key-value module when this process is connected to Ray, else None."""
-    if "ray" not in sys.modules:
-        return None
-    from ray.experimental import internal_kv
-
-    return internal_kv if internal_kv._internal_kv_initialized() else None
-
-
-def _prefix() -> str:
-    import ray
-
-    return f"{_KV_PREFIX}{ray.get_runtime_context().get_job_id()}/"
-
-
-def _publish() -> None:
-    kv = _kv()
-    if kv is None:
-        return
-    from ray import cloudpickle
-
-    prefix = _prefix()
-    for name, factory in _FACTORIES.items():
-        kv._internal_kv_put(prefix + name, cloudpickle.dumps(factory), overwrite=True)
-
-
-def _fetch_shared(name: str) -> ModelFactory | None:
-    kv = _kv()
-    if kv is None:
-        return None
-    data = kv._internal_kv_get(_prefix() + name)
-    if data is None:
-        return None
-    from ray import cloudpickle
-
-    return cloudpickle.loads(data)
-
-
-def _shared_names() -> list[str]:
-    kv = _kv()
-    if kv is None:
-        return []
-    prefix = _prefix()
-    keys = kv._internal_kv_list(prefix)
-    return [(k.decode() if isinstance(k, bytes) else k)[len(prefix) :] for k in keys]
