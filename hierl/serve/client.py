@@ -302,7 +302,7 @@ class _LocalPolicy:
             )
         self.torch = torch
         self.model = torch.jit.load(io.BytesIO(model), map_location="cpu")
-        self.version = int(headers.get("x-policy-version", "0"))
+        self.version = headers.get("x-policy-version", "")
         self.dtype = getattr(torch, headers.get("x-policy-input-dtype", "float32"))
         self.distribution = headers.get("x-action-distribution", "greedy")
         self.space = action_space

@@ -202,8 +202,7 @@ def deploy(
     app = PolicyServer.options(
         num_replicas=options.num_replicas,
         ray_actor_options={"num_cpus": options.num_cpus_per_replica},
-        # a replica must admit a whole batch while it computes the previous one
-        max_ongoing_requests=2 * options.max_batch_size + 8,
+        max_ongoing_requests=options.max_ongoing_requests,
     ).bind(str(path), options)
     try:
         serve.run(

@@ -33,6 +33,9 @@ class ServeOptions(Config):
     """Requests one forward pass may take together (Serve's dynamic batching); 1: none."""
     batch_wait_timeout_s: float = 0.005
     """How long a batch waits for more requests once it has one."""
+    max_ongoing_requests: int = 100
+    """Requests a replica holds at once (queued for a batch or being answered); more
+    wait in Serve's proxy.  At least ``max_batch_size``, or a batch could never fill."""
     max_observations: int = MAX_BATCH
     """Observations one ``/act`` request may carry (more: HTTP 400)."""
     max_request_bytes: int = 16 * 1024 * 1024
@@ -54,6 +57,11 @@ class ServeOptions(Config):
         self.check("num_cpus_per_replica", self.num_cpus_per_replica > 0, "must be > 0")
         self.check("max_batch_size", self.max_batch_size >= 1, "must be >= 1")
         self.check("batch_wait_timeout_s", self.batch_wait_timeout_s >= 0, "must be >= 0")
+        self.check(
+            "max_ongoing_requests",
+            self.max_ongoing_requests >= self.max_batch_size,
+            f"must be >= max_batch_size ({self.max_batch_size}), or a batch could never fill",
+        )
         self.check("max_observations", self.max_observations >= 1, "must be >= 1")
         self.check("max_request_bytes", self.max_request_bytes >= 1024, "must be >= 1024")
 
