@@ -153,7 +153,7 @@ def read_with_pyarrow(path: Path) -> dict[str, float]:
     start = time.perf_counter()
     rows = 0
     for f in list_files(str(path)):
-        for block in pq.ParquetFile(f.path).iter_batches():
+        for block in pq.ParquetFile(f).iter_batches():
             rows += block.num_rows
     seconds = time.perf_counter() - start
     return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds}
