@@ -33,6 +33,7 @@ from hierl.config import ConfigError, from_dict, suggest_key, translate_rllib_ke
 from hierl.evaluators import EvaluatorSet, EvaluatorSpec, atari, env_state
 from hierl.evaluators.callbacks import make_callbacks, resolve_callbacks
 from hierl.evaluators.evaluator_set import DEFAULT_MAX_EVALUATOR_RESTARTS
+from hierl.evaluators.external.settings import EXTERNAL, ExternalInputConfig
 from hierl.evaluators.offline.reader import iter_episodes, list_files
 from hierl.evaluators.offline.settings import SAMPLER, InputSpec, OutputSpec, path_strings
 from hierl.evaluators.offline.writer import DEFAULT_MAX_FILE_SIZE
@@ -177,7 +178,13 @@ class TrainerConfig(BaseConfig):
     """Where evaluators' ``sample()`` reads experience: ``"sampler"`` (the env), logged
     data written by ``output`` (a directory, a glob, a file or a list of files), or a
     ``ray.data.Dataset``; logged data makes the evaluators OfflineEvaluators
-    (:mod:`hierl.evaluators.offline`), each reading its share of the files."""
+    (:mod:`hierl.evaluators.offline`), each reading its share of the files.
+    ``"external"``: apps drive the episodes through ``hierl.serve.PolicyClient`` over
+    HTTP (:mod:`hierl.evaluators.external`; ``env`` then only gives the spaces)."""
+    input_external: ExternalInputConfig = dataclasses.field(default_factory=ExternalInputConfig)
+    """Where the evaluators of ``input: "external"`` listen (``host``, ``port``: the local
+    evaluator on ``port`` with no remote evaluators, else remote evaluator ``i`` on
+    ``port + i``), ``episode_timeout_s``, ``auth_token``, ``max_episodes``."""
     input_mix: dict = dataclasses.field(default_factory=dict)
     """Several sources drawn by probability per ``sample()``, e.g. ``{"sampler": 0.5,
     "/data/expert": 0.5}`` (instead of ``input``)."""
@@ -403,15 +410,20 @@ class TrainerConfig(BaseConfig):
                 datasets[name] = source
             else:
                 raise ConfigError(
-                    f"config field 'input' = {source!r} is not valid; valid: 'sampler', a "
-                    "directory, glob or file of logged data, a list of files, or a "
-                    "ray.data.Dataset"
+                    f"config field 'input' = {source!r} is not valid; valid: 'sampler', "
+                    "'external', a directory, glob or file of logged data, a list of files, "
+                    "or a ray.data.Dataset"
                 )
             sources[name] = float(prob)
         if sum(sources.values()) <= 0:
             raise ConfigError(f"config field 'input_mix' = {mix!r} has no positive probability")
         if list(sources) == [SAMPLER]:
             return None
+        if EXTERNAL in sources and len(sources) > 1:
+            raise ConfigError(
+                f"config field 'input_mix' = {mix!r} mixes 'external' with other sources; "
+                "external episodes are the only input of their evaluators"
+            )
         return InputSpec(
             sources,
             files=files,
@@ -420,6 +432,8 @@ class TrainerConfig(BaseConfig):
             shuffle_window=self.input_shuffle_window,
             skip_bad_files=self.input_skip_bad_files,
             postprocess=self.postprocess_inputs,
+            external=self.input_external if EXTERNAL in sources else None,
+            sample_timeout_s=self.sample_timeout_s,
         )
 
     def output_spec(self) -> OutputSpec | None:

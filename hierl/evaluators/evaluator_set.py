@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from hierl.evaluators.env import EnvError
+from hierl.evaluators.external.evaluator import ExternalEvaluator
 from hierl.evaluators.offline.evaluator import OfflineEvaluator
 from hierl.evaluators.policy_evaluator import PolicyEvaluator
 from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S, ensure_ray
@@ -68,7 +69,10 @@ def is_evaluator_failure(error: BaseException) -> bool:
 
 
 def evaluator_class(spec: EvaluatorSpec) -> type[PolicyEvaluator]:
-    """OfflineEvaluator when the spec's input has logged data, else PolicyEvaluator."""
+    """OfflineEvaluator when the spec's input has logged data, ExternalEvaluator when apps
+    drive the episodes (``input: "external"``), else PolicyEvaluator."""
+    if spec.input is not None and spec.input.is_external:
+        return ExternalEvaluator
     return OfflineEvaluator if spec.input is not None and spec.input.offline else PolicyEvaluator
 
 

@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from hierl.evaluators.external.settings import EXTERNAL, ExternalInputConfig
 from hierl.evaluators.offline.writer import DEFAULT_MAX_FILE_SIZE, Compression
 
 SAMPLER = "sampler"
@@ -47,6 +48,11 @@ class InputSpec:
     shuffle_window: int = 10_000
     skip_bad_files: bool = False
     postprocess: bool = False
+    external: ExternalInputConfig | None = None
+    """The servers' settings when the source is ``"external"`` (PolicyClients drive the
+    episodes; :mod:`hierl.evaluators.external`)."""
+    sample_timeout_s: float = 600.0
+    """How long an external input's ``sample()`` waits for finished episodes."""
 
     def logged_files(self) -> tuple[str, ...]:
         """Every path / glob / file of the file sources (not datasets or the sampler)."""
@@ -54,14 +60,19 @@ class InputSpec:
         for source in self.sources:
             if source in self.files:
                 out.extend(self.files[source])
-            elif source != SAMPLER and source not in self.datasets:
+            elif source not in (SAMPLER, EXTERNAL) and source not in self.datasets:
                 out.append(source)
         return tuple(out)
 
     @property
     def offline(self) -> bool:
         """Whether any source is logged data (not only the sampler)."""
-        return any(s != SAMPLER for s in self.sources)
+        return any(s not in (SAMPLER, EXTERNAL) for s in self.sources)
+
+    @property
+    def is_external(self) -> bool:
+        """Whether PolicyClients drive the episodes (``input: "external"``)."""
+        return EXTERNAL in self.sources
 
 
 @dataclasses.dataclass(frozen=True)

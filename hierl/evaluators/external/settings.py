@@ -1,0 +1,67 @@
+"""The settings of ``input: "external"``: where the evaluators listen for PolicyClients.
+
+The trainer holds one :class:`ExternalInputConfig` as its config field
+``input_external`` and passes it, with its ``sample_timeout_s``, to every evaluator in
+the :class:`~hierl.evaluators.offline.settings.InputSpec` (``InputSpec.external``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from hierl.config import ConfigError
+
+EXTERNAL = "external"
+"""The input name of external environments (``input: "external"``)."""
+
+AUTH_TOKEN_ENV = "HIERL_SERVE_TOKEN"
+"""The environment variable read for the shared token when ``auth_token`` is None (the
+same as ``hierl serve``'s, which :class:`hierl.serve.client.PolicyClient` also reads)."""
+
+
+@dataclasses.dataclass
+class ExternalInputConfig:
+    """Where and how evaluators serve external episodes (``input: "external"``).
+
+    Each evaluator that samples runs one HTTP server: with ``num_evaluators=0`` the
+    driver's local evaluator on ``port``; with ``num_evaluators=N`` remote evaluator ``i``
+    (1..N) on ``port + i`` (and the local one none).
+    """
+
+    host: str = "127.0.0.1"
+    """Address to bind; the default takes connections from this machine only (use
+    ``0.0.0.0`` to accept others, ideally with an ``auth_token``)."""
+    port: int = 9900
+    """The first port (evaluator ``i`` listens on ``port + i``); 0: a free port per
+    evaluator, read back with ``ExternalEvaluator.address``."""
+    episode_timeout_s: float = 60.0
+    """An episode with no call for this long is dropped (a client that vanished): its
+    steps never reach a training batch."""
+    auth_token: str | None = None
+    """Shared token clients send as ``Authorization: Bearer <token>`` (others get 401);
+    None: the ``HIERL_SERVE_TOKEN`` environment variable if set, else no token.  Prefer
+    the variable: a token set here is stored in checkpoints with the rest of the config."""
+    max_episodes: int = 10_000
+    """Episodes open at once; starting one more is refused (HTTP 503)."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"config field 'input_external.port' = {self.port} is not a port")
+        if self.episode_timeout_s <= 0:
+            raise ConfigError(
+                f"config field 'input_external.episode_timeout_s' = {self.episode_timeout_s} "
+                "must be > 0"
+            )
+        if self.max_episodes < 1:
+            raise ConfigError(
+                f"config field 'input_external.max_episodes' = {self.max_episodes} must be >= 1"
+            )
+
+    def token(self) -> str | None:
+        """The token in force: ``auth_token``, else ``$HIERL_SERVE_TOKEN``, else None."""
+        return self.auth_token or os.environ.get(AUTH_TOKEN_ENV) or None
+
+    def port_for(self, worker_index: int) -> int:
+        """The port evaluator ``worker_index`` listens on (0 stays 0: a free port)."""
+        return self.port + worker_index if self.port else 0
