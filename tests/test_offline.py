@@ -25,7 +25,7 @@ from hierl.evaluators.offline import (
     list_files,
 )
 from hierl.evaluators.offline import writer as writer_module
-from hierl.evaluators.offline.reader import open_file, read_file
+from hierl.evaluators.offline.reader import RayDataInput, open_file, read_file
 from hierl.sample_batch import MultiAgentBatch, SampleBatch
 
 CARTPOLE_SPACES = {
@@ -355,3 +355,48 @@ def test_logged_episodes_are_whole_runs(tmp_path):
         returns = sorted(e.episode_reward for e in t.local_evaluator.get_metrics())
     episodes = list(iter_episodes(list_files(tmp_path)))
     assert sorted(float(e["rewards"].sum()) for e in episodes) == returns
+
+
+def test_files_written_by_hierl_read_back_through_ray_data(ray_session, tmp_path):
+    import ray.data
+
+    image = gym.spaces.Box(0, 255, (6, 5, 3), np.uint8)
+    rng = np.random.default_rng(1)
+    rows = SampleBatch(
+        obs=rng.integers(0, 256, (40, 6, 5, 3), dtype=np.uint8),
+        actions=rng.integers(0, 3, 40),
+        action_dist_inputs=rng.normal(size=(40, 3)).astype(np.float32),
+        t=np.arange(40),
+    )
+    w = OutputWriter(tmp_path, {"default_policy": (image, gym.spaces.Discrete(3))})
+    w.write(rows)
+    w.close()
+    dataset = ray.data.read_parquet([str(f) for f in list_files(tmp_path)])
+    reader = RayDataInput(dataset, 40, shuffle_window=0)
+    assert_batches_equal(SampleBatch({k: v for k, v in reader.next().items()}), rows)
+
+
+def test_version_1_files_with_fixed_size_lists_are_still_read(tmp_path):
+    import json
+
+    import pyarrow as pa
+
+    from hierl.evaluators.offline.schema import METADATA_KEY
+
+    obs = np.arange(24, dtype=np.float32).reshape(3, 2, 4)
+    meta = {
+        "version": 1,
+        "columns": {"obs": {"dtype": "<f4", "shape": [2, 4]}, "t": {"dtype": "<i8", "shape": []}},
+        "observation_space": {"type": "Box", "shape": [2, 4], "dtype": "float32"},
+        "action_space": {"type": "Discrete", "n": 2, "start": 0},
+        "policy_id": "default_policy",
+    }
+    table = pa.Table.from_arrays(
+        [pa.FixedSizeListArray.from_arrays(pa.array(obs.reshape(-1)), 8), pa.array([0, 1, 2])],
+        names=["obs", "t"],
+        metadata={METADATA_KEY: json.dumps(meta).encode()},
+    )
+    pq.write_table(table, tmp_path / "old.parquet")
+    back = read_file(open_file(tmp_path / "old.parquet"))
+    np.testing.assert_array_equal(back["obs"], obs)
+    assert back["obs"].dtype == np.float32

@@ -27,7 +27,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hierl.evaluators.offline.schema import OfflineDataError, read_metadata, table_to_batch
+from hierl.evaluators.offline.schema import (
+    METADATA_KEY,
+    OfflineDataError,
+    read_metadata,
+    table_to_batch,
+)
 from hierl.evaluators.offline.writer import PART_MARK
 from hierl.sample_batch import SampleBatch
 
@@ -351,6 +356,8 @@ class RayDataInput:
         self.row = 0
         self._it: Iterator[dict[str, np.ndarray]] | None = None
         self._left: SampleBatch | None = None  # rows of the last block not handed out
+        self.columns = _hierl_columns(dataset)
+        """The dtypes and row shapes of a dataset of hierl's files (else empty)."""
 
     def _epoch_iterator(self) -> Iterator[dict[str, np.ndarray]]:
         return iter(
@@ -372,7 +379,7 @@ class RayDataInput:
                 if self._it is None:
                     self._it = self._epoch_iterator()
                 try:
-                    self._left = SampleBatch(_numpy_columns(next(self._it)))
+                    self._left = SampleBatch(_numpy_columns(next(self._it), self.columns))
                 except StopIteration:
                     if restarted:
                         raise OfflineDataError("the input Ray dataset holds no rows") from None
@@ -404,7 +411,7 @@ class RayDataInput:
             block = next(self._it, None)
             if block is None:
                 break
-            rows = SampleBatch(_numpy_columns(block))
+            rows = SampleBatch(_numpy_columns(block, self.columns))
             take = min(rows.count, skip - self.row)
             self.row += take
             if take < rows.count:
@@ -413,12 +420,32 @@ class RayDataInput:
                     self._left = self.postprocess(self._left)
 
 
-def _numpy_columns(batch: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Ray Data's numpy batch with variable-shape object columns stacked."""
+def _hierl_columns(dataset: Any) -> dict[str, Any]:
+    """The ``columns`` of the hierl schema metadata of a dataset read from hierl's
+    Parquet files (``ray.data.read_parquet`` keeps it), else ``{}``."""
+    try:
+        schema = dataset.schema().base_schema
+    except AttributeError:  # not an Arrow-backed schema: no hierl metadata
+        return {}
+    if schema is None or METADATA_KEY not in (schema.metadata or {}):
+        return {}
+    return read_metadata(schema, "the input Ray dataset")["columns"]
+
+
+def _numpy_columns(
+    batch: dict[str, Any], columns: dict[str, Any] | None = None
+) -> dict[str, np.ndarray]:
+    """Ray Data's numpy batch: hierl's shaped columns (rows of bytes, or flat lists in
+    version 1 files) given their dtype and shape, other object columns stacked."""
     out = {}
     for name, value in batch.items():
         value = np.asarray(value)
-        if value.dtype == object:
+        info = (columns or {}).get(name)
+        if info is not None and info["shape"] and value.dtype == object:
+            dtype, shape = np.dtype(info["dtype"]), tuple(info["shape"])
+            rows = [np.frombuffer(v, dtype) if isinstance(v, bytes) else v for v in value]
+            value = np.stack(rows).astype(dtype, copy=False).reshape((len(rows), *shape))
+        elif value.dtype == object:
             value = np.stack(value)
         out[name] = value
     return out
