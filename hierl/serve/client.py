@@ -242,6 +242,9 @@ class PolicyClient:
                 if reused and attempt == 0:
                     continue  # a stale keep-alive connection: retry once on a new one
                 raise PolicyClientError(f"{method} {self.address}{path}: {e}") from e
+            except http.client.HTTPException as e:  # e.g. the server closed mid-answer
+                self._drop_connection()
+                raise PolicyClientError(f"{method} {self.address}{path}: {e!r}") from e
             except TimeoutError as e:
                 self._drop_connection()
                 raise PolicyClientError(

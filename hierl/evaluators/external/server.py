@@ -24,9 +24,12 @@ value that does not fit its space: the message names the field and the expected 
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import logging
+import socket
+import sys
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -82,10 +85,9 @@ class ExternalServer:
     ):
         handler = type("Handler", (_Handler,), {"app": app, "token": token})
         try:
-            self.httpd = ThreadingHTTPServer((host, port), handler)
+            self.httpd = _Server((host, port), handler)
         except OSError as e:
             raise OSError(e.errno, f"{name} cannot listen on {host}:{port}: {e.strerror}") from e
-        self.httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True
         )
@@ -98,10 +100,49 @@ class ExternalServer:
         return str(host), int(port)
 
     def close(self) -> None:
-        """Stop serving and release the port."""
+        """Stop serving, release the port and close the clients' open connections (a
+        client waiting on one gets an error instead of waiting for its timeout)."""
         self.httpd.shutdown()
         self.httpd.server_close()
+        self.httpd.close_connections()
         self._thread.join(timeout=10)
+
+
+class _Server(ThreadingHTTPServer):
+    """A ThreadingHTTPServer that knows its open (keep-alive) connections."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]):
+        self.connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(address, handler)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self.connections.add(request)
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._connections_lock:
+                self.connections.discard(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that broke (a client that went away, or :meth:`close`) is not
+        an error worth a traceback; anything else is logged."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            logger.debug("connection from %s closed: %s", client_address, error)
+        else:
+            logger.exception("external input: connection from %s failed", client_address)
+
+    def close_connections(self) -> None:
+        """Shut down every open connection."""
+        with self._connections_lock:
+            connections = list(self.connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -190,6 +231,8 @@ class _Handler(BaseHTTPRequestHandler):
         return body
 
     def _fail(self, error: Exception) -> None:
+        if isinstance(error, ConnectionError):
+            raise error  # the client is gone: nobody to answer (``handle_error``)
         if isinstance(error, WireError):
             self._error(400, str(error), field=error.field)
         elif isinstance(error, EpisodeError):

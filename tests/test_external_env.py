@@ -1,0 +1,327 @@
+"""External environments: apps that own their loop drive training through a PolicyClient
+(``input: "external"``, hierl.evaluators.external; hierl.serve.client)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from learning import SEED, train_until
+
+from hierl.algorithms.ppo import PPOTrainer
+from hierl.config import ConfigError
+from hierl.evaluators.external import ExternalInputTimeout
+from hierl.sample_batch import SampleBatch
+from hierl.serve.client import PolicyClient, PolicyClientError
+
+CLIENT_SCRIPT = Path(__file__).with_name("external_cartpole_client.py")
+SMALL = {  # one sample() = whole episodes holding at least 20 steps
+    "env": "CartPole-v1",
+    "input": "external",
+    "input_external": {"port": 0},
+    "num_envs_per_evaluator": 1,
+    "rollout_fragment_length": 20,
+    "train_batch_size": 40,
+    "sgd_minibatch_size": 20,
+    "num_sgd_iter": 1,
+    "sample_timeout_s": 20,
+    "seed": 0,
+}
+
+
+def url_of(trainer: PPOTrainer) -> str:
+    host, port = trainer.evaluators.local_evaluator.address
+    return f"http://{host}:{port}"
+
+
+def post(url: str, path: str, body: bytes | dict, headers: dict | None = None) -> tuple:
+    """A raw request: ``(status, decoded JSON answer)``."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    conn.request("POST", path, body=data, headers=headers or {})
+    response = conn.getresponse()
+    out = response.status, json.loads(response.read())
+    conn.close()
+    return out
+
+
+def play_episode(client: PolicyClient, env: gym.Env, seed: int | None = None) -> int:
+    """One whole CartPole episode through ``client``; returns its length."""
+    episode = client.start_episode()
+    obs, _ = env.reset(seed=seed)
+    steps = 0
+    while True:
+        obs, reward, terminated, truncated, _ = env.step(client.get_action(episode, obs))
+        client.log_returns(episode, reward)
+        steps += 1
+        if terminated or truncated:
+            client.end_episode(episode, obs, truncated=truncated and not terminated)
+            return steps
+
+
+# -- the client ------------------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_client_import_loads_neither_ray_nor_torch():
+    code = (
+        "import sys; import hierl.serve.client; "
+        "from hierl.serve import PolicyClient; "
+        "print(sorted({'ray', 'torch', 'numpy'} & set(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.timeout(30)
+def test_unreachable_server_is_a_clear_error():
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = PolicyClient(f"http://127.0.0.1:{port}", timeout_s=5)
+    with pytest.raises(PolicyClientError, match="cannot reach the policy server") as e:
+        client.start_episode()
+    assert e.value.status is None
+
+
+# -- rows, postprocessing, metrics -------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_batch_equals_the_policys_postprocessing_of_the_same_steps():
+    rng = np.random.default_rng(0)
+    with PPOTrainer(SMALL) as trainer:
+        evaluator = trainer.evaluators.local_evaluator
+        policy = evaluator.policy
+        client = PolicyClient(url_of(trainer))
+        # episode 1: the policy acts, terminated after 6 steps; episode 2: the app acts
+        # (log_action), truncated after 15 steps
+        obs1 = rng.normal(size=(7, 4)).astype(np.float32)
+        first = client.start_episode()
+        actions1 = []
+        for t in range(6):
+            actions1.append(client.get_action(first, obs1[t]))
+            client.log_returns(first, 1.0 + t)
+        client.end_episode(first, obs1[6])
+        obs2 = rng.normal(size=(16, 4)).astype(np.float32)
+        actions2 = rng.integers(0, 2, size=15)
+        second = client.start_episode()
+        for t in range(15):
+            client.log_action(second, obs2[t], int(actions2[t]))
+            client.log_returns(second, 0.5)
+            client.log_returns(second, 0.25)  # two rewards in one step add up
+        client.end_episode(second, obs2[15], truncated=True)
+        batch = evaluator.sample()
+        records = evaluator.get_metrics()
+        sampled = evaluator.sample_env()  # the env sampler's rows, for the columns
+
+    expected = []
+    for obs, actions, rewards, terminated in [
+        (obs1, np.asarray(actions1), np.arange(1.0, 7.0), True),
+        (obs2, actions2, np.full(15, 0.75), False),
+    ]:
+        n = len(actions)
+        rows = SampleBatch(
+            {
+                SampleBatch.OBS: obs[:-1],
+                SampleBatch.NEW_OBS: obs[1:],
+                SampleBatch.ACTIONS: actions.astype(np.int64),
+                SampleBatch.REWARDS: rewards.astype(np.float32),
+                SampleBatch.TERMINATEDS: np.arange(n) == n - 1 if terminated else np.zeros(n, bool),
+                SampleBatch.TRUNCATEDS: np.zeros(n, bool) if terminated else np.arange(n) == n - 1,
+                SampleBatch.T: np.arange(n),
+            }
+        )
+        dist_inputs, values = policy.model(torch.as_tensor(obs[:-1]))
+        rows[SampleBatch.ACTION_LOGP] = policy.compute_log_likelihoods(rows).astype(np.float32)
+        rows[SampleBatch.VF_PREDS] = values.detach().numpy()
+        rows[SampleBatch.ACTION_DIST_INPUTS] = dist_inputs.detach().numpy()
+        expected.append(rows)
+    episodes = batch.split_by_episode()
+    assert [e.count for e in episodes] == [6, 15]
+    assert set(batch) == set(sampled), "the sampler's columns, no more, no fewer"
+    for rows, got in zip(expected, episodes, strict=True):
+        rows[SampleBatch.EPS_ID] = got[SampleBatch.EPS_ID]
+        want = policy.postprocess_trajectory(rows)
+        assert set(got) == set(want)
+        for key in want:
+            assert got[key].dtype == sampled[key].dtype, key
+            np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6, err_msg=key)
+    assert sorted((r.episode_reward, r.episode_length) for r in records) == [(11.25, 15), (21, 6)]
+
+
+@pytest.mark.timeout(60)
+def test_vanished_client_leaves_no_half_episode_and_others_go_on():
+    config = {**SMALL, "input_external": {"port": 0, "episode_timeout_s": 0.5}}
+    with PPOTrainer(config) as trainer:
+        evaluator = trainer.evaluators.local_evaluator
+        url = url_of(trainer)
+        env = gym.make("CartPole-v1")
+        ghost_client = PolicyClient(url)
+        ghost = ghost_client.start_episode()
+        obs, _ = env.reset(seed=1)
+        for _ in range(5):  # five steps, then the app vanishes mid-episode
+            obs, reward, *_ = env.step(ghost_client.get_action(ghost, obs))
+            ghost_client.log_returns(ghost, reward)
+        ghost_eps = evaluator.episodes.live[ghost].eps_id
+        ghost_client.close()
+        other = PolicyClient(url)
+        played = 0
+        while played < 40:
+            played += play_episode(other, env, seed=played)
+        time.sleep(0.7)  # past episode_timeout_s
+        batches = [evaluator.sample()]
+        played = 0
+        while played < 20:  # the server keeps serving the others
+            played += play_episode(other, env)
+        batches.append(evaluator.sample())
+        records = evaluator.get_metrics()
+        with pytest.raises(PolicyClientError, match="unknown episode") as e:
+            ghost_client.get_action(ghost, obs)
+        assert e.value.status == 404
+    eps_ids = np.concatenate([b[SampleBatch.EPS_ID] for b in batches])
+    assert ghost_eps not in eps_ids
+    assert evaluator.episodes.dropped == 1
+    assert sum(b.count for b in batches) >= 60
+    assert all(r.episode_length > 0 for r in records) and len(records) == len(set(eps_ids))
+
+
+# -- bad input, security, timeouts -------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_bad_input_answers_400_naming_the_field_and_shape():
+    with PPOTrainer(SMALL) as trainer:
+        url = url_of(trainer)
+        assert trainer.evaluators.local_evaluator.address[0] == "127.0.0.1"  # localhost
+        client = PolicyClient(url)
+        episode = client.start_episode()
+        path = f"/episodes/{episode}/action"
+        status, answer = post(url, path, {"observation": [0.1, 0.2, 0.3]})
+        assert status == 400 and answer["field"] == "observation"
+        assert "[3]" in answer["error"] and "[4]" in answer["error"]
+        status, answer = post(url, path, {"observation": ["a", "b", "c", "d"]})
+        assert status == 400 and answer["field"] == "observation"
+        status, answer = post(url, path, b'{"observation": [NaN, 0, 0, 0]}')
+        assert status == 400 and "NaN" in answer["error"]
+        status, answer = post(url, path, b"{not json")
+        assert status == 400 and answer["field"] == "body"
+        status, answer = post(url, path, {"observation": [0, 0, 0, 0], "reward": "x"})
+        assert status == 400 and answer["field"] == "reward"
+        status, answer = post(
+            url, f"/episodes/{episode}/log_action", {"observation": [0, 0, 0, 0], "action": 5}
+        )
+        assert status == 400 and answer["field"] == "action" and "Discrete(2)" in answer["error"]
+        status, answer = post(url, "/episodes/no-such-episode/action", {"observation": [0] * 4})
+        assert status == 404 and "unknown episode 'no-such-episode'" in answer["error"]
+        status, answer = post(url, "/nowhere", {})
+        assert status == 404
+        with pytest.raises(PolicyClientError, match=r"HTTP 400: observation: .*expected \[4\]"):
+            client.get_action(episode, [1.0, 2.0])
+        # the episode is unharmed by the refused calls
+        assert client.get_action(episode, [0.0, 0.0, 0.0, 0.0]) in (0, 1)
+
+
+@pytest.mark.timeout(60)
+def test_auth_token_required_when_set():
+    config = {**SMALL, "input_external": {"port": 0, "auth_token": "s3cret"}}
+    with PPOTrainer(config) as trainer:
+        url = url_of(trainer)
+        with pytest.raises(PolicyClientError, match="HTTP 401: missing token") as e:
+            PolicyClient(url).start_episode()
+        assert e.value.status == 401
+        with pytest.raises(PolicyClientError, match="HTTP 401: wrong token"):
+            PolicyClient(url, auth_token="guess").start_episode()
+        client = PolicyClient(url, auth_token="s3cret")
+        assert client.get_action(client.start_episode(), [0.0] * 4) in (0, 1)
+        host, port = url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conn.request("GET", "/healthz")  # health checks need no token
+        assert conn.getresponse().status == 200
+
+
+@pytest.mark.timeout(60)
+def test_no_clients_times_out_with_a_clear_error():
+    trainer = PPOTrainer({**SMALL, "sample_timeout_s": 0.5})
+    with trainer, pytest.raises(ExternalInputTimeout, match="no client ended an episode"):
+        trainer.train()
+
+
+def test_config_errors():
+    with pytest.raises(ConfigError, match="mixes 'external'"):
+        PPOTrainer({"env": "CartPole-v1", "input_mix": {"external": 0.5, "sampler": 0.5}})
+    with pytest.raises(ConfigError, match=r"input_external\.port"):
+        PPOTrainer({"env": "CartPole-v1", "input": "external", "input_external": {"port": -1}})
+    with pytest.raises(ConfigError, match=r"unknown config key 'input_external\.prot'"):
+        PPOTrainer({"env": "CartPole-v1", "input": "external", "input_external": {"prot": 1}})
+
+
+@pytest.mark.timeout(120)
+def test_remote_evaluator_listens_on_port_plus_its_index(ray_session):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    config = {
+        **SMALL,
+        "num_evaluators": 1,
+        "num_cpus_per_evaluator": 0.5,
+        "input_external": {"port": free - 1},
+    }
+    with PPOTrainer(config) as trainer:
+        assert trainer.evaluators.local_evaluator.address is None  # it does not sample
+        client = PolicyClient(f"http://127.0.0.1:{free}")
+        stop = threading.Event()
+
+        def play() -> None:
+            env = gym.make("CartPole-v1")
+            while not stop.is_set():
+                play_episode(client, env)
+
+        thread = threading.Thread(target=play, daemon=True)
+        thread.start()
+        try:
+            result = trainer.train()
+        finally:
+            stop.set()
+        assert result["episodes_this_iter"] > 0 and result["timesteps_total"] >= 40
+        thread.join(timeout=30)
+
+
+# -- learning ----------------------------------------------------------------------------
+@pytest.mark.learning
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("mode", ["remote", "local"])
+def test_ppo_learns_cartpole_from_a_client_process(mode):
+    config = {
+        "env": "CartPole-v1",
+        "input": "external",
+        "input_external": {"port": 0},
+        "seed": SEED,
+        "metrics_smoothing_episodes": 20,
+    }
+    with PPOTrainer(config) as trainer:
+        app = subprocess.Popen(
+            [sys.executable, str(CLIENT_SCRIPT), url_of(trainer), mode, "2", str(SEED)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            run = train_until(trainer, 450, 150_000, ready=lambda r: r["episodes_total"] >= 20)
+        finally:
+            trainer.stop()  # the server goes away: the app's clients end
+            try:
+                output, _ = app.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                app.kill()
+                output, _ = app.communicate(timeout=10)
+    assert run.reached, run
+    # remote inference: the app imported neither Ray nor torch (exit code 3 otherwise)
+    assert app.returncode == 0, output
