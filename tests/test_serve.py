@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import select
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -235,6 +240,36 @@ def test_cli_serve_corrupt_checkpoint_prints_one_error_line(corrupt, capsys):
     assert err.count("\n") == 1 and "Traceback" not in err
     assert main(["serve", str(corrupt.parent / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(150)
+def test_cli_serve_prints_the_url_answers_and_stops_on_ctrl_c(ppo):
+    port = _free_port()
+    env = {**os.environ, "HIERL_SERVE_TOKEN": TOKEN}
+    argv = [sys.executable, "-m", "hierl.cli", "serve", str(ppo[1]), "--port", str(port)]
+    proc = subprocess.Popen(
+        [*argv, "--num-cpus", "0.25"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+    )
+    try:
+        out = b""
+        deadline = time.monotonic() + 120
+        while b"Ctrl-C" not in out:  # it prints 3 lines, then waits
+            ready, _, _ = select.select([proc.stdout], [], [], deadline - time.monotonic())
+            chunk = os.read(proc.stdout.fileno(), 4096) if ready else b""
+            if not chunk:
+                break
+            out += chunk
+        assert f"POST http://127.0.0.1:{port}/act" in out.decode(), out
+        url = f"http://127.0.0.1:{port}"
+        assert http(url + "/act", {"observation": [0.0] * 4})[0] == 401  # token from env
+        status, answer = http(url + "/act", {"observation": [0.0] * 4}, token=TOKEN)
+        assert status == 200 and answer["version"]["iteration"] == 1
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 # -- filters and recurrent state ----------------------------------------------------------

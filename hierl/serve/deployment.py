@@ -24,6 +24,8 @@ import dataclasses
 import hmac
 import json
 import math
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -232,11 +234,23 @@ def _check_http(options: ServeOptions) -> None:
 
 
 def serve_until_interrupted(app: ServedApp, poll_s: float = 1.0) -> None:
-    """Block until Ctrl-C, then delete the app and shut Serve down."""
+    """Block until Ctrl-C or SIGTERM, then stop: delete the app on a cluster that was
+    joined (``ray_address``: other apps keep running), else shut Serve down."""
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, terminate) if in_main else None
     try:
         while True:
             time.sleep(poll_s)
     except KeyboardInterrupt:
         pass
     finally:
-        serve.shutdown()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if app.options.ray_address:
+            app.delete()
+        else:
+            serve.shutdown()
