@@ -31,6 +31,7 @@ from hierl.algorithms.ppo import PPOTrainer
 from hierl.algorithms.serving import PolicySnapshot
 from hierl.checkpoint import CheckpointError
 from hierl.cli import main
+from hierl.config import ConfigError
 from hierl.evaluators.wire import space_to_json
 from hierl.serve import ServeOptions, deploy
 
@@ -388,6 +389,18 @@ def test_hot_swap_under_load_answers_with_one_whole_version(ppo, port):
         expected, _, _ = policy.compute_actions(obs, explore=False)
         assert np.concatenate([a for _, a in mine]).tolist() == expected.tolist(), version_hash
     trainer.stop()
+
+
+def test_serve_deployment_config_is_checked_and_a_failed_push_warns(app):
+    with pytest.raises(ConfigError, match=r"serve_deployment\.app"):
+        PPOTrainer({**SMALL_PPO, "serve_deployment": {"app": ""}})
+    with pytest.raises(ConfigError, match=r"serve_deployment\.evry.*every"):
+        PPOTrainer({**SMALL_PPO, "serve_deployment": {"app": "x", "evry": 2}})
+    with PPOTrainer({**SMALL_PPO, "serve_deployment": {"app": "nope", "every": 2}}) as trainer:
+        assert "serve_version" not in trainer.train()  # not due at iteration 1
+        with pytest.warns(UserWarning, match="app 'nope' failed.*training goes on"):
+            result = trainer.train()
+        assert "serve_version" not in result and result["training_iteration"] == 2
 
 
 # -- learning -----------------------------------------------------------------------------

@@ -213,7 +213,7 @@ class TrainerConfig(BaseConfig):
     """An evaluator starts a new output file after this many (uncompressed) bytes."""
     output_compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
     """Parquet compression of output files."""
-    serve_deployment: ServeDeployment | None = None
+    serve_deployment: dict | ServeDeployment | None = None
     """Push the policy to a running ``hierl serve`` app every few iterations (the paper's
     ``suggest_model``), e.g. ``{"app": "hierl", "every": 5}``; the app then answers with the
     new weights and filters (:mod:`hierl.algorithms.serving`).  None: no pushing."""
@@ -246,6 +246,10 @@ class TrainerConfig(BaseConfig):
                 f"config field 'off_policy_estimation' = {self.off_policy_estimation!r} "
                 "estimates from logged episodes: set 'input' (or input_mix) to files of "
                 "logged data"
+            )
+        if isinstance(self.serve_deployment, Mapping):
+            self.serve_deployment = from_dict(
+                ServeDeployment, self.serve_deployment, prefix="serve_deployment."
             )
         self.policies = {str(pid): PolicySpec.coerce(pid, s) for pid, s in self.policies.items()}
         multi_agent.validate(self)
