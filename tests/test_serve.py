@@ -94,8 +94,16 @@ def ppo(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def app(ppo, port):
-    """The PPO checkpoint served with a token and a 64-observation request limit."""
-    served = deploy(ppo[1], port=port, name="ppo", auth_token=TOKEN, max_observations=64, **REPLICA)
+    """The PPO checkpoint served with a token, 64 observations and 64 KiB per request."""
+    served = deploy(
+        ppo[1],
+        port=port,
+        name="ppo",
+        auth_token=TOKEN,
+        max_observations=64,
+        max_request_bytes=64 * 1024,
+        **REPLICA,
+    )
     yield served
     served.delete()
 
@@ -185,6 +193,13 @@ def test_bad_requests_get_400_naming_the_field(app, raw, field, words):
     assert answer["field"] == field
     for word in words:
         assert word in answer["error"]
+
+
+def test_oversized_body_is_refused_before_it_is_read(app):
+    body = json.dumps({"observations": [[0.123456789] * 4] * 2000}).encode()
+    assert len(body) > 64 * 1024
+    status, answer = http(app.url + "/act", raw=body, token=TOKEN)
+    assert status == 413 and answer["field"] == "body" and "65536" in answer["error"]
 
 
 def test_token_is_required_except_for_healthz(app):
