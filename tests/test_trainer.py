@@ -196,3 +196,24 @@ def test_iteration_stats_are_the_mean_over_its_optimizer_steps():
         "p0": {"loss": 2.0, "kl": 0.5, "mode": "b"},
         "p1": {"loss": 5.0},
     }
+
+
+def test_logdir_writes_every_result_as_jsonl_csv_and_tensorboard(tmp_path):
+    import csv
+
+    from hierl.algorithms.pg import PGTrainer
+    from hierl.loggers import read_results, read_scalars
+
+    logdir = tmp_path / "logs"
+    config = {"env": "CartPole-v1", "train_batch_size": 200, "logdir": str(logdir)}
+    with PGTrainer(config) as trainer:
+        results = [trainer.train() for _ in range(3)]
+    assert [r["training_iteration"] for r in read_results(logdir)] == [1, 2, 3]
+    with open(logdir / "progress.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["episode_reward_mean"]) for r in rows] == pytest.approx(
+        [r["episode_reward_mean"] for r in results]
+    )
+    (events,) = logdir.glob("events.out.tfevents.*")
+    scalars = read_scalars(events)["ray/tune/episode_reward_mean"]
+    assert [step for step, _ in scalars] == [r["timesteps_total"] for r in results]

@@ -241,6 +241,7 @@ class PopulationTrainer(BaseTrainer):
         for actor, pg in self.members:
             stop_trainer_actor(actor, pg)
         self.members = []
+        super().stop()
 
     # -- member failures -----------------------------------------------------------------
     def recreate_member(self, index: int, error: BaseException | None = None) -> Any:

@@ -804,6 +804,7 @@ class Trainer(BaseTrainer):
         maybe_push(self, result)  # serve_deployment: new weights to a serving app
         if self.callbacks is not None:
             self.callbacks.on_train_result(trainer=self, result=result)
+        self.log_result(result)
         return result
 
     # -- acting ------------------------------------------------------------------------
@@ -926,3 +927,4 @@ class Trainer(BaseTrainer):
         self.evaluators.stop()
         if self.evaluation is not None:
             self.evaluation.stop()
+        super().stop()

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 from hierl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from hierl.config import Config, ConfigError
 from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S, ActorGroup
+from hierl.loggers import ResultLogger
 
 CHECKPOINT_KIND = "hierl-trainer"
 
@@ -48,6 +49,10 @@ class BaseConfig(Config):
     """Upper bound on waiting for any remote call."""
     ray_address: str | None = None
     """Join this Ray cluster instead of starting a local instance."""
+    logdir: str | None = None
+    """Write every ``train()`` result to this directory as ``result.jsonl``,
+    ``progress.csv`` and TensorBoard events (Ray Tune's names: ``tensorboard --logdir``
+    reads it; see :mod:`hierl.loggers`), appending to what is there; None: no logs."""
 
     def __post_init__(self) -> None:
         self.check("num_cpus_for_driver", self.num_cpus_for_driver >= 0, "must be >= 0")
@@ -91,6 +96,7 @@ class BaseTrainer:
         self.config = self.validate_config(config)
         self.iteration = 0
         self.time_total_s = 0.0
+        self._result_logger: ResultLogger | None = None
         # CRUCIAL: before any actor starts: a reservation the cluster can never grant
         # would leave the trainer waiting forever, printing nothing.
         self.check_resources()
@@ -125,7 +131,16 @@ class BaseTrainer:
             time_this_iter_s=elapsed,
             time_total_s=self.time_total_s,
         )
+        self.log_result(result)
         return result
+
+    def log_result(self, result: dict[str, Any]) -> None:
+        """Write ``result`` to ``config.logdir`` (if set): the last step of ``train()``."""
+        if self.config.logdir is None:
+            return
+        if self._result_logger is None:
+            self._result_logger = ResultLogger(self.config.logdir)
+        self._result_logger.log(result)
 
     def get_state(self) -> dict[str, Any]:
         """Everything ``set_state`` needs, as arrays and JSON scalars (no pickle)."""
@@ -229,7 +244,11 @@ class BaseTrainer:
         return trainer
 
     def stop(self) -> None:
-        """Release every actor and process the trainer started."""
+        """Release every actor and process the trainer started (and close the logs:
+        subclasses call this last)."""
+        if self._result_logger is not None:
+            self._result_logger.close()
+            self._result_logger = None
 
     def __enter__(self) -> BaseTrainer:
         return self

@@ -566,6 +566,7 @@ class AlphaZeroTrainer(BaseTrainer):
 
     def stop(self) -> None:
         """Kill the actors (nothing to do in-process)."""
+        super().stop()
         if not self._rt.use_ray:
             return
         import ray
