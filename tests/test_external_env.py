@@ -254,6 +254,7 @@ def test_no_clients_times_out_with_a_clear_error():
         trainer.train()
 
 
+@pytest.mark.timeout(60)
 def test_config_errors():
     with pytest.raises(ConfigError, match="mixes 'external'"):
         PPOTrainer({"env": "CartPole-v1", "input_mix": {"external": 0.5, "sampler": 0.5}})

@@ -1,10 +1,10 @@
 """What an evaluator reads (``InputSpec``) and writes (``OutputSpec``), as typed values.
 
 The trainer builds them from its config fields ``input``, ``input_mix``,
-``input_shuffle_window``, ``input_skip_bad_files``, ``postprocess_inputs`` and ``output``,
-``output_postprocessed``, ``output_max_file_size``, ``output_compression`` (documented
-there); the :class:`~hierl.evaluators.spec.EvaluatorSpec` carries them to every
-evaluator.
+``input_shuffle_window``, ``input_skip_bad_files``, ``postprocess_inputs``,
+``input_external`` and ``output``, ``output_postprocessed``, ``output_max_file_size``,
+``output_compression`` (documented there); the
+:class:`~hierl.evaluators.spec.EvaluatorSpec` carries them to every evaluator.
 """
 
 from __future__ import annotations
