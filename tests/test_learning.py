@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from learning import SEED, train_until
-from learning_configs import IMPALA_CARTPOLE
+from learning_configs import IMPALA_CARTPOLE, PPO_CARTPOLE
 
 from hierl.algorithms.impala import APPOTrainer, IMPALATrainer
 from hierl.algorithms.pg import PGTrainer
@@ -15,15 +15,7 @@ pytestmark = [pytest.mark.learning]
 
 @pytest.mark.timeout(300)
 def test_ppo_cartpole_with_two_remote_evaluators(ray_session):
-    trainer = PPOTrainer(
-        {
-            "env": "CartPole-v1",
-            "num_evaluators": 2,
-            "num_envs_per_evaluator": 4,
-            "num_cpus_per_evaluator": 0.5,
-            "seed": SEED,
-        }
-    )
+    trainer = PPOTrainer({**PPO_CARTPOLE, "seed": SEED})
     with trainer:
         assert len(trainer.evaluators.remote_evaluators) == 2
         run = train_until(trainer, 450, 250_000)

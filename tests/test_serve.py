@@ -26,6 +26,7 @@ import numpy as np
 import psutil
 import pytest
 from learning import SEED, train_until
+from learning_configs import PPO_CARTPOLE
 
 from hierl.algorithms.ppo import PPOTrainer
 from hierl.algorithms.serving import PolicySnapshot
@@ -422,15 +423,7 @@ def test_serve_deployment_config_is_checked_and_a_failed_push_warns(app):
 @pytest.mark.learning
 @pytest.mark.timeout(400)
 def test_served_ppo_scores_450_driven_over_http(port, tmp_path):
-    trainer = PPOTrainer(
-        {
-            "env": "CartPole-v1",
-            "num_evaluators": 2,
-            "num_envs_per_evaluator": 4,
-            "num_cpus_per_evaluator": 0.5,
-            "seed": SEED,
-        }
-    )
+    trainer = PPOTrainer({**PPO_CARTPOLE, "seed": SEED})
     with trainer:
         run = train_until(trainer, 450, 250_000)
         assert run.reached, run
