@@ -88,14 +88,14 @@ def test_td_targets_match_a_hand_computation(double_q):
     batch = _td_batch()
     discounts = np.array([g**3, g**2, g**3])
     batch[N_STEP_DISCOUNTS] = discounts.astype(np.float32)
-    q_taken, target = policy.q_and_targets(policy.to_tensors(batch))
+    _, q_taken, target = policy.q_and_targets(policy.to_tensors(batch))
     expected_q, expected_target = _hand_targets(policy, batch, discounts, double_q)
     np.testing.assert_allclose(q_taken.detach().numpy(), expected_q, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(target.numpy(), expected_target, rtol=1e-5, atol=1e-6)
     assert target.numpy()[0] == pytest.approx(1.0)  # terminated: the reward alone
     # without the n-step column every row is a 1-step transition (discount gamma)
     del batch[N_STEP_DISCOUNTS]
-    _, target_1 = policy.q_and_targets(policy.to_tensors(batch))
+    *_, target_1 = policy.q_and_targets(policy.to_tensors(batch))
     _, expected_1 = _hand_targets(policy, batch, np.full(3, g), double_q)
     np.testing.assert_allclose(target_1.numpy(), expected_1, rtol=1e-5, atol=1e-6)
 
@@ -115,8 +115,8 @@ def test_double_q_and_plain_targets_differ_where_the_argmaxes_do():
     q_online = _q(plain.model, batch[SB.NEW_OBS]).argmax(1)
     q_target = _q(plain.target_model, batch[SB.NEW_OBS]).argmax(1)
     assert (q_online != q_target).any()  # the perturbation makes them disagree somewhere
-    _, t_plain = plain.q_and_targets(plain.to_tensors(batch))
-    _, t_double = double.q_and_targets(double.to_tensors(batch))
+    *_, t_plain = plain.q_and_targets(plain.to_tensors(batch))
+    *_, t_double = double.q_and_targets(double.to_tensors(batch))
     differ = ~np.isclose(t_plain.numpy(), t_double.numpy())
     np.testing.assert_array_equal(differ, q_online != q_target)
     assert (t_double.numpy() <= t_plain.numpy() + 1e-6).all()  # max_a Q' is an upper bound
@@ -127,7 +127,7 @@ def test_loss_is_weighted_huber_and_learn_returns_td_before_the_update():
     _perturb(policy)
     batch = _td_batch()
     tensors = policy.to_tensors(batch)
-    q_taken, target = policy.q_and_targets(tensors)
+    _, q_taken, target = policy.q_and_targets(tensors)
     per_row = F.huber_loss(q_taken, target, reduction="none").detach().numpy()
     loss, _ = policy.loss(tensors)
     expected_loss = np.mean(batch[SB.PRIO_WEIGHTS] * per_row)
@@ -139,6 +139,24 @@ def test_loss_is_weighted_huber_and_learn_returns_td_before_the_update():
     np.testing.assert_allclose(result.td_error, expected_td, rtol=1e-5, atol=1e-6)
     assert {"mean_q", "mean_td_error", "total_loss", "grad_gnorm"} <= set(result.stats)
     assert any(not np.array_equal(before[k], v) for k, v in policy.get_weights().items())
+
+
+def test_cql_adds_alpha_times_logsumexp_minus_the_data_actions_q():
+    policy = _policy(cql_alpha=0.5)
+    _perturb(policy)
+    batch = _td_batch()
+    loss, _ = policy.loss(policy.to_tensors(batch))
+    q = _q(policy.model, batch[SB.OBS])
+    q_taken, target = _hand_targets(policy, batch, np.full(3, policy.config.gamma), True)
+    huber = F.huber_loss(torch.tensor(q_taken), torch.tensor(target), reduction="none").numpy()
+    conservative = np.log(np.exp(q).sum(axis=1)) - q_taken
+    expected = np.mean(batch[SB.PRIO_WEIGHTS] * (huber + 0.5 * conservative))  # all weighted
+    assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-5)
+    # the term pushes Q of the actions the data did not take down, of those it took up
+    policy.learn_on_batch(batch)
+    after = _q(policy.model, batch[SB.OBS])
+    taken = np.eye(q.shape[1], dtype=bool)[batch[SB.ACTIONS]]
+    assert ((after - q)[~taken].mean()) < ((after - q)[taken].mean())
 
 
 def test_dueling_head_is_value_plus_centred_advantage():

@@ -96,6 +96,12 @@ class DQNConfig(OffPolicyConfig):
     """Sampled env steps between copies of the online network into the target network."""
     huber_delta: float = 1.0
     """Huber loss threshold on the TD error (quadratic inside, linear outside)."""
+    cql_alpha: float = 0.0
+    """Weight of the conservative term of discrete CQL (Kumar et al. 2020, CQL(H)):
+    ``alpha * (logsumexp_a Q(s, a) - Q(s, a_data))`` per row, which keeps the Q-values of
+    actions the data never took from rising above those it did.  For learning from
+    logged data (``input``), where plain DQN's max over actions chases the errors of
+    actions it cannot try (1.0 is a common start); 0: plain DQN."""
     # -- exploration -----------------------------------------------------------------
     initial_epsilon: float = 1.0
     """Epsilon-greedy exploration at timestep 0."""
@@ -108,6 +114,7 @@ class DQNConfig(OffPolicyConfig):
         super().__post_init__()
         self.check("target_network_update_freq", self.target_network_update_freq >= 1, ">= 1")
         self.check("huber_delta", self.huber_delta > 0, "must be > 0")
+        self.check("cql_alpha", self.cql_alpha >= 0, "must be >= 0")
         for name in ("initial_epsilon", "final_epsilon"):
             self.check(name, 0.0 <= getattr(self, name) <= 1.0, "must be in [0, 1]")
         self.check("epsilon_timesteps", self.epsilon_timesteps >= 0, "must be >= 0")
@@ -206,8 +213,9 @@ class DQNPolicy(TorchPolicyGraph):
         return self.postprocess_trajectories(batch)
 
     # -- loss --------------------------------------------------------------------------
-    def q_and_targets(self, batch: TensorBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(Q(s_t, a_t), target)`` per row; only the first carries gradients.
+    def q_and_targets(self, batch: TensorBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(Q(s_t, .), Q(s_t, a_t), target)`` per row; only the first two carry
+        gradients.
 
         ``target = R + discount * (1 - terminated) * Q_target(s', a')`` with ``a'`` the
         online argmax (double Q) or the target argmax, and ``discount`` the row's
@@ -230,12 +238,15 @@ class DQNPolicy(TorchPolicyGraph):
             # bootstrap from their NEW_OBS.
             not_terminal = 1.0 - batch[SB.TERMINATEDS].to(q_next.dtype)
             target = batch[SB.REWARDS].to(q_next.dtype) + discount * not_terminal * q_next
-        return q_taken, target
+        return q, q_taken, target
 
     def loss(self, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Huber TD loss, weighted by ``PRIO_WEIGHTS`` when present (prioritized replay)."""
-        q_taken, target = self.q_and_targets(batch)
+        """Huber TD loss (plus CQL's conservative term when ``cql_alpha``), weighted by
+        ``PRIO_WEIGHTS`` when present (prioritized replay)."""
+        q, q_taken, target = self.q_and_targets(batch)
         per_row = F.huber_loss(q_taken, target, reduction="none", delta=self.config.huber_delta)
+        if self.config.cql_alpha:
+            per_row = per_row + self.config.cql_alpha * (torch.logsumexp(q, -1) - q_taken)
         weights = batch.get(SB.PRIO_WEIGHTS)
         if weights is not None:
             per_row = per_row * weights.to(per_row.dtype)
@@ -256,7 +267,7 @@ class DQNPolicy(TorchPolicyGraph):
     def compute_td_errors(self, batch: SB) -> np.ndarray:
         """``|TD error|`` of fresh rows (``TDErrors``: Ape-X initial priorities)."""
         # A shallow copy: the caller's (possibly compressed) batch goes to replay as it is.
-        q_taken, target = self.q_and_targets(self.to_tensors(SB(batch)))
+        _, q_taken, target = self.q_and_targets(self.to_tensors(SB(batch)))
         return (q_taken - target).abs().cpu().numpy().astype(np.float64)
 
     # -- utilities ---------------------------------------------------------------------
