@@ -147,7 +147,7 @@ def test_dqn_with_cql_from_a_mediocre_policys_data_beats_its_logged_return(tmp_p
         rows = 0
         while rows < 30_000:
             rows += logger.local_evaluator.sample().count
-    logged = np.mean([e["rewards"].sum() for e in iter_episodes(list_files(str(tmp_path)))])
+    logged = float(np.mean([e["rewards"].sum() for e in iter_episodes(list_files(str(tmp_path)))]))
     config = {
         "env": "CartPole-v1",
         "seed": SEED,
