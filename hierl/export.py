@@ -48,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import hashlib
 import json
 import os
 import tempfile
@@ -75,6 +74,7 @@ from hierl.models.preprocessors import (
 from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import TorchPolicyGraph
+from hierl.utils import array_digest
 
 __all__ = [
     "FORMATS",
@@ -399,12 +399,7 @@ def write_spec(path: str | os.PathLike, spec: Mapping[str, Any]) -> None:
 
 def weights_digest(module: nn.Module) -> str:
     """SHA-256 over a module's ``state_dict`` (names, dtypes, shapes and bytes, by name)."""
-    h = hashlib.sha256()
-    for name, tensor in sorted(module.state_dict().items()):
-        array = np.ascontiguousarray(tensor.detach().cpu().numpy())
-        h.update(f"{name}:{array.dtype.str}:{array.shape};".encode())
-        h.update(array.tobytes())
-    return h.hexdigest()
+    return array_digest({k: t.detach().cpu().numpy() for k, t in module.state_dict().items()})
 
 
 def _atomic_write(path: Path, write: Callable[[Path], Any]) -> None:

@@ -1,4 +1,5 @@
-"""Small helpers shared across hierl: seeding the global RNGs, piecewise-linear schedules.
+"""Small helpers shared across hierl: seeding the global RNGs, piecewise-linear schedules,
+content hashes of arrays.
 
 This module imports nothing from hierl (only the standard library and numpy; torch is
 imported inside :func:`seed_everything`), so any layer can use it and
@@ -7,9 +8,11 @@ imported inside :func:`seed_everything`), so any layer can use it and
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -34,3 +37,22 @@ def piecewise_linear(schedule: Sequence[Sequence[float]], t: float) -> float:
         if t < t1:
             return v0 + (t - t0) / (t1 - t0) * (v1 - v0)
     return points[-1][1]
+
+
+def array_digest(tree: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) over a nested mapping of arrays: each leaf's key path, dtype, shape
+    and bytes, keys in sorted order, so equal contents give equal digests in any process
+    and whatever the order of the dicts (weights, filter statistics)."""
+    h = hashlib.sha256()
+
+    def feed(path: str, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for key in sorted(value, key=str):
+                feed(f"{path}/{key}", value[key])
+            return
+        array = np.ascontiguousarray(value)
+        h.update(f"{path}:{array.dtype.str}:{array.shape};".encode())
+        h.update(array.tobytes())
+
+    feed("", tree)
+    return h.hexdigest()

@@ -14,15 +14,12 @@ Ray only when it pushes, and nothing from ``hierl.serve`` (imports flow downward
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import warnings
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from hierl.config import Config, ConfigError
 from hierl.policy_graph import Weights
+from hierl.utils import array_digest
 
 if TYPE_CHECKING:
     from hierl.algorithms.trainer import Trainer
@@ -59,27 +56,6 @@ class ServeDeployment(Config):
             )
 
 
-def weights_digest(
-    weights: Mapping[str, Weights], filters: Mapping[str, Mapping[str, Any]] | None = None
-) -> str:
-    """A content hash (sha256, hex) of policies' weights and filter statistics: equal
-    policies have equal digests whatever the process or the order of the dicts."""
-    h = hashlib.sha256()
-
-    def feed(path: str, value: Any) -> None:
-        if isinstance(value, Mapping):
-            for key in sorted(value, key=str):
-                feed(f"{path}/{key}", value[key])
-            return
-        array = np.ascontiguousarray(value)
-        h.update(f"{path}:{array.dtype.str}:{array.shape};".encode())
-        h.update(array.tobytes())
-
-    feed("weights", weights)
-    feed("filters", filters or {})
-    return h.hexdigest()
-
-
 @dataclasses.dataclass(frozen=True)
 class PolicySnapshot:
     """A trainer's policies at one iteration, as pushed to a deployment."""
@@ -94,7 +70,8 @@ class PolicySnapshot:
     @property
     def version(self) -> dict[str, Any]:
         """``{"iteration": ..., "hash": ...}``: what every answer of the deployment names."""
-        return {"iteration": self.iteration, "hash": weights_digest(self.weights, self.filters)}
+        digest = array_digest({"weights": self.weights, "filters": self.filters or {}})
+        return {"iteration": self.iteration, "hash": digest}
 
     @classmethod
     def of(cls, trainer: Trainer) -> PolicySnapshot:

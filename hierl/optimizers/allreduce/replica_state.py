@@ -9,24 +9,18 @@ checkpoint) resumes exactly.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from hierl.evaluators import PolicyEvaluator
+from hierl.utils import array_digest
 
 
 def weights_digest(evaluator: PolicyEvaluator) -> str:
     """SHA-256 over the evaluator's weights (policy ids, names, dtypes, shapes and bytes)."""
-    h = hashlib.sha256()
-    for pid, weights in sorted(evaluator.get_weights().items()):
-        for name, w in sorted(weights.items()):
-            w = np.ascontiguousarray(w)
-            h.update(f"{pid}/{name}:{w.dtype.str}:{w.shape};".encode())
-            h.update(w.tobytes())
-    return h.hexdigest()
+    return array_digest(evaluator.get_weights())
 
 
 def policy_states(evaluator: PolicyEvaluator) -> dict[str, Any]:
