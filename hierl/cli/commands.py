@@ -1,0 +1,350 @@
+"""The ``hierl`` commands besides ``train``: ``list``, ``config``, ``tune``, ``bench``,
+``rollout``, ``export`` and ``serve``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hierl.cli.common import (
+    PROG,
+    CLIError,
+    Parser,
+    algorithm_names,
+    is_number,
+    one_line,
+    resolve_checkpoint,
+    trainer_class,
+)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from hierl.algorithms.registry import describe
+
+    names = algorithm_names()
+    if args.names:
+        print("\n".join(names))
+        return 0
+    rows = [(name, _default_optimizer(name), describe(name)) for name in names]
+    width = max(len(name) for name in names)
+    print(f"{'ALGORITHM':<{width}}  {'OPTIMIZER':<9}  DESCRIPTION")
+    for name, optimizer, description in rows:
+        print(f"{name:<{width}}  {optimizer:<9}  {description}")
+    return 0
+
+
+def _default_optimizer(name: str) -> str:
+    """The policy optimizer ``name`` uses unless told otherwise ("-": a nested trainer
+    that drives whole trainers, not one optimizer)."""
+    config_class = trainer_class(name).config_class
+    return getattr(config_class, "default_optimizer", None) or "-"
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from hierl.config import field_docs
+
+    cls = trainer_class(args.algo)
+    config_class = cls.config_class
+    config = config_class.from_dict({})
+    if args.yaml:
+        print(_config_yaml(args.algo, config), end="")
+        return 0
+    print(f"{args.algo} config keys ({config_class.__name__}), set with --config '{{...}}':")
+    _print_fields(config.to_dict(), field_docs(config_class), "  ")
+    opt_config = getattr(config, "optimizer_config", None)
+    if opt_config is not None:
+        print(
+            f"  optimizer_config of '{config.optimizer}' ({type(opt_config).__name__}; supported "
+            f"optimizers: {', '.join(config_class.supported_optimizers)}), also as flat keys:"
+        )
+        _print_fields(opt_config.to_dict(), field_docs(type(opt_config)), "    ")
+    return 0
+
+
+def _config_yaml(algo: str, config: Any) -> str:
+    from hierl.config_yaml import config_yaml
+
+    title = (
+        f"{algo} config ({type(config).__name__}): every key with its default. Edit and run "
+        f"'hierl train --algo {algo} --config THIS.yaml' (--env and --set override keys)."
+    )
+    notes = {}
+    opt_config = getattr(config, "optimizer_config", None)
+    if opt_config is not None:
+        notes["optimizer_config"] = (
+            f"These are the settings of optimizer '{config.optimizer}' "
+            f"({type(opt_config).__name__}); with another 'optimizer' (supported: "
+            f"{', '.join(type(config).supported_optimizers)}), delete them or give that "
+            "optimizer's."
+        )
+    return config_yaml(config, title, notes)
+
+
+def _print_fields(values: dict[str, Any], docs: dict[str, str], indent: str) -> None:
+    for key, value in values.items():
+        if key == "optimizer_config":
+            continue  # listed with its own docs below
+        print(f"{indent}{key} = {json.dumps(value, default=str)}")
+        if docs.get(key):
+            print(f"{indent}    {one_line(docs[key])}")
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Run the experiments of a YAML file with Ray Tune; print the best trials."""
+
+    from hierl.config import ConfigError
+    from hierl.evaluators.ray_runtime import ensure_ray
+    from hierl.tune.experiments import (
+        load_experiments,
+        resume_experiment,
+        run_experiment,
+    )
+
+    if args.resume is not None:
+        for flag, value in {
+            "FILE": args.file,
+            "--experiment": args.experiment,
+            "--stop": args.stop,
+            "--storage-path": args.storage_path,
+        }.items():
+            if value is not None:
+                raise CLIError(
+                    f"--resume continues the experiment in its directory as it was "
+                    f"started; {flag} does not go with it"
+                )
+        ensure_ray(args.ray_address)
+        try:
+            name, spec, results = resume_experiment(args.resume)
+        except ConfigError as e:
+            raise CLIError(str(e)) from None
+        return _print_best_trials([(name, spec, results)])
+    if args.file is None:
+        raise CLIError("the following arguments are required: FILE (or --resume DIR)")
+    try:
+        experiments = load_experiments(args.file)
+    except ConfigError as e:
+        raise CLIError(str(e)) from None
+    if args.experiment:
+        unknown = [n for n in args.experiment if n not in experiments]
+        if unknown:
+            raise CLIError(
+                f"no experiment {unknown} in '{args.file}'; it has: {', '.join(experiments)}"
+            )
+        experiments = {n: experiments[n] for n in args.experiment}
+    if args.stop:
+        for spec in experiments.values():
+            spec.stop = dict(args.stop)
+    ensure_ray(args.ray_address)
+    done = []
+    for name, spec in experiments.items():
+        try:
+            results = run_experiment(name, spec, args.storage_path, verbose=args.verbose)
+        except ConfigError as e:  # e.g. a trial that can never be placed on this cluster
+            raise CLIError(str(e)) from None
+        done.append((name, spec, results))
+    return _print_best_trials(done)
+
+
+def _print_best_trials(experiments: list[tuple[str, Any, Any]]) -> int:
+    """The table of the best trials of each ``(name, spec, ResultGrid)``; the exit status
+    (1 if any trial failed)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from hierl.tune.experiments import summary_rows
+
+    table = Table(title="best trials")
+    for column in ("experiment", "trial", "status", "metric", "iterations", "timesteps", "config"):
+        table.add_column(column)
+    failed = 0
+    for name, spec, results in experiments:
+        failed += sum(1 for r in results if r.error)
+        for row in summary_rows(name, spec, results):
+            value = row[spec.metric]
+            table.add_row(
+                row["experiment"],
+                str(row["trial"]),
+                row["status"],
+                f"{spec.metric} = {value:.4g}" if is_number(value) else f"{spec.metric} = -",
+                str(row["iterations"]),
+                str(row["timesteps"]),
+                ", ".join(f"{k}={v}" for k, v in row["config"].items()),
+            )
+    console = Console()
+    if not console.is_terminal:  # a log file: no need to squeeze the table into 80 columns
+        console = Console(width=160)
+    console.print(table)
+    if failed:
+        print(f"hierl: {failed} trial(s) failed; see Tune's error files above", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``hierl bench optimizers ...``: the optimizer microbenchmarks."""
+    from hierl.optimizer_bench import run
+
+    return run(args, Parser(prog=f"{PROG} bench optimizers"))
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from hierl.algorithms.registry import get_trainer_class
+    from hierl.algorithms.rollout import RolloutOptions, log_episodes, rollout
+    from hierl.algorithms.trainer import Trainer
+    from hierl.checkpoint import CheckpointError, load_checkpoint
+    from hierl.config import ConfigError
+
+    path = resolve_checkpoint(args.checkpoint)
+    if args.output and (args.render or args.video_dir or args.steps):
+        raise CLIError("--output logs whole episodes: it takes no --render, --video-dir or --steps")
+    try:
+        options = RolloutOptions(
+            episodes=args.episodes or (None if args.steps else 10),
+            steps=args.steps,
+            explore=args.explore,
+            seed=args.seed,
+            render=args.render,
+            video_dir=args.video_dir,
+        )
+        meta = load_checkpoint(path)[0]
+        algo = str(meta.get("algorithm"))
+        if not issubclass(get_trainer_class(algo), Trainer):
+            raise CLIError(
+                f"rollout serves one policy, but '{path}' is a checkpoint of the nested "
+                f"algorithm {algo}; load it in Python with BaseTrainer.from_checkpoint"
+            )
+        overrides = _rollout_env_overrides(args, meta.get("config") or {})
+        if args.output:
+            overrides.update(
+                output=args.output, batch_mode="complete_episodes", rollout_fragment_length=1
+            )
+        trainer = Trainer.from_checkpoint(path, num_evaluators=0, **overrides)
+    except (CheckpointError, ConfigError) as e:
+        hint = ""
+        if args.env is not None and isinstance(e, CheckpointError):
+            hint = f" (--env {args.env} must have the spaces the policy was trained on)"
+        raise CLIError(f"{e}{hint}") from None
+    if args.seed is not None:
+        from hierl.utils import seed_everything
+
+        seed_everything(args.seed)
+    returns: list[float] = []
+    try:
+        if args.output:
+            for record in log_episodes(trainer, options.episodes or 1):
+                returns.append(record.episode_reward)
+                _print_episode(len(returns), record.episode_reward, record.episode_length)
+        else:
+            for played in rollout(trainer, options):
+                record = played.record
+                returns.append(record.episode_reward)
+                note = " (cut short by --steps)" if played.cut else ""
+                _print_episode(len(returns), record.episode_reward, record.episode_length, note)
+    except ConfigError as e:
+        raise CLIError(str(e)) from None
+    finally:
+        trainer.stop()  # also finishes the output files
+    mean = sum(returns) / len(returns)
+    print(f"mean return: {mean:.2f} over {len(returns)} episodes", flush=True)
+    if args.output:
+        print(f"logged data: {Path(args.output).resolve()}", flush=True)
+    if args.video_dir:
+        print(f"videos: {Path(args.video_dir).resolve()}", flush=True)
+    return 0
+
+
+def _rollout_env_overrides(args: argparse.Namespace, saved: Mapping[str, Any]) -> dict[str, Any]:
+    """``env`` / ``env_config`` for the rollout trainer: ``--env`` replaces the env (and
+    drops the saved env_config), ``--env-config`` is merged over the env_config."""
+    overrides: dict[str, Any] = {}
+    env_config = dict(saved.get("env_config") or {})
+    if args.env is not None:
+        overrides["env"], env_config = args.env, {}
+    if args.env_config is not None:
+        try:
+            extra = json.loads(args.env_config)
+        except json.JSONDecodeError as e:
+            raise CLIError(f"--env-config: invalid JSON: {e}") from None
+        if not isinstance(extra, dict):
+            raise CLIError(
+                f"--env-config must be a JSON object of env keyword arguments, got {extra!r}"
+            )
+        env_config.update(extra)
+    if args.env is not None or args.env_config is not None:
+        overrides["env_config"] = env_config
+    return overrides
+
+
+def _print_episode(number: int, total: float, length: int, note: str = "") -> None:
+    print(f"episode {number}: return {total:.2f}, length {length}{note}", flush=True)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from hierl.algorithms.registry import get_trainer_class
+    from hierl.algorithms.trainer import Trainer
+    from hierl.checkpoint import CheckpointError, load_checkpoint
+    from hierl.config import ConfigError
+    from hierl.export import FORMATS
+    from hierl.sample_batch import DEFAULT_POLICY_ID
+
+    if args.format not in FORMATS:
+        raise CLIError(f"unknown --format {args.format!r}; valid: {', '.join(FORMATS)}")
+    path = resolve_checkpoint(args.checkpoint)
+    output = Path(args.output) if args.output else path.with_name(f"{path.name}_{args.format}")
+    try:
+        algo = str(load_checkpoint(path)[0].get("algorithm"))
+        if not issubclass(get_trainer_class(algo), Trainer):
+            raise CLIError(
+                f"export writes one policy, but '{path}' is a checkpoint of the nested "
+                f"algorithm {algo}; load it in Python with BaseTrainer.from_checkpoint and "
+                "export one of its trainers' policies with Trainer.export_policy"
+            )
+        trainer = Trainer.from_checkpoint(path, num_evaluators=0, evaluation_interval=0)
+    except (CheckpointError, ConfigError) as e:
+        raise CLIError(str(e)) from None
+    try:
+        exported = trainer.export_policy(output, args.format, args.policy_id or DEFAULT_POLICY_ID)
+    except ValueError as e:  # ExportError, an unknown policy id
+        raise CLIError(str(e)) from None
+    finally:
+        trainer.stop()
+    for written in exported.paths:
+        print(written.resolve(), flush=True)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from hierl.checkpoint import CheckpointError
+    from hierl.config import ConfigError
+    from hierl.serve import ServeError, ServeOptions, deploy, serve_until_interrupted
+
+    path = resolve_checkpoint(args.checkpoint)
+    try:
+        options = ServeOptions(
+            name=args.name,
+            host=args.host,
+            port=args.port,
+            route_prefix=args.route_prefix,
+            num_replicas=args.replicas,
+            num_cpus_per_replica=args.num_cpus,
+            max_batch_size=args.max_batch_size,
+            batch_wait_timeout_s=args.batch_wait_ms / 1000.0,
+            auth_token=args.auth_token,
+            ray_address=args.ray_address,
+        )
+        app = deploy(path, options)
+    except (CheckpointError, ConfigError, ServeError) as e:
+        raise CLIError(str(e)) from None
+    spec = app.spec
+    print(
+        f"serving {spec['algorithm']} iteration {spec['iteration']} (weights "
+        f"{spec['hash'][:12]}) from {path}",
+        flush=True,
+    )
+    print(f"POST {app.url}/act, GET {app.url}/spec, GET {app.url}/healthz", flush=True)
+    print("Ctrl-C stops", flush=True)
+    serve_until_interrupted(app)
+    return 0
