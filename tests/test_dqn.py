@@ -438,3 +438,13 @@ def test_dqn_takes_the_apex_optimizer_directly(ray_session):
     assert result["epsilon_max"] == pytest.approx(0.4)
     assert result["epsilon_min"] == pytest.approx(0.4**8)
     assert result["num_learner_updates"] > 0 and result["num_weight_syncs"] > 0
+
+
+def test_epsilon_reaches_the_logs(tmp_path):
+    from hierl.loggers import read_results
+
+    config = {**TINY, "env": "CartPole-v1", "timesteps_per_iteration": 200, "logdir": str(tmp_path)}
+    with DQNTrainer(config) as trainer:
+        result = trainer.train()
+    (logged,) = read_results(tmp_path)
+    assert logged["epsilon"] == result["epsilon"] < 1.0

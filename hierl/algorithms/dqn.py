@@ -364,13 +364,10 @@ class DQNTrainer(Trainer):
         self.last_target_update = sampled
         return True
 
-    def train(self) -> dict[str, Any]:
-        """One iteration (``timesteps_per_iteration`` env steps); adds ``epsilon``, the
-        schedule's value (evaluators pinned to a ladder by ``apex`` report theirs as the
-        optimizer's ``epsilon_min`` / ``epsilon_max``)."""
-        result = super().train()
-        result["epsilon"] = self.get_policy().epsilon
-        return result
+    def result_extras(self) -> dict[str, Any]:
+        """``epsilon``: the schedule's value (evaluators pinned to a ladder by ``apex``
+        report theirs as the optimizer's ``epsilon_min`` / ``epsilon_max``)."""
+        return {"epsilon": self.get_policy().epsilon}
 
     def after_optimizer_step(self, learner_stats: LearnerStats) -> None:
         """Between optimizer steps: update the target networks when due."""

@@ -716,6 +716,11 @@ class Trainer(BaseTrainer):
                 f"{self.name or type(self).__name__} that can: {', '.join(ok) or 'none'}"
             )
 
+    def result_extras(self) -> dict[str, Any]:
+        """Keys an algorithm adds to every result (before the callbacks and the logs see
+        it); none by default."""
+        return {}
+
     def after_optimizer_step(self, learner_stats: LearnerStats) -> None:
         """Hook for per-iteration policy utilities (e.g. PPO's adaptive KL coefficient);
         ``learner_stats`` is what that ``optimizer.step()`` returned (per policy id)."""
@@ -801,6 +806,7 @@ class Trainer(BaseTrainer):
         for pid, stats in learner_stats.items():
             prefix = f"learner/{pid}/" if multi_agent else "learner/"
             result.update({prefix + k: v for k, v in stats.items()})
+        result.update(self.result_extras())
         maybe_push(self, result)  # serve_deployment: new weights to a serving app
         if self.callbacks is not None:
             self.callbacks.on_train_result(trainer=self, result=result)
