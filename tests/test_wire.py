@@ -70,3 +70,18 @@ def test_spaces_without_a_wire_format_are_refused():
     space = gym.spaces.Dict({"a": CARTPOLE})
     with pytest.raises(WireError, match="Dict spaces have no JSON wire format"):
         decode_observations([{"a": [0, 0, 0, 0]}], space)
+
+
+def test_multi_discrete_bounds_are_per_element_and_shifted_by_start():
+    space = gym.spaces.MultiDiscrete([3, 5], start=[10, 0])
+    np.testing.assert_array_equal(
+        decode_observations([[11, 4], [12, 0]], space), [[11, 4], [12, 0]]
+    )
+    with pytest.raises(
+        WireError, match=r"value 13 in observation 0, element \(0,\).*takes \[10, 12\]"
+    ):
+        decode_observations([[13, 0]], space)
+    with pytest.raises(
+        WireError, match=r"value 4 in observation 1, element \(0,\).*takes \[0, 2\]"
+    ):
+        decode_observations([[0, 0], [4, 0]], gym.spaces.MultiDiscrete([3, 5]))

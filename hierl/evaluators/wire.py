@@ -110,21 +110,26 @@ def decode_observations(
     if dtype.kind in "iub":
         if not np.array_equal(array, np.round(array)):
             raise WireError(field, f"{describe_space(space)} takes integers, got fractions")
-        low, high = _integer_bounds(space, dtype)
-        if array.min() < low or array.max() > high:
+        low, high = (np.broadcast_to(b, shape) for b in _integer_bounds(space, dtype))
+        bad = (array < low) | (array > high)
+        if bad.any():
+            row, *index = (int(i) for i in np.argwhere(bad)[0])
+            where = f"observation {row}" + (f", element {tuple(index)}" if index else "")
             raise WireError(
                 field,
-                f"values in [{array.min():g}, {array.max():g}]; {describe_space(space)} "
-                f"takes [{low:g}, {high:g}]",
+                f"value {array[(row, *index)]:g} in {where}; {describe_space(space)} takes "
+                f"[{low[tuple(index)]:g}, {high[tuple(index)]:g}] there",
             )
     return array.astype(dtype)
 
 
-def _integer_bounds(space: gym.Space, dtype: np.dtype) -> tuple[float, float]:
+def _integer_bounds(space: gym.Space, dtype: np.dtype) -> tuple[Any, Any]:
+    """The lowest and highest valid values: scalars, or per element (MultiDiscrete)."""
     if isinstance(space, gym.spaces.Discrete):
         return float(space.start), float(space.start + space.n - 1)
     if isinstance(space, gym.spaces.MultiDiscrete):
-        return 0.0, float(np.max(space.nvec) - 1)
+        start = np.asarray(getattr(space, "start", 0), np.float64)
+        return start, start + space.nvec - 1
     if isinstance(space, gym.spaces.MultiBinary):
         return 0.0, 1.0
     if dtype.kind == "b":
