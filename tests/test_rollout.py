@@ -140,3 +140,27 @@ def test_multi_agent_rollout_plays_whole_episodes(tmp_path, capsys):
     assert main(["rollout", str(path), "--steps", "100"]) == 2
     err = capsys.readouterr().err
     assert "multi-agent rollout plays whole episodes" in err and "steps" in err
+
+
+def test_rollout_and_export_leave_the_runs_input_and_output_alone(tmp_path, capsys):
+    import socket
+
+    from hierl.algorithms.ppo import PPOTrainer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    logged = tmp_path / "logged"
+    config = {
+        "env": "CartPole-v1",
+        "input": "external",  # its server holds the port while the run goes on
+        "input_external": {"port": port},
+        "output": str(logged),
+    }
+    with PPOTrainer(config) as trainer:
+        path = trainer.save(tmp_path / "ckpt")
+        # acting with the checkpoint binds no port and logs nothing
+        assert main(["rollout", str(path), "--episodes", "2"]) == 0
+        assert main(["export", str(path), "--output", str(tmp_path / "exported")]) == 0
+    assert not list(logged.rglob("*.parquet"))
+    capsys.readouterr()

@@ -59,6 +59,19 @@ RECURRENT = ("supports_recurrent", "recurrent models (model.use_lstm=True)")
 """Optimizer capabilities a config may need: (PolicyOptimizer class flag, description)."""
 TC = TypeVar("TC", bound="TrainerConfig")
 
+ACTING_OVERRIDES: dict[str, Any] = {
+    "num_evaluators": 0,
+    "evaluation_interval": 0,
+    "input": SAMPLER,
+    "input_mix": {},
+    "output": None,
+    "serve_deployment": None,
+}
+"""Config overrides that rebuild a checkpoint's trainer only to act with its policies
+(``hierl rollout``, ``export``, ``serve``): no remote or evaluation evaluators, the env
+as input (a training run's external server or data files stay closed) and no logged
+output."""
+
 
 def same_defaults(names: tuple[str, ...], **settings: Any) -> dict[str, dict[str, Any]]:
     """``optimizer_defaults`` giving each optimizer in ``names`` the same ``settings``

@@ -193,7 +193,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_rollout(args: argparse.Namespace) -> int:
     from hierl.algorithms.registry import get_trainer_class
     from hierl.algorithms.rollout import RolloutOptions, log_episodes, rollout
-    from hierl.algorithms.trainer import Trainer
+    from hierl.algorithms.trainer import ACTING_OVERRIDES, Trainer
     from hierl.checkpoint import CheckpointError, load_checkpoint
     from hierl.config import ConfigError
 
@@ -221,7 +221,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             overrides.update(
                 output=args.output, batch_mode="complete_episodes", rollout_fragment_length=1
             )
-        trainer = Trainer.from_checkpoint(path, num_evaluators=0, **overrides)
+        trainer = Trainer.from_checkpoint(path, **{**ACTING_OVERRIDES, **overrides})
     except (CheckpointError, ConfigError) as e:
         hint = ""
         if args.env is not None and isinstance(e, CheckpointError):
@@ -284,7 +284,7 @@ def _print_episode(number: int, total: float, length: int, note: str = "") -> No
 
 def cmd_export(args: argparse.Namespace) -> int:
     from hierl.algorithms.registry import get_trainer_class
-    from hierl.algorithms.trainer import Trainer
+    from hierl.algorithms.trainer import ACTING_OVERRIDES, Trainer
     from hierl.checkpoint import CheckpointError, load_checkpoint
     from hierl.config import ConfigError
     from hierl.export import FORMATS
@@ -302,7 +302,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 f"algorithm {algo}; load it in Python with BaseTrainer.from_checkpoint and "
                 "export one of its trainers' policies with Trainer.export_policy"
             )
-        trainer = Trainer.from_checkpoint(path, num_evaluators=0, evaluation_interval=0)
+        trainer = Trainer.from_checkpoint(path, **ACTING_OVERRIDES)
     except (CheckpointError, ConfigError) as e:
         raise CLIError(str(e)) from None
     try:
