@@ -164,3 +164,16 @@ def test_rollout_and_export_leave_the_runs_input_and_output_alone(tmp_path, caps
         assert main(["export", str(path), "--output", str(tmp_path / "exported")]) == 0
     assert not list(logged.rglob("*.parquet"))
     capsys.readouterr()
+
+
+def test_a_run_dir_resolves_to_its_newest_complete_checkpoint(checkpoint, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run" / "checkpoints"
+    shutil.copytree(checkpoint, run / "000001")
+    (run / "000002").mkdir()
+    (run / "000002" / "checkpoint.json").write_text("{not json")
+    assert main(["rollout", str(tmp_path / "run"), "--episodes", "1"]) == 0
+    captured = capsys.readouterr()
+    assert len(episodes(captured.out)) == 1
+    assert "warning: skipping checkpoint" in captured.err and "000002" in captured.err

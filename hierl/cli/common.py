@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -84,16 +85,21 @@ def is_number(value: Any) -> bool:
 
 
 def resolve_checkpoint(path: str | os.PathLike) -> Path:
-    """A checkpoint dir as given, or the latest one under a run dir / checkpoints dir."""
-    from hierl.checkpoint import META_FILE
+    """A checkpoint dir as given, or the newest complete one under a run dir or its
+    checkpoints dir (newer ones that do not load are named in a warning line)."""
+    from hierl.checkpoint import META_FILE, CheckpointError, latest_complete_checkpoint
 
     p = Path(path).expanduser()
     if (p / META_FILE).exists() or not p.is_dir():
         return p
-    if (p / CHECKPOINTS_DIR).is_dir():
-        p = p / CHECKPOINTS_DIR
-    found = sorted(c for c in p.iterdir() if c.is_dir() and (c / META_FILE).exists())
-    return found[-1] if found else p
+    root = p / CHECKPOINTS_DIR if (p / CHECKPOINTS_DIR).is_dir() else p
+    try:
+        found, _, skipped = latest_complete_checkpoint(root)
+    except CheckpointError:
+        return p  # loading it names what is wrong
+    for bad, why in skipped:
+        print(f"{PROG}: warning: skipping checkpoint '{bad}': {one_line(why)}", file=sys.stderr)
+    return found
 
 
 # -- commands --------------------------------------------------------------------------
