@@ -20,6 +20,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from http.client import HTTPConnection
 
 import gymnasium as gym
 import numpy as np
@@ -33,8 +34,9 @@ from hierl.algorithms.serving import PolicySnapshot
 from hierl.checkpoint import CheckpointError
 from hierl.cli import main
 from hierl.config import ConfigError
-from hierl.evaluators.wire import space_to_json
+from hierl.evaluators.wire import MAX_BATCH, space_to_json
 from hierl.serve import ServeOptions, deploy
+from hierl.serve.policy import ServedPolicy
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
 
@@ -203,6 +205,39 @@ def test_oversized_body_is_refused_before_it_is_read(app):
     assert status == 413 and answer["field"] == "body" and "65536" in answer["error"]
 
 
+def test_chunked_body_over_the_limit_is_refused(app):
+    """No Content-Length: the replica counts the bytes as they arrive."""
+    body = json.dumps({"observations": [[0.123456789] * 4] * 2000}).encode()
+    assert len(body) > 64 * 1024
+    conn = HTTPConnection(app.url.removeprefix("http://"), timeout=30)
+    try:
+        conn.putrequest("POST", "/act")
+        conn.putheader("Authorization", f"Bearer {TOKEN}")
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Transfer-Encoding", "chunked")
+        conn.endheaders()
+        for start in range(0, len(body), 8192):
+            chunk = body[start : start + 8192]
+            conn.send(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+        conn.send(b"0\r\n\r\n")
+        response = conn.getresponse()
+        status, answer = response.status, json.loads(response.read())
+    finally:
+        conn.close()
+    assert status == 413 and answer["field"] == "body" and "65536" in answer["error"]
+    small = json.dumps({"observation": [0.0] * 4}).encode()
+    conn = HTTPConnection(app.url.removeprefix("http://"), timeout=30)
+    try:  # a chunked body under the limit is answered
+        conn.request(
+            "POST", "/act", body=iter([small]), headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        response = conn.getresponse()
+        assert response.status == 200, response.read()
+        assert json.loads(response.read())["action"] in (0, 1)
+    finally:
+        conn.close()
+
+
 def test_token_is_required_except_for_healthz(app):
     body = {"observation": [0.0, 0.0, 0.0, 0.0]}
     assert act(app, body, token=None)[0] == 401
@@ -248,6 +283,28 @@ def corrupt(ppo, tmp_path):
 def test_corrupt_checkpoint_fails_with_the_checkpoint_error(corrupt, port):
     with pytest.raises(CheckpointError, match=r"arrays\.npz.*corrupt"):
         deploy(corrupt, port=port, name="corrupt", **REPLICA)
+
+
+def test_non_loopback_host_without_token_warns(corrupt, caplog):
+    # the corrupt checkpoint stops deploy before Serve binds anything
+    for host, token, warns in [
+        ("0.0.0.0", "", True),
+        ("192.0.2.1", "", True),
+        ("0.0.0.0", TOKEN, False),
+        ("127.0.0.1", "", False),
+        ("localhost", "", False),
+        ("::1", "", False),
+    ]:
+        caplog.clear()
+        with (
+            caplog.at_level("WARNING", logger="hierl.serve.deployment"),
+            pytest.raises(CheckpointError),
+        ):
+            deploy(corrupt, host=host, auth_token=token, **REPLICA)
+        warned = [r for r in caplog.records if "without an auth token" in r.getMessage()]
+        assert bool(warned) == warns, (host, token)
+        if warns:
+            assert host in warned[0].getMessage()
 
 
 def test_cli_serve_corrupt_checkpoint_prints_one_error_line(corrupt, capsys):
@@ -336,6 +393,46 @@ def test_mean_std_filter_and_recurrent_state_as_in_training(port, tmp_path):
             assert status == 400 and answer["field"] == "state" and "[[8], [8]]" in answer["error"]
         finally:
             served.delete()
+
+
+def test_state_rows_are_checked_against_max_observations():
+    config = {**SMALL_PPO, "model": {"hiddens": (8,), "use_lstm": True, "lstm_cell_size": 4}}
+    with PPOTrainer(config) as trainer:
+        n = MAX_BATCH + 1
+        policy = ServedPolicy(trainer, max_observations=n)
+        state = [[[0.0] * 4] * n, [[0.0] * 4] * n]
+        query = policy.parse({"observations": [[0.0] * 4] * n, "state": state})
+        assert query.count == n and [s.shape for s in query.state] == [(n, 4), (n, 4)]
+        (answer,) = policy.act([query])
+        assert len(answer["actions"]) == n and np.shape(answer["state_out"]) == (2, n, 4)
+
+
+def test_serving_opens_neither_the_run_s_input_nor_its_output(tmp_path):
+    """A replica samples nothing: an external input's port is not bound (a second replica
+    would fail), logged files need not exist, the output directory gets nothing."""
+    logged, out = tmp_path / "logged", tmp_path / "out"
+    with PPOTrainer({**SMALL_PPO, "output": str(logged)}) as trainer:
+        trainer.train()
+    assert list(logged.iterdir())
+    with PPOTrainer({**SMALL_PPO, "input": str(logged), "output": str(out)}) as trainer:
+        offline = trainer.save(tmp_path / "offline")
+    shutil.rmtree(logged)
+    shutil.rmtree(out, ignore_errors=True)
+    external_port = _free_port()
+    config = {**SMALL_PPO, "input": "external", "input_external": {"port": external_port}}
+    with PPOTrainer(config) as trainer:
+        external = trainer.save(tmp_path / "external")
+    served = [ServedPolicy.from_checkpoint(p) for p in (offline, external, external)]
+    try:
+        for policy in served:
+            (answer,) = policy.act([policy.parse({"observations": random_obs(4, 5).tolist()})])
+            assert set(answer["actions"]) <= {0, 1}
+        assert not out.exists() or not list(out.iterdir())
+        with socket.socket() as s:  # the external server's port is free
+            s.bind(("127.0.0.1", external_port))
+    finally:
+        for policy in served:
+            policy.stop()
 
 
 # -- hot swap -----------------------------------------------------------------------------

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
+import ipaddress
 import json
+import logging
 import math
 import signal
 import threading
@@ -37,8 +39,10 @@ from starlette.responses import JSONResponse
 from hierl.algorithms.serving import DEPLOYMENT_NAME, PolicySnapshot
 from hierl.evaluators.ray_runtime import ensure_ray
 from hierl.evaluators.wire import WireError
-from hierl.serve.options import ServeOptions
+from hierl.serve.options import TOKEN_ENV, ServeOptions
 from hierl.serve.policy import ServedPolicy
+
+logger = logging.getLogger(__name__)
 
 
 class ServeError(RuntimeError):
@@ -128,7 +132,14 @@ class PolicyServer:
                 f"request body of {size} bytes; at most {self.options.max_request_bytes}",
                 "body",
             )
-        body = await request.body()
+        body = await self._read_body(request)
+        if body is None:
+            return _error(
+                413,
+                f"request body over {self.options.max_request_bytes} bytes; at most "
+                f"{self.options.max_request_bytes}",
+                "body",
+            )
         try:
             data = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -138,6 +149,17 @@ class PolicyServer:
         except WireError as e:
             return _error(400, str(e), e.field)
         return _JSON(await self.act_batch(query))
+
+    async def _read_body(self, request: Request) -> bytes | None:
+        """The body, or None once it passes ``max_request_bytes``: a chunked request
+        has no Content-Length, so the cap counts the bytes as they arrive."""
+        limit, size, chunks = self.options.max_request_bytes, 0, []
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
     async def act_batch(self, queries: list[Any]) -> list[dict[str, Any]]:
@@ -190,6 +212,13 @@ def deploy(
     """
     base = (options or ServeOptions()).to_dict()
     options = ServeOptions.from_dict({**base, **settings})
+    if not options.auth_token and not _is_loopback(options.host):
+        logger.warning(
+            "serving on %s without an auth token: anyone who can reach this address can "
+            "query the policy; set auth_token (--auth-token or %s)",
+            options.host,
+            TOKEN_ENV,
+        )
     path = Path(checkpoint).expanduser().resolve()
     # Fails here with the checkpoint's own error: a replica would fail the same way, but
     # Serve reports a replica's failure as a remote traceback in a string.
@@ -217,6 +246,16 @@ def deploy(
     except Exception as e:  # Serve raises several types: one message
         raise ServeError(f"Serve app '{options.name}' for '{path}' failed to start: {e}") from e
     return ServedApp(options, spec)
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an IP address) only listens on this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # another host name: it may resolve to any interface
+        return False
 
 
 def _check_http(options: ServeOptions) -> None:

@@ -35,6 +35,9 @@ import numpy as np
 from hierl.algorithms.serving import PolicySnapshot
 from hierl.algorithms.trainer import Trainer
 from hierl.checkpoint import CheckpointError, load_checkpoint
+from hierl.config import ConfigError
+from hierl.evaluators.external.settings import EXTERNAL
+from hierl.evaluators.offline.settings import SAMPLER
 from hierl.evaluators.rollout import act, batch_obs
 from hierl.evaluators.wire import (
     MAX_BATCH,
@@ -105,7 +108,8 @@ class ServedPolicy:
         cls, checkpoint: str | Path, max_observations: int = MAX_BATCH
     ) -> ServedPolicy:
         """Rebuild the checkpoint's trainer in this process (no remote evaluators) and
-        serve its policies.
+        serve its policies.  The run's ``input`` and ``output`` are left closed: serving
+        samples nothing and writes nothing.
 
         Raises:
             CheckpointError: the checkpoint is missing, corrupt, does not fit its algorithm,
@@ -122,9 +126,26 @@ class ServedPolicy:
                 f"'{path}' is a checkpoint of the nested algorithm {algorithm}, which holds "
                 "no single policy to serve; serve a checkpoint of one of its trainers"
             )
-        trainer = Trainer.from_checkpoint(
-            path, num_evaluators=0, evaluation_interval=0, output=None, serve_deployment=None
+        serving = dict(
+            num_evaluators=0,
+            evaluation_interval=0,
+            output=None,  # serving writes no experience
+            off_policy_estimation=(),
+            serve_deployment=None,
         )
+        try:
+            # CRUCIAL: a replica acts but never samples: it must not open the run's input
+            # (with "external", every replica would bind the same port; logged files need
+            # not exist where replicas run).
+            trainer = Trainer.from_checkpoint(path, **serving, input=SAMPLER, input_mix={})
+        except ConfigError:
+            # Algorithms that learn from logged data only (MARWIL, BC) refuse the sampler:
+            # keep their saved files, but never an external server's port.
+            saved = meta.get("config") or {}
+            sources = [saved.get("input", SAMPLER), *(saved.get("input_mix") or {})]
+            if EXTERNAL in sources or all(s == SAMPLER for s in sources):
+                raise
+            trainer = Trainer.from_checkpoint(path, **serving)
         return cls(trainer, max_observations, checkpoint=str(path))
 
     def _probe_extras(self, policy_id: str) -> tuple[str, ...]:
@@ -232,7 +253,11 @@ class ServedPolicy:
             rows = [v] if single else v
             if not single and isinstance(v, list) and len(v) != n:
                 raise WireError(f"state[{i}]", f"{len(v)} rows for {n} observations")
-            state.append(decode_observations(rows, _state_space(s), field=f"state[{i}]"))
+            state.append(
+                decode_observations(
+                    rows, _state_space(s), field=f"state[{i}]", max_batch=self.max_observations
+                )
+            )
         return state
 
     # -- acting ----------------------------------------------------------------------------
