@@ -282,8 +282,11 @@ def test_missing_and_empty_inputs_name_the_path(tmp_path):
         BCTrainer({"env": "CartPole-v1", "input": str(tmp_path)})
     with pytest.raises(OfflineDataError, match="matches no files"):
         BCTrainer({"env": "CartPole-v1", "input": str(tmp_path / "*.parquet")})
-    with pytest.raises(ConfigError, match="learns from logged data"):
-        BCTrainer({"env": "CartPole-v1"})
+    with (
+        BCTrainer({"env": "CartPole-v1"}) as acting_only,  # e.g. to serve a checkpoint
+        pytest.raises(ConfigError, match="learns from logged data"),
+    ):
+        acting_only.train()
     with pytest.raises(ConfigError, match="'input' = 3 is not valid"):
         BCTrainer({"env": "CartPole-v1", "input": 3})
 
@@ -427,3 +430,19 @@ def test_td3_trains_from_logged_data_alone(tmp_path):
     policy_before, policy_after = before["default_policy"], after["default_policy"]
     changed = [k for k in policy_before if not np.array_equal(policy_before[k], policy_after[k])]
     assert changed
+
+
+def test_a_bc_checkpoint_acts_without_its_data(tmp_path):
+    import shutil
+
+    from hierl.algorithms.trainer import ACTING_OVERRIDES, Trainer
+
+    write_numbered(tmp_path / "data", [600])
+    config = {"env": "CartPole-v1", "input": str(tmp_path / "data"), "train_batch_size": 200}
+    with BCTrainer(config) as trainer:
+        trainer.train()
+        path = trainer.save(tmp_path / "ckpt")
+        expected = trainer.compute_single_action(np.zeros(4, np.float32))
+    shutil.rmtree(tmp_path / "data")  # e.g. served on another machine
+    with Trainer.from_checkpoint(path, **ACTING_OVERRIDES) as acting:
+        assert acting.compute_single_action(np.zeros(4, np.float32)) == expected

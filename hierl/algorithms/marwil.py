@@ -133,15 +133,17 @@ class MARWILTrainer(Trainer):
     config_class = MARWILConfig
     policy_class = MARWILPolicy
 
-    def validate_config(self, config: MARWILConfig) -> MARWILConfig:
-        """The input must hold logged data (imitating its own samples teaches nothing)."""
-        if config.input_spec() is None:
+    def train(self) -> dict[str, Any]:
+        """One iteration on logged data.  A trainer without it (``input: sampler``) can
+        act, e.g. rebuilt from a checkpoint to roll out, export or serve its policy, but
+        not train: imitating its own samples teaches nothing."""
+        if self.config.input_spec() is None:
             raise ConfigError(
                 f"{self.name} learns from logged data: config field 'input' = 'sampler' is "
                 "not valid; give a directory, glob or list of files written with 'output' "
                 "(or a ray.data.Dataset), or an input_mix"
             )
-        return super().validate_config(config)
+        return super().train()
 
 
 class BCTrainer(MARWILTrainer):

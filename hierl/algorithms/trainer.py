@@ -65,6 +65,7 @@ ACTING_OVERRIDES: dict[str, Any] = {
     "input": SAMPLER,
     "input_mix": {},
     "output": None,
+    "off_policy_estimation": (),
     "serve_deployment": None,
 }
 """Config overrides that rebuild a checkpoint's trainer only to act with its policies

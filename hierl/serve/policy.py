@@ -33,11 +33,8 @@ import gymnasium as gym
 import numpy as np
 
 from hierl.algorithms.serving import PolicySnapshot
-from hierl.algorithms.trainer import Trainer
+from hierl.algorithms.trainer import ACTING_OVERRIDES, Trainer
 from hierl.checkpoint import CheckpointError, load_checkpoint
-from hierl.config import ConfigError
-from hierl.evaluators.external.settings import EXTERNAL
-from hierl.evaluators.offline.settings import SAMPLER
 from hierl.evaluators.rollout import act, batch_obs
 from hierl.evaluators.wire import (
     MAX_BATCH,
@@ -126,26 +123,10 @@ class ServedPolicy:
                 f"'{path}' is a checkpoint of the nested algorithm {algorithm}, which holds "
                 "no single policy to serve; serve a checkpoint of one of its trainers"
             )
-        serving = dict(
-            num_evaluators=0,
-            evaluation_interval=0,
-            output=None,  # serving writes no experience
-            off_policy_estimation=(),
-            serve_deployment=None,
-        )
-        try:
-            # CRUCIAL: a replica acts but never samples: it must not open the run's input
-            # (with "external", every replica would bind the same port; logged files need
-            # not exist where replicas run).
-            trainer = Trainer.from_checkpoint(path, **serving, input=SAMPLER, input_mix={})
-        except ConfigError:
-            # Algorithms that learn from logged data only (MARWIL, BC) refuse the sampler:
-            # keep their saved files, but never an external server's port.
-            saved = meta.get("config") or {}
-            sources = [saved.get("input", SAMPLER), *(saved.get("input_mix") or {})]
-            if EXTERNAL in sources or all(s == SAMPLER for s in sources):
-                raise
-            trainer = Trainer.from_checkpoint(path, **serving)
+        # CRUCIAL: a replica acts but never samples: it must not open the run's input
+        # (with "external", every replica would bind the same port; logged files need not
+        # exist where replicas run) nor write output.
+        trainer = Trainer.from_checkpoint(path, **ACTING_OVERRIDES)
         return cls(trainer, max_observations, checkpoint=str(path))
 
     def _probe_extras(self, policy_id: str) -> tuple[str, ...]:
