@@ -184,6 +184,8 @@ class RolloutCore:
         self.worker_index = worker_index
         self.callbacks = callbacks
         self.step_hook = overrides(callbacks, "on_episode_step")
+        self.trajectory_hook = overrides(callbacks, "on_postprocess_trajectory")
+        """Whether the callbacks look at each trajectory (the loops split batches for it)."""
         self.live: dict[int, Episode] = {}
         self.env_steps = 0
         self._eps_counter = itertools.count(worker_index << 40)

@@ -387,7 +387,7 @@ class VectorSampler(FragmentSampler):
             self.raw_batches.append((DEFAULT_POLICY_ID, SampleBatch(dict(batch))))
         if self._postprocess:
             batch = self.policy.postprocess_trajectories(batch)
-        if self.callbacks is not None and batch.count:
+        if self.trajectory_hook and batch.count:
             trajectories = batch.split_by_episode()
             for trajectory in trajectories:
                 self.postprocessed(trajectory, DEFAULT_POLICY_ID, self.policy)
