@@ -74,7 +74,7 @@ def play_episode(client: PolicyClient, env: gym.Env, seed: int | None = None) ->
 @pytest.mark.timeout(60)
 def test_client_import_loads_neither_ray_nor_torch():
     code = (
-        "import sys; import hierl.serve.client; "
+        "import sys; import hierl.serve.client, hierl.auth; "
         "from hierl.serve import PolicyClient; "
         "print(sorted({'ray', 'torch', 'numpy'} & set(sys.modules)))"
     )
@@ -326,3 +326,288 @@ def test_ppo_learns_cartpole_from_a_client_process(mode):
     assert run.reached, run
     # remote inference: the app imported neither Ray nor torch (exit code 3 otherwise)
     assert app.returncode == 0, output
+
+
+# -- review fixes ------------------------------------------------------------------------
+def local_client(trainer: PPOTrainer) -> PolicyClient:
+    """A local-inference client that keeps the policy it fetched first."""
+    return PolicyClient(url_of(trainer), inference_mode="local", update_interval_s=1e9)
+
+
+def raw_exchange(url: str, data: bytes, wait_s: float = 10.0) -> tuple[bytes, bool]:
+    """Send ``data`` on a new connection; ``(everything answered, closed by the server)``
+    (False: still open after ``wait_s``)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=wait_s) as s:
+        s.sendall(data)
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+        except TimeoutError:
+            return out, False
+    return out, True
+
+
+@pytest.mark.timeout(120)
+def test_remote_evaluator_returns_a_partial_batch_before_the_driver_gives_up(ray_session):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    config = {
+        **SMALL,
+        "num_evaluators": 1,
+        "num_cpus_per_evaluator": 0.5,
+        "input_external": {"port": free - 1},
+        "rollout_fragment_length": 10_000,  # never reached: sample() waits its timeout
+        "train_batch_size": 20,
+        "sample_timeout_s": 15,  # the actor must start within it too
+    }
+    with PPOTrainer(config) as trainer:
+        client = PolicyClient(f"http://127.0.0.1:{free}")
+        env = gym.make("CartPole-v1")
+        played = 0
+        while played < 20:
+            played += play_episode(client, env, seed=played)
+        # the driver waits sample_timeout_s for the remote sample(), which must answer
+        # with the ended episodes before that (a GetTimeoutError before the fix)
+        result = trainer.train()
+    assert result["timesteps_total"] == played
+    assert result["episodes_this_iter"] > 0
+
+
+@pytest.mark.timeout(60)
+def test_events_apply_every_call_and_answer_each():
+    with PPOTrainer(SMALL) as trainer:
+        evaluator = trainer.evaluators.local_evaluator
+        url = url_of(trainer)
+        events = [
+            {"command": "start", "episode_id": "a"},
+            {"command": "log_action", "episode_id": "gone", "observation": [0] * 4, "action": 0},
+            {"command": "log_action", "episode_id": "a", "observation": [0] * 3, "action": 0},
+            {"command": "start", "episode_id": "b"},
+            {"command": "log_action", "episode_id": "b", "observation": [0] * 4, "action": 1},
+        ]
+        status, answer = post(url, "/events", {"events": events})
+        assert status == 200 and answer["failed"] == [1, 2]
+        assert (
+            answer["results"][1]["status"] == 404
+            and "unknown episode" in (answer["results"][1]["error"])
+        )
+        assert answer["results"][2]["status"] == 400
+        assert answer["results"][2]["field"] == "observation"
+        assert answer["results"][3] == {"episode_id": "b"}
+        assert set(evaluator.episodes.live) == {"a", "b"}  # the calls after the failures
+        assert evaluator.episodes.live["b"].open and not evaluator.episodes.live["a"].open
+
+
+@pytest.mark.timeout(60)
+def test_client_resends_a_batch_whose_answer_was_lost_and_it_is_applied_once(monkeypatch):
+    with PPOTrainer(SMALL) as trainer:
+        evaluator = trainer.evaluators.local_evaluator
+        client = local_client(trainer)
+        real = client._request
+        lost = []
+
+        def answer_lost(method, path, data, raw=False):  # applied, but the answer is lost
+            out = real(method, path, data, raw)
+            if path == "/events" and not lost:
+                lost.append(data)
+                raise PolicyClientError("no answer within 60 s")
+            return out
+
+        monkeypatch.setattr(client, "_request", answer_lost)
+        episode = client.start_episode()
+        for _ in range(3):
+            client.get_action(episode, [0.0] * 4)
+        with pytest.raises(PolicyClientError):
+            client.flush()
+        client.get_action(episode, [0.1] * 4)
+        assert client.flush() == []  # the kept batch, then the new step
+        assert len(evaluator.episodes.live[episode].actions) == 4, "each step once"
+        client.end_episode(episode, [0.0] * 4)
+        assert evaluator.episodes.finished_rows == 4
+
+
+@pytest.mark.timeout(60)
+def test_client_flushes_by_bytes_and_reports_refused_calls(monkeypatch, caplog):
+    import hierl.serve.client as client_module
+
+    monkeypatch.setattr(client_module, "MAX_FLUSH_BYTES", 1000)
+    with PPOTrainer(SMALL) as trainer:
+        evaluator = trainer.evaluators.local_evaluator
+        client = local_client(trainer)
+        sizes = []
+        real = client._request
+
+        def record(method, path, data, raw=False):
+            if path == "/events":
+                sizes.append(len(data))
+            return real(method, path, data, raw)
+
+        monkeypatch.setattr(client, "_request", record)
+        episode = client.start_episode()
+        for t in range(30):  # ~200 bytes a step, far below MAX_BUFFERED_EVENTS steps
+            client.get_action(episode, [0.123456789 * t] * 4)
+        assert sizes and max(sizes) <= 1000 + 100, sizes
+        assert len(evaluator.episodes.live[episode].actions) >= 30 - 1000 // 150
+        evaluator.episodes.drop_idle(time.monotonic() + 3600)  # the server drops it
+        client.get_action(episode, [0.0] * 4)
+        with caplog.at_level("WARNING", logger="hierl.serve.client"):
+            refused = client.flush()
+        assert [r["status"] for r in refused] == [404] * len(refused) and refused
+        assert "refused" in caplog.text
+
+
+@pytest.mark.timeout(60)
+def test_local_inference_rows_carry_the_clients_behaviour_logp():
+    rng = np.random.default_rng(0)
+    with PPOTrainer(SMALL) as trainer:
+        evaluator = trainer.evaluators.local_evaluator
+        client = local_client(trainer)  # fetched the policy now
+        behaviour = type(evaluator.policy)(
+            evaluator.policy.observation_space,
+            evaluator.policy.action_space,
+            evaluator.policy.config,
+        )
+        behaviour.set_weights(evaluator.policy.get_weights())
+        newer = {
+            k: v + rng.normal(0, 0.5, v.shape).astype(v.dtype)
+            for k, v in evaluator.policy.get_weights().items()
+        }
+        evaluator.set_weights(
+            {"default_policy": newer}
+        )  # the server's policy moves on; the client's is stale
+        env = gym.make("CartPole-v1")
+        played = 0
+        while played < 20:
+            played += play_episode(client, env, seed=played)
+        batch = evaluator.sample()
+    rows = SampleBatch({k: batch[k] for k in (SampleBatch.OBS, SampleBatch.ACTIONS)})
+    want = behaviour.compute_log_likelihoods(rows)
+    current = evaluator.policy.compute_log_likelihoods(rows)
+    assert not np.allclose(current, want, atol=1e-3), "the server's policy did move on"
+    np.testing.assert_allclose(batch[SampleBatch.ACTION_LOGP], want, rtol=1e-5, atol=1e-5)
+    dist_inputs, _ = behaviour.model(torch.as_tensor(batch[SampleBatch.OBS]))
+    np.testing.assert_allclose(
+        batch[SampleBatch.ACTION_DIST_INPUTS], dist_inputs.detach().numpy(), rtol=1e-5, atol=1e-5
+    )
+    _, server_values = evaluator.policy.model(torch.as_tensor(batch[SampleBatch.OBS]))
+    np.testing.assert_allclose(  # vf_preds: the server's value function (GAE's baseline)
+        batch[SampleBatch.VF_PREDS], server_values.detach().numpy(), rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.timeout(60)
+def test_request_taken_into_another_batch_is_answered_not_refused(monkeypatch):
+    config = {**SMALL, "input_external": {"port": 0, "episode_timeout_s": 0.5}}
+    with PPOTrainer(config) as trainer:
+        evaluator = trainer.evaluators.local_evaluator
+        ids = [evaluator.handle("start", None, {})["episode_id"] for _ in range(2)]
+        real_act = evaluator.episodes.act
+
+        def slow_act(requests):  # longer than the waiters' episode_timeout_s
+            time.sleep(1.5)
+            real_act(requests)
+
+        monkeypatch.setattr(evaluator.episodes, "act", slow_act)
+        answers, errors = {}, []
+
+        def call(episode_id):
+            try:
+                answers[episode_id] = evaluator.handle(
+                    "action", episode_id, {"observation": [0.0] * 4}
+                )
+            except Exception as e:
+                errors.append(e)
+
+        evaluator._lock.acquire()  # learning: both requests queue up
+        threads = [threading.Thread(target=call, args=(i,)) for i in ids]
+        for t in threads:
+            t.start()
+        while len(evaluator._pending) < 2:
+            time.sleep(0.01)
+        evaluator._lock.release()  # one takes both; the other times out waiting
+        for t in threads:
+            t.join(timeout=10)
+        assert errors == [] and set(answers) == set(ids)
+        assert [len(evaluator.episodes.live[i].actions) for i in ids] == [1, 1]
+
+
+@pytest.mark.timeout(60)
+def test_idle_connections_are_closed_and_411_closes_its_connection():
+    config = {**SMALL, "input_external": {"port": 0, "episode_timeout_s": 0.5}}
+    with PPOTrainer(config) as trainer:
+        url = url_of(trainer)
+        start = time.monotonic()
+        out, closed = raw_exchange(url, b"")  # connects, never sends a request
+        assert closed and out == b"" and time.monotonic() - start < 5
+        request = b"POST /events HTTP/1.1\r\nHost: x\r\n\r\nGET /spec HTTP/1.1\r\nHost: x\r\n\r\n"
+        out, closed = raw_exchange(url, request)
+        assert closed and out.startswith(b"HTTP/1.1 411") and out.count(b"HTTP/1.1 ") == 1
+
+
+@pytest.mark.timeout(60)
+def test_spec_is_standard_json_with_infinite_bounds_as_null():
+    from hierl.evaluators.wire import encode
+
+    assert encode(np.array([1.0, np.inf, -np.inf, np.nan])) == [1.0, None, None, None]
+    assert encode({"a": (np.float32(np.nan), 2)}) == {"a": [None, 2]}
+
+    def no_constants(name):
+        raise ValueError(f"not standard JSON: {name}")
+
+    with PPOTrainer(SMALL) as trainer:
+        host, port = trainer.evaluators.local_evaluator.address
+        conn = http.client.HTTPConnection(host, port, timeout=10)
+        conn.request("GET", "/spec")
+        spec = json.loads(conn.getresponse().read(), parse_constant=no_constants)
+    high = spec["observation_space"]["high"]  # CartPole: unbounded velocities
+    assert high[1] is None and high[0] == pytest.approx(4.8)
+
+
+@pytest.mark.timeout(60)
+def test_policy_version_is_the_array_digest_of_weights_and_filter():
+    from hierl.utils import array_digest
+
+    with PPOTrainer({**SMALL, "observation_filter": "MeanStdFilter"}) as trainer:
+        evaluator = trainer.evaluators.local_evaluator
+        mean, scale, clip = evaluator.filters["default_policy"].normalization()
+        tree = {
+            "weights": evaluator.acting.get_weights(),
+            "filter": {"mean": mean, "scale": scale, "clip": clip},
+        }
+        assert evaluator.policy_version() == array_digest(tree)[:16]
+
+
+def test_token_variable_declared_once_and_checked_in_constant_time():
+    import inspect
+
+    import hierl.auth
+    import hierl.evaluators.external.settings
+    import hierl.serve.client
+    import hierl.serve.options
+
+    for module in (hierl.evaluators.external.settings, hierl.serve.options, hierl.serve.client):
+        assert '"HIERL_SERVE_TOKEN"' not in inspect.getsource(module), module.__name__
+        assert module.TOKEN_ENV == hierl.auth.TOKEN_ENV
+    assert hierl.auth.bearer_matches("Bearer s3cret", "s3cret")
+    assert hierl.auth.bearer_matches("bearer s3cret", "s3cret")
+    assert not hierl.auth.bearer_matches("Bearer guess", "s3cret")
+    assert not hierl.auth.bearer_matches("s3cret", "s3cret")
+
+
+@pytest.mark.timeout(30)
+def test_public_address_without_a_token_logs_a_warning(monkeypatch, caplog):
+    from hierl.evaluators.external.server import ExternalServer
+
+    monkeypatch.delenv("HIERL_SERVE_TOKEN", raising=False)
+    for host, token, warned in [
+        ("0.0.0.0", None, True),
+        ("0.0.0.0", "t", False),
+        ("127.0.0.1", None, False),
+    ]:
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="hierl.evaluators.external.server"):
+            ExternalServer(app=None, host=host, port=0, token=token).close()
+        assert ("without an auth token" in caplog.text) == warned, (host, token)

@@ -139,11 +139,16 @@ def _integer_bounds(space: gym.Space, dtype: np.dtype) -> tuple[Any, Any]:
 
 
 def encode(value: Any) -> Any:
-    """A JSON value for arrays and numpy scalars (nested lists of Python numbers)."""
+    """A standard JSON value for arrays, numpy scalars and containers of them (nested
+    lists of Python numbers): NaN and infinite floats, in arrays too, become null (JSON
+    has no such numbers; a Box's infinite bound reads as "unbounded"), so the result
+    dumps with ``json.dumps(..., allow_nan=False)``."""
     if isinstance(value, np.ndarray):
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            return encode(value.tolist())
         return value.tolist()
     if isinstance(value, np.generic):
-        return value.item()
+        return encode(value.item())
     if isinstance(value, dict):
         return {k: encode(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -24,8 +24,15 @@ actions come back as JSON values (an int for Discrete, a list for Box).
 Local inference (``inference_mode="local"``) needs torch in the app: the client fetches
 the policy as TorchScript (``GET /policy``) every ``update_interval_s`` seconds,
 computes actions itself (sampling the policy's action distribution in training
-episodes) and sends the episodes' steps in batches (at each episode's end, and at least
-every ``update_interval_s``), so a step costs no request.  Feed-forward policies only.
+episodes) and sends the episodes' steps in batches (at each episode's end, at least
+every ``update_interval_s``, and whenever ``MAX_BUFFERED_EVENTS`` steps or
+``MAX_FLUSH_BYTES`` are buffered), so a step costs no request.  Each step carries the
+log-likelihood of its action under the client's copy of the policy, which the server
+trains on as the behaviour policy's.  A batch whose answer is lost (the server is
+unreachable, or timed out) stays buffered, up to ``MAX_RETAINED_BYTES``, and is sent
+again under the same id with the next flush (the server applies it once); calls the
+server refuses (e.g. an episode it dropped as idle) are logged and returned by
+:meth:`~PolicyClient.flush`, the others are applied.  Feed-forward policies only.
 """
 
 from __future__ import annotations
@@ -33,18 +40,32 @@ from __future__ import annotations
 import http.client
 import io
 import json
-import os
+import logging
+import math
 import threading
 import time
 import urllib.parse
 import uuid
 from typing import Any, Literal
 
-TOKEN_ENV = "HIERL_SERVE_TOKEN"
-"""The environment variable read for the shared token when ``auth_token`` is None."""
+from hierl.auth import TOKEN_ENV, token_from_env
+
+__all__ = ["TOKEN_ENV", "PolicyClient", "PolicyClientError"]
+
+logger = logging.getLogger(__name__)
 
 MAX_BUFFERED_EVENTS = 10_000
-"""Local inference: buffered steps that force a flush before the next interval."""
+"""Local inference: buffered steps that force a flush before the next interval (and
+the most one request carries)."""
+MAX_FLUSH_BYTES = 16 << 20
+"""Local inference: buffered bytes of JSON that force a flush (and the most one request
+carries, but for a single larger step), well under the server's 64 MiB body limit."""
+MAX_RETAINED_BYTES = 256 << 20
+"""Local inference: batches kept for a resend after failed flushes; beyond it the
+oldest are dropped (logged)."""
+RETRY_STATUSES = (None, 502, 503, 504)
+"""Flush failures after which the batch is kept for a resend (no answer, or a proxy's
+or a busy server's)."""
 
 
 class PolicyClientError(RuntimeError):
@@ -101,7 +122,7 @@ class PolicyClient:
         self.inference_mode = inference_mode
         self.update_interval_s = update_interval_s
         self.timeout_s = timeout_s
-        token = auth_token or os.environ.get(TOKEN_ENV)
+        token = auth_token or token_from_env()
         self._headers = {"Content-Type": "application/json"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
@@ -109,7 +130,13 @@ class PolicyClient:
         self._lock = threading.Lock()
         self._rewards: dict[str, float] = {}  # logged returns not sent yet
         self._training: dict[str, bool] = {}
-        self._events: list[dict[str, Any]] = []
+        self._events: list[bytes] = []  # buffered calls, as JSON
+        self._buffered_bytes = 0
+        self._unsent: list[tuple[str, list[bytes]]] = []  # (batch id, calls) to resend
+        self._flush_lock = threading.Lock()  # one flush at a time: calls stay in order
+        self.dropped_events = 0
+        """Local inference: buffered calls dropped after failed flushes (over
+        ``MAX_RETAINED_BYTES``)."""
         self._policy: _LocalPolicy | None = None
         self._last_update = 0.0
         if inference_mode == "local":
@@ -134,8 +161,11 @@ class PolicyClient:
         """The policy's action for ``observation`` (recorded as the episode's next step)."""
         if self.inference_mode == "local":
             self._maybe_update()
-            action = self._policy.act(observation, explore=self._training.get(episode_id, True))
-            self._buffer(self._step("log_action", episode_id, observation, action=action))
+            explore = self._training.get(episode_id, True)
+            action, behaviour = self._policy.act(observation, explore=explore)
+            self._buffer(
+                self._step("log_action", episode_id, observation, action=action, **behaviour)
+            )
             return action
         body = self._step("action", episode_id, observation)
         return self._post(self._episode_path(episode_id, "action"), body)["action"]
@@ -182,21 +212,76 @@ class PolicyClient:
         self._last_update = time.monotonic()
         self.flush()
 
-    def flush(self) -> None:
-        """Local mode: send the buffered steps now (one request)."""
-        with self._lock:
-            events, self._events = self._events, []
-        if events:
-            self._post("/events", {"events": events})
+    def flush(self) -> list[dict[str, Any]]:
+        """Local mode: send the buffered steps now (one request per ``MAX_FLUSH_BYTES`` /
+        ``MAX_BUFFERED_EVENTS``); returns the calls the server refused (each with its
+        ``command``, ``episode_id``, ``status`` and ``error``; also logged).
+
+        Raises:
+            PolicyClientError: a request failed; with no answer (or 502, 503, 504) the
+                unsent batches stay buffered for the next flush.
+        """
+        with self._flush_lock:
+            with self._lock:
+                events, self._events, self._buffered_bytes = self._events, [], 0
+            batches = self._unsent + [(uuid.uuid4().hex, c) for c in _chunks(events)]
+            self._unsent = []
+            refused: list[dict[str, Any]] = []
+            for i, (batch_id, calls) in enumerate(batches):
+                body = b'{"batch_id":"%s","events":[%s]}' % (batch_id.encode(), b",".join(calls))
+                try:
+                    answer = self._request("POST", "/events", body)
+                except PolicyClientError as e:
+                    if e.status in RETRY_STATUSES:
+                        self._keep_unsent(batches[i:])
+                    raise
+                for index in answer.get("failed", []):
+                    call = json.loads(calls[index])
+                    result = answer["results"][index]
+                    refused.append(
+                        {
+                            "command": call.get("command"),
+                            "episode_id": call.get("episode_id"),
+                            "status": result.get("status"),
+                            "error": result.get("error"),
+                        }
+                    )
+        if refused:
+            logger.warning(
+                "the policy server refused %d buffered calls (the others were applied); "
+                "first: %s %s: HTTP %s: %s",
+                len(refused),
+                *(refused[0][k] for k in ("command", "episode_id", "status", "error")),
+            )
+        return refused
+
+    def _keep_unsent(self, batches: list[tuple[str, list[bytes]]]) -> None:
+        """Keep ``batches`` for the next flush, dropping the oldest over the limit."""
+        size = sum(len(c) for _, calls in batches for c in calls)
+        while batches and size > MAX_RETAINED_BYTES:
+            _, calls = batches.pop(0)
+            size -= sum(len(c) for c in calls)
+            self.dropped_events += len(calls)
+            logger.warning(
+                "dropped %d buffered calls: the policy server has not answered and more "
+                "than %d bytes wait for it",
+                len(calls),
+                MAX_RETAINED_BYTES,
+            )
+        self._unsent = batches
 
     def _maybe_update(self) -> None:
         if time.monotonic() - self._last_update >= self.update_interval_s:
             self.update_policy()
 
     def _buffer(self, event: dict[str, Any]) -> None:
+        data = json.dumps(event, default=_json_value).encode()
         with self._lock:
-            self._events.append(event)
-            full = len(self._events) >= MAX_BUFFERED_EVENTS
+            self._events.append(data)
+            self._buffered_bytes += len(data)
+            full = (
+                len(self._events) >= MAX_BUFFERED_EVENTS or self._buffered_bytes >= MAX_FLUSH_BYTES
+            )
         if full:
             self.flush()
 
@@ -221,6 +306,7 @@ class PolicyClient:
         return self._request("GET", path, None)
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
+        """POST ``body`` as JSON; the decoded answer."""
         return self._request("POST", path, json.dumps(body, default=_json_value).encode())
 
     def _request(self, method: str, path: str, data: bytes | None, raw: bool = False) -> Any:
@@ -279,11 +365,29 @@ class PolicyClient:
         self._drop_connection()
 
 
+def _chunks(calls: list[bytes]) -> list[list[bytes]]:
+    """``calls`` in runs of at most ``MAX_BUFFERED_EVENTS`` calls and ``MAX_FLUSH_BYTES``
+    bytes (a larger single call alone)."""
+    out: list[list[bytes]] = []
+    size = 0
+    for call in calls:
+        if not out or len(out[-1]) >= MAX_BUFFERED_EVENTS or size + len(call) > MAX_FLUSH_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(call)
+        size += len(call)
+    return out
+
+
 def _server_message(payload: bytes) -> str:
     try:
         return str(json.loads(payload)["error"])
     except (ValueError, KeyError, TypeError):
         return payload[:500].decode(errors="replace")
+
+
+SAMPLED = ("Categorical", "MultiCategorical", "DiagGaussian")
+"""The action distributions a local-inference client samples (others act greedily)."""
 
 
 class _LocalPolicy:
@@ -310,18 +414,47 @@ class _LocalPolicy:
         self.distribution = headers.get("x-action-distribution", "greedy")
         self.space = action_space
 
-    def act(self, observation: Any, explore: bool) -> Any:
+    def act(self, observation: Any, explore: bool) -> tuple[Any, dict[str, Any]]:
         """The env action for one observation (sampled when ``explore`` and the policy's
-        distribution is known, else greedy), as a JSON value."""
+        distribution is known, else greedy), as a JSON value, and what the server
+        records as the behaviour policy's: ``action_logp`` (the log-likelihood of that
+        action under this copy of the policy, as the server's ``dist_class`` computes
+        it) and ``action_dist_inputs`` (none for ``greedy`` policies)."""
         torch = self.torch
         if hasattr(observation, "tolist"):
             observation = observation.tolist()
         with torch.no_grad():
             obs = torch.as_tensor([observation], dtype=self.dtype)
             greedy, dist_inputs, _ = self.model(obs)
-            if not explore or self.distribution == "greedy":
-                return greedy[0].tolist()
-            return self._sample(greedy[0], dist_inputs[0]).tolist()
+            greedy, inputs = greedy[0], dist_inputs[0].double()
+            if self.distribution not in SAMPLED:  # "greedy": the server's compute_actions
+                return greedy.tolist(), {}
+            action = self._sample(greedy, inputs) if explore else greedy
+            logp = float(self._logp(action, greedy, inputs))
+        if not math.isfinite(logp):
+            return action.tolist(), {}  # the server computes it (e.g. an impossible action)
+        return action.tolist(), {"action_logp": logp, "action_dist_inputs": inputs.tolist()}
+
+    def _logp(self, action: Any, greedy: Any, inputs: Any) -> Any:
+        """Log-likelihood of the env ``action`` (as the server's ACTIONS row) under the
+        distribution of ``inputs``."""
+        torch = self.torch
+        if self.distribution == "Categorical":
+            index = action - (greedy - inputs.argmax())  # less the space's start
+            return torch.log_softmax(inputs, -1)[index]
+        if self.distribution == "MultiCategorical":
+            parts = torch.split(inputs, list(self.space["nvec"]))
+            shift = greedy.reshape(-1) - torch.stack([p.argmax() for p in parts])
+            index = action.reshape(-1) - shift
+            return sum(torch.log_softmax(p, -1)[i] for p, i in zip(parts, index, strict=True))
+        mean, log_std = self._gaussian(inputs)
+        z = (action.reshape(-1).double() - mean) / log_std.exp()
+        return (-0.5 * z * z - log_std - 0.5 * math.log(2.0 * math.pi)).sum()
+
+    def _gaussian(self, inputs: Any) -> tuple[Any, Any]:
+        """Mean and log-std of DiagGaussian inputs, the log-std clamped as the server's."""
+        mean, log_std = self.torch.chunk(inputs, 2)
+        return mean, log_std.clamp(-20.0, 2.0)
 
     def _sample(self, greedy: Any, inputs: Any) -> Any:
         torch = self.torch
@@ -334,7 +467,7 @@ class _LocalPolicy:
             argmax = torch.stack([p.argmax() for p in parts])
             return picks + greedy.reshape(-1) - argmax
         if self.distribution == "DiagGaussian":
-            mean, log_std = torch.chunk(inputs, 2)
+            mean, log_std = self._gaussian(inputs)
             action = mean + log_std.exp() * torch.randn_like(mean)
             low = torch.as_tensor(self.space["low"], dtype=action.dtype).reshape(-1)
             high = torch.as_tensor(self.space["high"], dtype=action.dtype).reshape(-1)

@@ -21,11 +21,9 @@ every answer names the ``version`` that computed it.
 from __future__ import annotations
 
 import dataclasses
-import hmac
 import ipaddress
 import json
 import logging
-import math
 import signal
 import threading
 import time
@@ -37,8 +35,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from hierl.algorithms.serving import DEPLOYMENT_NAME, PolicySnapshot
+from hierl.auth import bearer_matches
 from hierl.evaluators.ray_runtime import ensure_ray
-from hierl.evaluators.wire import WireError
+from hierl.evaluators.wire import WireError, encode
 from hierl.serve.options import TOKEN_ENV, ServeOptions
 from hierl.serve.policy import ServedPolicy
 
@@ -49,18 +48,6 @@ class ServeError(RuntimeError):
     """Serve could not start the app (the message says why and what to change)."""
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with infinite and NaN floats as null (JSON has no such numbers; a Box's
-    infinite bound reads as "unbounded")."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
 class _JSON(JSONResponse):
     """Standard JSON only: non-finite floats become null."""
 
@@ -68,7 +55,7 @@ class _JSON(JSONResponse):
         try:
             text = json.dumps(content, allow_nan=False, separators=(",", ":"))
         except ValueError:
-            text = json.dumps(_finite(content), allow_nan=False, separators=(",", ":"))
+            text = json.dumps(encode(content), allow_nan=False, separators=(",", ":"))
         return text.encode()
 
 
@@ -120,9 +107,7 @@ class PolicyServer:
     def _authorized(self, request: Request) -> bool:
         if self._token is None:
             return True
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        # CRUCIAL: constant-time comparison: no timing side channel on the token.
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), self._token)
+        return bearer_matches(request.headers.get("authorization", ""), self.options.auth_token)
 
     async def _act(self, request: Request) -> JSONResponse:
         size = request.headers.get("content-length", "")

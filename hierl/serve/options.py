@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 
+from hierl.auth import TOKEN_ENV, token_from_env
 from hierl.config import Config
 from hierl.evaluators.wire import MAX_BATCH
 
-TOKEN_ENV = "HIERL_SERVE_TOKEN"
-"""The environment variable holding the shared token when ``auth_token`` is not given."""
+__all__ = ["TOKEN_ENV", "ServeOptions"]
 
 
 @dataclasses.dataclass
@@ -49,7 +48,7 @@ class ServeOptions(Config):
 
     def __post_init__(self) -> None:
         if self.auth_token is None:
-            self.auth_token = os.environ.get(TOKEN_ENV) or ""
+            self.auth_token = token_from_env() or ""
         self.check("name", bool(self.name), "must not be empty")
         self.check("port", 0 < self.port < 65536, "must be in 1..65535")
         self.check("route_prefix", self.route_prefix.startswith("/"), "must start with '/'")

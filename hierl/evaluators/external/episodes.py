@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -53,7 +54,7 @@ def from_env_action(space: gym.Space, action: np.ndarray) -> np.ndarray:
     return np.asarray(action)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # compared by identity (they hold arrays)
 class ActionRequest:
     """One ``action`` call waiting for the policy (batched across clients)."""
 
@@ -65,6 +66,8 @@ class ActionRequest:
     action: Any = None
     """The env action, once computed."""
     error: EpisodeError | None = None
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    """Set once ``action`` or ``error`` is (by whichever request computed the batch)."""
 
 
 class ExternalEpisode:
@@ -192,10 +195,23 @@ class ExternalEpisodes:
                 request.action = acted.env_actions[j]
 
     def log_action(
-        self, episode_id: str, observation: np.ndarray, action: np.ndarray, reward: float = 0.0
+        self,
+        episode_id: str,
+        observation: np.ndarray,
+        action: np.ndarray,
+        reward: float = 0.0,
+        behaviour: dict[str, np.ndarray] | None = None,
     ) -> None:
         """The app acted itself: record ``action`` (env format, one row) on
-        ``observation``; its ``action_logp`` is the policy's log-likelihood of it."""
+        ``observation``.
+
+        Its ``action_logp`` (and ``action_dist_inputs``) are those of the policy that
+        chose it when ``behaviour`` gives them (one row each, of the sizes of the
+        policy's own: a local-inference client's, possibly older, policy), else the
+        current policy's.  ``vf_preds`` are always the current policy's: they are GAE's
+        baseline and the value-clipping reference, which want the value function being
+        trained, not the one the client acted with.
+        """
         episode = self.episode(episode_id)
         obs = self._observe(episode, observation, reward)
         acted = act(self.policy, obs, self.policy.action_space, episode.state, None)
@@ -210,6 +226,9 @@ class ExternalEpisodes:
                     columns[SampleBatch.STATE_IN + str(i)] = s
             logp = self.policy.compute_log_likelihoods(SampleBatch(columns))
             extra[SampleBatch.ACTION_LOGP] = logp.astype(extra[SampleBatch.ACTION_LOGP].dtype)
+        for key, value in (behaviour or {}).items():
+            if key in extra:  # CRUCIAL: the behaviour policy's, for importance ratios
+                extra[key] = value.reshape(extra[key].shape).astype(extra[key].dtype)
         state_out = acted.state_out
         self._open_step(episode, obs[0], actions[0], {k: v[0] for k, v in extra.items()}, state_out)
 

@@ -14,9 +14,12 @@ process and answers with its current policy (exploring in episodes started with
 
 ``sample()`` blocks until the ended episodes hold at least ``rollout_fragment_length *
 num_envs`` steps and returns them whole (as ``batch_mode="complete_episodes"``),
-postprocessed by the policy exactly as the sampler does; after ``sample_timeout_s`` it
-returns the ended episodes it has, or raises :class:`ExternalInputTimeout` if there are
-none.  Episode metrics (``episode_reward_mean`` ...) come from every ended episode.
+postprocessed by the policy exactly as the sampler does; after ``WAIT_FRACTION *
+sample_timeout_s`` it returns the ended episodes it has, or raises
+:class:`ExternalInputTimeout` if there are none.  (The driver waits ``sample_timeout_s``
+for a remote evaluator's ``sample()`` from when it submits it: the evaluator gives up
+sooner, so that the partial batch reaches the driver instead of a ``GetTimeoutError``.)
+Episode metrics (``episode_reward_mean`` ...) come from every ended episode.
 
 The observation and action spaces are those of the trainer's ``env``, which is only
 created to read them (a Gymnasium id, or a creator returning :class:`SpacesEnv` when
@@ -25,9 +28,10 @@ the app has no gym.Env).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
-import hashlib
+import logging
 import tempfile
 import threading
 import time
@@ -43,12 +47,25 @@ from hierl.evaluators.external.episodes import ActionRequest, EpisodeError, Exte
 from hierl.evaluators.external.server import ExternalServer
 from hierl.evaluators.external.settings import ExternalInputConfig
 from hierl.evaluators.policy_evaluator import PolicyEvaluator, locked
-from hierl.evaluators.rollout import EpisodeRecord, RolloutCore
+from hierl.evaluators.rollout import EpisodeRecord, RolloutCore, act
 from hierl.evaluators.spec import EvaluatorSpec
 from hierl.evaluators.wire import WireError, decode_observations, encode, space_to_json
 from hierl.models.networks import ModelConfig
 from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+from hierl.utils import array_digest
+
+logger = logging.getLogger(__name__)
+
+WAIT_FRACTION = 0.75
+"""``sample()`` waits at most this fraction of ``sample_timeout_s`` for ended episodes:
+the driver's ``ray.get`` of a remote evaluator's sample waits the whole
+``sample_timeout_s`` from submission, and must not give up before the partial batch
+arrives (the rest of the time covers queueing behind other calls and the transfer)."""
+
+REMEMBERED_BATCHES = 1024
+"""``POST /events`` batch ids remembered with their answers: a client that lost an
+answer re-sends the batch under its id and gets the same answer, applied once."""
 
 
 class ExternalInputTimeout(TimeoutError):
@@ -99,10 +116,15 @@ class ExternalEvaluator(PolicyEvaluator):
         self.settings: ExternalInputConfig = spec.input.external or ExternalInputConfig()
         self.batch_size = spec.rollout_fragment_length * spec.num_envs
         self.sample_timeout_s = spec.input.sample_timeout_s
+        self.wait_s = WAIT_FRACTION * self.sample_timeout_s
+        """How long ``sample()`` waits for ended episodes (see :data:`WAIT_FRACTION`)."""
         self._exported: tuple[str, bytes, dict[str, str]] | None = None
         self._arrived = threading.Event()
         self._pending: list[ActionRequest] = []
         self._pending_lock = threading.Lock()
+        self._batches: collections.OrderedDict[str, _EventBatch] = collections.OrderedDict()
+        self._batches_lock = threading.Lock()
+        self._extra_sizes: dict[str, int] | None = None
         # CRUCIAL: clients are answered by a copy of the policy, refreshed when sampling
         # starts and when weights arrive: optimizers train ``policy`` in place without the
         # evaluator's lock, so acting on it could read half-updated weights.
@@ -134,6 +156,7 @@ class ExternalEvaluator(PolicyEvaluator):
                 self.settings.port_for(worker_index),
                 token=self.settings.token(),
                 name=f"input 'external' of evaluator {worker_index}",
+                idle_timeout_s=self.settings.episode_timeout_s,
             )
 
     @property
@@ -149,7 +172,7 @@ class ExternalEvaluator(PolicyEvaluator):
     def _sample_now(self) -> SampleBatch:
         with self._lock:
             self._sync_acting()
-        deadline = time.monotonic() + self.sample_timeout_s
+        deadline = time.monotonic() + self.wait_s
         while True:
             self._arrived.clear()
             with self._lock:
@@ -193,8 +216,9 @@ class ExternalEvaluator(PolicyEvaluator):
     def _timeout_message(self) -> str:
         where = "nowhere" if self.address is None else "{}:{}".format(*self.address)
         return (
-            f"input 'external': no client ended an episode within sample_timeout_s="
-            f"{self.sample_timeout_s:g} s (evaluator {self.worker_index}, listening on "
+            f"input 'external': no client ended an episode within {self.wait_s:g} s "
+            f"({WAIT_FRACTION:g} of sample_timeout_s={self.sample_timeout_s:g}; evaluator "
+            f"{self.worker_index}, listening on "
             f"{where}; {len(self.episodes.live)} episodes open, {self.episodes.dropped} "
             "dropped idle): run PolicyClients against that address, or raise "
             "sample_timeout_s"
@@ -235,14 +259,9 @@ class ExternalEvaluator(PolicyEvaluator):
     def policy_version(self) -> str:
         """A digest of the acting policy's weights and the observation filter: changes
         exactly when the policy that answers clients changes."""
-        digest = hashlib.sha256()
-        for name, array in sorted(self.acting.get_weights().items()):
-            array = np.ascontiguousarray(array)
-            digest.update(f"{name}:{array.dtype.str}:{array.shape};".encode())
-            digest.update(array.tobytes())
-        for part in self.filters[DEFAULT_POLICY_ID].normalization() or ():
-            digest.update(np.ascontiguousarray(part).tobytes())
-        return digest.hexdigest()[:16]
+        normalization = self.filters[DEFAULT_POLICY_ID].normalization() or ()
+        filter_parts = dict(zip(("mean", "scale", "clip"), normalization, strict=False))
+        return array_digest({"weights": self.acting.get_weights(), "filter": filter_parts})[:16]
 
     # -- the server's calls ------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -264,8 +283,15 @@ class ExternalEvaluator(PolicyEvaluator):
         ``action_dist_inputs`` the client samples from when exploring; ``greedy`` for
         policies that explore otherwise, e.g. DQN's epsilon) and ``X-Policy-Recurrent``.
 
+        A local-inference client sends, with each step, the log-likelihood of its action
+        under the distribution it sampled from (its possibly older copy of the policy):
+        the rows' ``action_logp`` and ``action_dist_inputs`` are the behaviour policy's,
+        as importance ratios (PPO, IMPALA) need.
+
         Raises:
-            EpisodeError: 501, the policy cannot be exported (``ExportError``'s message).
+            EpisodeError: 501, the policy cannot be exported (``ExportError``'s message),
+                or it samples its own way (not from ``dist_class``) yet its rows carry an
+                ``action_logp``, which the client then could not compute.
         """
         from hierl.export import ExportError, export_policy
         from hierl.torch_policy_graph import TorchPolicyGraph
@@ -286,6 +312,14 @@ class ExternalEvaluator(PolicyEvaluator):
                 except ExportError as e:
                     raise EpisodeError(501, f"local inference is not available: {e}") from e
                 samples = type(self.acting).compute_actions is TorchPolicyGraph.compute_actions
+                if not samples and SampleBatch.ACTION_LOGP in self._probe_extras():
+                    raise EpisodeError(
+                        501,
+                        f"local inference is not available: {type(self.acting).__name__} "
+                        "samples actions its own way (it overrides compute_actions) and "
+                        "trains on their action_logp, which a client cannot compute: use "
+                        "inference_mode='remote'",
+                    )
                 headers = {
                     "X-Policy-Version": version,
                     "X-Policy-Input-Dtype": exported.spec["inputs"][0]["dtype"],
@@ -297,6 +331,13 @@ class ExternalEvaluator(PolicyEvaluator):
                 self._exported = (version, data, headers)
             return self._exported[1], self._exported[2]
 
+    def _probe_extras(self) -> dict[str, np.ndarray]:
+        """The acting policy's per-step extras on one observation of the space."""
+        raw = np.asarray(self.policy.observation_space.sample())[None]
+        obs = self.filters[DEFAULT_POLICY_ID](self.preprocessor.transform(raw), update=False)
+        state = [np.asarray(s)[None] for s in self.acting.get_initial_state()]
+        return act(self.acting, obs, self.policy.action_space, state).extra
+
     def handle(self, command: str, episode_id: str | None, body: dict[str, Any]) -> Any:
         """One client call (see :mod:`hierl.evaluators.external.server` for the routes).
 
@@ -306,7 +347,7 @@ class ExternalEvaluator(PolicyEvaluator):
                 episodes or a busy evaluator (503).
         """
         if command == "events":
-            return {"results": self._events(body)}
+            return self._events(body)
         if command == "start":
             episode_id = body.get("episode_id")
             if episode_id is not None and not isinstance(episode_id, str):
@@ -328,8 +369,9 @@ class ExternalEvaluator(PolicyEvaluator):
             if "action" not in body:
                 raise WireError("action", f"missing; expected an action of {space}")
             action = decode_observations([body["action"]], space, field="action")
+            behaviour = self._behaviour(body)
             with self._holding():
-                self.episodes.log_action(episode_id, obs, action, reward)
+                self.episodes.log_action(episode_id, obs, action, reward, behaviour)
             return {}
         info = body.get("info") or {}
         if not isinstance(info, dict):
@@ -348,22 +390,81 @@ class ExternalEvaluator(PolicyEvaluator):
             return {}
         raise EpisodeError(404, f"unknown command {command!r}")
 
-    def _events(self, body: dict[str, Any]) -> list[Any]:
-        """``POST /events``: several calls in order (a local-inference client's batch)."""
+    def _events(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /events``: several calls in order (a local-inference client's batch).
+
+        Every call that can be applied is, whatever fails before it: the answer holds
+        one result per call (a failed one as ``{"error", "status", "field"?}``) and
+        ``failed``, the indices of the failed calls.  A batch sent again under the same
+        ``batch_id`` (its answer was lost) is not applied again: it gets the first answer.
+        """
         events = body.get("events")
         if not isinstance(events, list):
             raise WireError("events", "expected a list of calls {'command', 'episode_id', ...}")
-        results = []
+        batch_id = body.get("batch_id")
+        if batch_id is not None and not isinstance(batch_id, str):
+            raise WireError("batch_id", f"expected a string or null, got {batch_id!r}")
+        if batch_id is None:
+            return self._apply_events(events)
+        with self._batches_lock:
+            known = self._batches.get(batch_id)
+            if known is None:
+                self._batches[batch_id] = batch = _EventBatch()
+                while len(self._batches) > REMEMBERED_BATCHES:
+                    self._batches.popitem(last=False)
+        if known is not None:
+            known.done.wait()
+            return known.answer
+        try:
+            batch.answer = self._apply_events(events)
+        finally:
+            batch.done.set()
+        return batch.answer
+
+    def _apply_events(self, events: list[Any]) -> dict[str, Any]:
+        results: list[Any] = []
+        failed: list[int] = []
         for i, event in enumerate(events):
-            if not isinstance(event, dict) or event.get("command") == "events":
-                raise WireError(f"events[{i}]", "expected a call {'command', 'episode_id', ...}")
             try:
-                results.append(self.handle(event.get("command"), event.get("episode_id"), event))
+                if not isinstance(event, dict) or event.get("command") in ("events", None):
+                    raise WireError("event", "expected a call {'command', 'episode_id', ...}")
+                results.append(self.handle(event["command"], event.get("episode_id"), event))
             except WireError as e:
-                raise WireError(f"events[{i}].{e.field}", str(e).split(": ", 1)[-1]) from e
+                message = str(e).split(": ", 1)[-1]
+                results.append({"error": message, "status": 400, "field": e.field})
+                failed.append(i)
             except EpisodeError as e:
-                raise EpisodeError(e.status, f"events[{i}]: {e}") from e
-        return results
+                results.append({"error": str(e), "status": e.status})
+                failed.append(i)
+            except Exception as e:  # one broken call must not lose the others
+                logger.exception("input 'external': event %d of a batch failed", i)
+                results.append({"error": f"{type(e).__name__}: {e}", "status": 500})
+                failed.append(i)
+        return {"results": results, "failed": failed}
+
+    def _behaviour(self, body: dict[str, Any]) -> dict[str, np.ndarray] | None:
+        """The optional behaviour policy's ``action_logp`` (and ``action_dist_inputs``)
+        of a ``log_action`` (a local-inference client's own policy); None: not given."""
+        if body.get(SampleBatch.ACTION_LOGP) is None:
+            return None
+        out = {SampleBatch.ACTION_LOGP: np.asarray([_number(body, SampleBatch.ACTION_LOGP)])}
+        field = SampleBatch.ACTION_DIST_INPUTS
+        inputs = body.get(field)
+        if inputs is not None:
+            if self._extra_sizes is None:
+                with self._holding():
+                    self._extra_sizes = {k: v[0].size for k, v in self._probe_extras().items()}
+            size = self._extra_sizes.get(field)
+            try:
+                array = np.asarray(inputs, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise WireError(field, f"expected a list of {size} numbers") from None
+            if size is not None and (array.ndim != 1 or array.size != size):
+                raise WireError(field, f"expected {size} numbers, got shape {array.shape}")
+            if not np.isfinite(array).all():
+                raise WireError(field, "holds NaN or infinite values")
+            out[field] = array[None]
+        return out
 
     def _observation(self, body: dict[str, Any]) -> np.ndarray:
         space = self.policy.observation_space
@@ -373,28 +474,46 @@ class ExternalEvaluator(PolicyEvaluator):
 
     def _act(self, request: ActionRequest) -> Any:
         """The policy's action for ``request``; requests that arrive while the policy is
-        busy are computed together by whichever request holds the lock next."""
+        busy are computed together by whichever request holds the lock next.
+
+        Raises:
+            EpisodeError: 503 when learning held the lock past the episode timeout and
+                no other request took this one (its step is not opened: retry it).
+        """
         with self._pending_lock:
             self._pending.append(request)
-        try:
-            with self._holding():
+        if self._lock.acquire(timeout=self.settings.episode_timeout_s):
+            try:
                 with self._pending_lock:
                     batch, self._pending = self._pending, []
                 if batch:
-                    try:
-                        self.episodes.act(batch)
-                    except Exception as e:
-                        for r in batch:
-                            if r.action is None and r.error is None:
-                                r.error = EpisodeError(500, f"{type(e).__name__}: {e}")
-                        raise
-        except EpisodeError:
-            with self._pending_lock, contextlib.suppress(ValueError):
-                self._pending.remove(request)
-            raise
+                    self._act_batch(batch)
+            finally:
+                self._lock.release()
+        else:
+            with self._pending_lock:
+                if any(r is request for r in self._pending):
+                    self._pending.remove(request)
+                    raise EpisodeError(503, "the evaluator is busy (learning); retry later")
+        # CRUCIAL: another request may have taken this one into its batch: its step is
+        # opened, so the answer must come (a 503 would make the client add it again).
+        request.done.wait()
         if request.error is not None:
             raise request.error
         return request.action
+
+    def _act_batch(self, batch: list[ActionRequest]) -> None:
+        """The actions of ``batch`` (call holding the lock); every request is done after."""
+        try:
+            self.episodes.act(batch)
+        except Exception as e:
+            logger.exception("input 'external': computing %d actions failed", len(batch))
+            for r in batch:
+                if r.action is None and r.error is None:
+                    r.error = EpisodeError(500, f"{type(e).__name__}: {e}")
+        finally:
+            for r in batch:
+                r.done.set()
 
     @contextlib.contextmanager
     def _holding(self) -> Iterator[None]:
@@ -412,6 +531,14 @@ class ExternalEvaluator(PolicyEvaluator):
             self.server.close()
             self.server = None
         super().stop()
+
+
+class _EventBatch:
+    """A ``POST /events`` batch by its id: its answer once applied."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.answer: dict[str, Any] = {}
 
 
 def _number(body: dict[str, Any], field: str, required: bool = False) -> float:

@@ -12,10 +12,14 @@ except ``GET /policy``::
     POST /episodes/<id>/log_action         {"observation", "action", "reward"?}
     POST /episodes/<id>/returns            {"reward", "info"?}
     POST /episodes/<id>/end                {"observation", "reward"?, "truncated"?, "info"?}
-    POST /events                           {"events": [{"command", "episode_id", ...}, ...]}
+    POST /events                           {"events": [{"command", "episode_id", ...}, ...],
+                                            "batch_id"?} -> {"results", "failed"}
 
 ``reward`` sent with a call is added to the episode's current step before the call
-(a client sends its logged returns with its next call).  Errors answer
+(a client sends its logged returns with its next call); ``log_action`` may carry the
+behaviour policy's ``action_logp`` and ``action_dist_inputs`` (local inference).
+``/events`` applies every call it can and answers one result per call (a failed one as
+``{"error", "status", "field"?}``; ``failed`` lists their indices).  Errors answer
 ``{"error": message}`` (plus ``"field"`` for a bad value) with status 400 (bad JSON, a
 value that does not fit its space: the message names the field and the expected shape),
 401 (missing or wrong token; every route but ``/healthz`` needs it when set), 404
@@ -25,7 +29,7 @@ value that does not fit its space: the message names the field and the expected 
 from __future__ import annotations
 
 import contextlib
-import hmac
+import ipaddress
 import json
 import logging
 import socket
@@ -35,8 +39,9 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from hierl.auth import TOKEN_ENV, bearer_matches
 from hierl.evaluators.external.episodes import EpisodeError
-from hierl.evaluators.wire import WireError
+from hierl.evaluators.wire import WireError, encode
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +73,11 @@ class ExternalServer:
     Args:
         app: handles the calls (see the module docstring for the routes).
         host, port: where to listen (port 0: a free port; see :attr:`address`).
-        token: shared token required as ``Authorization: Bearer <token>`` (None: none).
+        token: shared token required as ``Authorization: Bearer <token>`` (None: none;
+            a warning is logged when the address is not a loopback one).
         name: who listens (error messages).
+        idle_timeout_s: a connection that sends nothing for this long (an idle
+            keep-alive, a slow or stalled client) is closed, freeing its thread.
 
     Raises:
         OSError: the address cannot be bound (the message names it).
@@ -82,12 +90,23 @@ class ExternalServer:
         port: int = 0,
         token: str | None = None,
         name: str = "external input",
+        idle_timeout_s: float = 60.0,
     ):
-        handler = type("Handler", (_Handler,), {"app": app, "token": token})
+        handler = type(
+            "Handler", (_Handler,), {"app": app, "token": token, "timeout": idle_timeout_s}
+        )
         try:
             self.httpd = _Server((host, port), handler)
         except OSError as e:
             raise OSError(e.errno, f"{name} cannot listen on {host}:{port}: {e.strerror}") from e
+        if not token and not _is_loopback(self.address[0]):
+            logger.warning(
+                "%s listens on %s:%d without an auth token: anyone who can reach it can "
+                "drive training episodes; set input_external.auth_token or $%s",
+                name,
+                *self.address,
+                TOKEN_ENV,
+            )
         self._thread = threading.Thread(
             target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True
         )
@@ -106,6 +125,14 @@ class ExternalServer:
         self.httpd.server_close()
         self.httpd.close_connections()
         self._thread.join(timeout=10)
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address) only takes connections from this machine."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 class _Server(ThreadingHTTPServer):
@@ -153,6 +180,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "hierl-external"
     app: ExternalApp
     token: str | None
+    timeout: float  # CRUCIAL: set on the socket; without it an idle client holds a thread
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("%s %s", self.address_string(), format % args)
@@ -204,7 +232,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.token:
             return True
         given = self.headers.get("Authorization", "")
-        if hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+        if bearer_matches(given, self.token):
             return True
         what = "missing" if not given else "wrong"
         self._error(401, f"{what} token: send the header 'Authorization: Bearer <token>'")
@@ -213,6 +241,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _read_body(self) -> dict[str, Any] | None:
         length = self.headers.get("Content-Length")
         if length is None or not length.isdigit():
+            self.close_connection = True  # a body of unknown length is left unread
             self._error(411, "a POST needs a Content-Length header")
             return None
         if int(length) > MAX_BODY_BYTES:
@@ -249,7 +278,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, json.dumps(payload).encode(), "application/json", extra)
 
     def _json(self, status: int, payload: Any) -> None:
-        self._send(status, json.dumps(payload).encode(), "application/json")
+        # standard JSON only: a Box's infinite bounds become null, never ``Infinity``
+        data = json.dumps(encode(payload), allow_nan=False).encode()
+        self._send(status, data, "application/json")
 
     def _send(
         self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None

@@ -8,16 +8,16 @@ the :class:`~hierl.evaluators.offline.settings.InputSpec` (``InputSpec.external`
 from __future__ import annotations
 
 import dataclasses
-import os
 
+from hierl.auth import TOKEN_ENV, token_from_env
 from hierl.config import ConfigError
 
 EXTERNAL = "external"
 """The input name of external environments (``input: "external"``)."""
 
-AUTH_TOKEN_ENV = "HIERL_SERVE_TOKEN"
-"""The environment variable read for the shared token when ``auth_token`` is None (the
-same as ``hierl serve``'s, which :class:`hierl.serve.client.PolicyClient` also reads)."""
+AUTH_TOKEN_ENV = TOKEN_ENV
+"""The environment variable read for the shared token when ``auth_token`` is None
+(:data:`hierl.auth.TOKEN_ENV`, as for ``hierl serve`` and PolicyClient)."""
 
 
 @dataclasses.dataclass
@@ -60,7 +60,7 @@ class ExternalInputConfig:
 
     def token(self) -> str | None:
         """The token in force: ``auth_token``, else ``$HIERL_SERVE_TOKEN``, else None."""
-        return self.auth_token or os.environ.get(AUTH_TOKEN_ENV) or None
+        return self.auth_token or token_from_env()
 
     def port_for(self, worker_index: int) -> int:
         """The port evaluator ``worker_index`` listens on (0 stays 0: a free port)."""
