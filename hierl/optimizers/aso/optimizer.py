@@ -333,9 +333,11 @@ class AsyncSamplesOptimizer(PolicyOptimizer):
         return self._weights
 
     def _launch(self) -> None:
-        """Fill every live evaluator's sample slots (unless the backlog is full); a task
-        to an evaluator behind the current weights carries them."""
-        if self._backlog_full:
+        """Fill every live evaluator's sample slots (unless the backlog is full, or a
+        whole train batch of fragments still waits to be assembled: the learner, not
+        sampling, is behind); a task to an evaluator behind the current weights carries
+        them."""
+        if self._backlog_full or self._fragment_rows >= self.config.train_batch_size:
             return
         version, weights = self._current_weights()
         global_vars = self.global_vars()
