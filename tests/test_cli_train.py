@@ -375,3 +375,10 @@ def test_tune_resume_restores_the_experiment(ray_session, tmp_path, capsys):
     (trial,) = [p for p in (storage / "tiny").iterdir() if p.is_dir()]
     trial_id = json.loads((trial / "result.json").read_text().splitlines()[-1])["trial_id"]
     assert trial_id in first and trial_id in again
+
+
+def test_logdir_in_the_config_is_refused_naming_the_output_dir(tmp_path):
+    rc, _, err = _run(_train(tmp_path / "out", "--set", f"logdir={tmp_path / 'elsewhere'}"))
+    assert rc == 2
+    assert "config key 'logdir'" in err and "--output-dir" in err
+    assert not (tmp_path / "elsewhere").exists()

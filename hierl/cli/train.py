@@ -296,6 +296,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         config["ray_address"] = args.ray_address
     if config.get("env") is None:
         raise CLIError("no environment: pass --env ID (e.g. --env CartPole-v1) or set 'env'")
+    if config.get("logdir") is not None:
+        raise CLIError(
+            f"config key 'logdir' = {config['logdir']!r} is for trainers built in Python: "
+            "hierl train writes result.jsonl, progress.csv and TensorBoard events to its "
+            "output dir (--output-dir)"
+        )
     try:
         trainer_config = cls.config_class.from_dict(config)
     except ValueError as e:  # ConfigError and checks raised by the config itself

@@ -199,7 +199,7 @@ class ExternalEvaluator(PolicyEvaluator):
             self.writer.write_policy_batch(DEFAULT_POLICY_ID, SampleBatch(dict(batch)), False)
         if self._postprocess:
             batch = self.policy.postprocess_trajectories(batch)
-        if self.callbacks is not None:
+        if self.core.trajectory_hook and batch.count:
             trajectories = batch.split_by_episode()
             for trajectory in trajectories:
                 self.core.postprocessed(trajectory, DEFAULT_POLICY_ID, self.policy)
