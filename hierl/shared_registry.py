@@ -35,9 +35,11 @@ class SharedRegistry(Generic[T]):
         _REGISTRIES.append(self)
 
     def register(self, name: str, value: T) -> None:
-        """Register ``value`` as ``name`` here and for this job's Ray workers."""
+        """Register ``value`` as ``name`` here and for this job's Ray workers (published
+        now if Ray is up, else by :func:`publish_all` when hierl starts Ray)."""
         self._local[name] = value
-        _install_hook()
+        if "ray" in sys.modules:  # a later ray.init of the user's publishes it too
+            _install_hook()
         self._publish()
 
     def get(self, name: str) -> T | None:
@@ -109,6 +111,13 @@ def _install_hook() -> None:
 
     ray._private.worker._post_init_hooks.append(_publish_all)
     _hook_installed = True
+
+
+def publish_all() -> None:
+    """Publish every registry to the connected Ray cluster, and again after every later
+    ``ray.init`` of this process (``hierl.evaluators.ray_runtime.ensure_ray`` calls it)."""
+    _install_hook()
+    _publish_all()
 
 
 def _publish_all() -> None:

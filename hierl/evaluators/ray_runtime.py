@@ -19,17 +19,20 @@ DEFAULT_GET_TIMEOUT_S = 600.0
 
 
 def ensure_ray(address: str | None = None, **init_kwargs: Any) -> None:
-    """Start a local Ray instance, or join ``address``, unless Ray is already up."""
+    """Start a local Ray instance, or join ``address``, unless Ray is already up; then
+    publish the names registered in this process (``hierl.shared_registry``)."""
     import ray
 
-    if ray.is_initialized():
-        return
-    kwargs: dict[str, Any] = {"logging_level": "ERROR", "include_dashboard": False}
-    kwargs.update(init_kwargs)
-    if address:
-        ray.init(address=address, **kwargs)
-    else:
-        ray.init(**kwargs)
+    from hierl.shared_registry import publish_all
+
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {"logging_level": "ERROR", "include_dashboard": False}
+        kwargs.update(init_kwargs)
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            ray.init(**kwargs)
+    publish_all()  # envs and models registered by name reach the Ray workers
 
 
 @dataclasses.dataclass
