@@ -50,7 +50,6 @@ import copy
 import dataclasses
 import json
 import os
-import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -62,6 +61,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from hierl.files import atomic_write
 from hierl.models.preprocessors import (
     BoxPreprocessor,
     DiscretePreprocessor,
@@ -394,24 +394,12 @@ def write_spec(path: str | os.PathLike, spec: Mapping[str, Any]) -> None:
     ``observation_filter``, ``weights_sha256`` (SHA-256 of every tensor the model holds:
     :func:`weights_digest`), versions, and the caller's metadata (``algorithm``,
     ``iteration``, ``policy_id``, ``observation_space``, ``action_space``)."""
-    _atomic_write(Path(path), lambda tmp: tmp.write_text(json.dumps(spec, indent=2) + "\n"))
+    atomic_write(Path(path), lambda tmp: tmp.write_text(json.dumps(spec, indent=2) + "\n"))
 
 
 def weights_digest(module: nn.Module) -> str:
     """SHA-256 over a module's ``state_dict`` (names, dtypes, shapes and bytes, by name)."""
     return array_digest({k: t.detach().cpu().numpy() for k, t in module.state_dict().items()})
-
-
-def _atomic_write(path: Path, write: Callable[[Path], Any]) -> None:
-    """``write(tmp)`` to a temporary sibling of ``path``, then rename it into place."""
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -431,7 +419,7 @@ def _write_torchscript(module: GreedyPolicy, path: Path) -> Runner:
     example = module.example_inputs(2, seed=0)
     with torch.no_grad(), _quiet_tracing():
         traced = torch.jit.trace(module, example)
-    _atomic_write(path, lambda tmp: torch.jit.save(traced, str(tmp)))
+    atomic_write(path, lambda tmp: torch.jit.save(traced, str(tmp)))
     loaded = torch.jit.load(str(path))
 
     def run(inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:
@@ -468,7 +456,7 @@ def _write_onnx(module: GreedyPolicy, path: Path) -> Runner:
             )
         onnx.checker.check_model(str(tmp))
 
-    _atomic_write(path, export)
+    atomic_write(path, export)
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
     def run(inputs_: Sequence[torch.Tensor]) -> list[np.ndarray]:

@@ -39,6 +39,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from hierl.files import atomic_write
+
 RESULTS_FILE = "result.jsonl"
 """One JSON result per line."""
 PROGRESS_FILE = "progress.csv"
@@ -114,12 +116,13 @@ class _CSVWriter:
 
 
 def _write_csv(path: Path, fields: list[str], rows: list[Mapping[str, Any]]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fields, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fields, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+
+    atomic_write(path, write)
 
 
 class _TBXWriter:
@@ -255,9 +258,7 @@ def truncate_logs(logdir: str | os.PathLike, iteration: int) -> list[dict[str, A
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def iter_event_records(path: str | os.PathLike) -> Iterator[tuple[bytes, bytes]]:
@@ -300,6 +301,4 @@ def _truncate_events(path: Path, last_step: int) -> None:
         event = Event.FromString(data)
         if not event.HasField("summary") or event.step <= last_step:
             kept.append(record)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(b"".join(kept))
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: tmp.write_bytes(b"".join(kept)))

@@ -24,6 +24,7 @@ from hierl.cli.common import (
     one_line,
     trainer_class,
 )
+from hierl.files import atomic_write
 from hierl.loggers import RESULTS_FILE
 
 TIMESTEPS_CAP = 1_000_000
@@ -263,11 +264,7 @@ def write_learning_curve(
     if xs or reward_target is not None:
         ax.legend(loc="best")
     fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png")
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -440,9 +437,7 @@ def _resume_train(args: argparse.Namespace) -> int:
 
 def _write_json(path: Path, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` atomically."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(data, indent=2, default=str) + "\n"))
 
 
 def _read_run_info(run_dir: Path) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from typing import Any, Literal
 from ray import tune
 
 from hierl.config import Config, ConfigError, suggest
+from hierl.files import atomic_write
 from hierl.tune.trainable import DEFAULT_METRIC, DEFAULT_MODE, trainable, validate_param_space
 
 SEARCH_SPACES = ("grid_search", "choice", "uniform", "loguniform", "randint")
@@ -339,9 +340,8 @@ def run_experiment(
     )
     exp_dir = Path(str(run_config.storage_path)) / name
     exp_dir.mkdir(parents=True, exist_ok=True)
-    tmp = exp_dir / f".{EXPERIMENT_FILE}.tmp"
-    tmp.write_text(json.dumps(spec.to_dict(), indent=2, default=str) + "\n")
-    tmp.replace(exp_dir / EXPERIMENT_FILE)
+    text = json.dumps(spec.to_dict(), indent=2, default=str) + "\n"
+    atomic_write(exp_dir / EXPERIMENT_FILE, lambda tmp: tmp.write_text(text))
     tuner = tune.Tuner(
         trainable(spec.run, base_seed=spec.seed),
         param_space=spec.param_space(),
