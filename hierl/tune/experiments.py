@@ -146,7 +146,9 @@ class ExperimentSpec(Config):
     """Ray Tune's logger integrations, by name, each alone or with its settings:
     ``[wandb, {mlflow: {tracking_uri: ..., experiment_name: ...}}]`` (``wandb``:
     ``WandbLoggerCallback``; ``mlflow``: ``MLflowLoggerCallback``; their keyword
-    arguments are the settings).  Tune's JSON, CSV and TensorBoard logs are always on."""
+    arguments are the settings).  Tune's JSON, CSV and TensorBoard logs are always on.
+    Keep secrets out of the settings (``WANDB_API_KEY``, ``MLFLOW_TRACKING_TOKEN`` in the
+    environment): the experiment's spec and Tune's state are saved in its directory."""
 
     def __post_init__(self) -> None:
         self.check("run", bool(self.run), "is required (an algorithm name, see 'hierl list')")
