@@ -10,8 +10,8 @@ Two measurements, each with its baseline from the same run, printed and written 
    evaluator's ``sample`` replaced by a function returning a batch it read before).
    Ratio = rows/s from Parquet / rows/s in memory (target >= 0.9).  For BC and PPO on
    CartPole-v1 (data logged by PPO, returns and advantages computed as it is read) and
-   BC on an Atari-shaped image env (``(84, 84, 4)`` uint8 frames, NatureCNN), the last
-   both reading in turn with SGD and with ``sample_async`` (the next batch is read in a
+   BC on an Atari-shaped image env (``(84, 84, 4)`` uint8 frames, NatureCNN); BC both
+   reading in turn with SGD and with ``sample_async`` (the next batch is read in a
    background thread while SGD runs).  The two are measured in alternating rounds so
    drifting background load hits both alike.
 2. **Reading 1 GB** of image rows (random frames, which zstd cannot shrink: bytes on
@@ -164,8 +164,8 @@ def read_with_pyarrow(path: Path) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=1024.0, help="image data to read")
-    parser.add_argument("--steps", type=int, default=5, help="optimizer steps per round")
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=10, help="optimizer steps per round")
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--quick", action="store_true", help="small data, short runs")
     args = parser.parse_args(argv)
     if args.quick:
@@ -181,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         image_rows = write_images(images, args.megabytes)
         cases = {
             "BC CartPole-v1": (BCTrainer, {"env": "CartPole-v1", "input": str(cartpole)}),
+            # the reader fills the next batch in a background thread while SGD runs
+            "BC CartPole, async": (
+                BCTrainer,
+                {"env": "CartPole-v1", "input": str(cartpole), "sample_async": True},
+            ),
             "PPO CartPole-v1": (
                 PPOTrainer,
                 {"env": "CartPole-v1", "input": str(cartpole), "postprocess_inputs": True},
@@ -189,7 +194,6 @@ def main(argv: list[str] | None = None) -> int:
                 BCTrainer,
                 {"env": ImageEnv, "input": str(images), "train_batch_size": 500},
             ),
-            # the reader decodes and shuffles the next batch while SGD runs on this one
             "BC image, async": (
                 BCTrainer,
                 {
