@@ -80,9 +80,9 @@ class SharedRegistry(Generic[T]):
             return None
         from ray import cloudpickle
 
-        # safe: written by this job's own driver (``_publish``) into the cluster's control
-        # store, as Ray ships every task and actor; never read from a file or a checkpoint
-        return cloudpickle.loads(data)
+        # Written by this job's own driver (``_publish``) into the cluster's control store,
+        # as Ray ships every task and actor; never read from a file or a checkpoint.
+        return cloudpickle.loads(data)  # safe: this job's own registrations
 
     def _shared_names(self) -> list[str]:
         kv = _kv()
