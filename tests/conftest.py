@@ -23,6 +23,15 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 torch.set_num_threads(1)
 
 
+def free_port() -> int:
+    """A localhost TCP port nobody listens on now (tests' servers and clients)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 RESULT_KEYS = {
     "episode_reward_mean",
     "episode_reward_min",

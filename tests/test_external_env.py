@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import free_port
 from learning import SEED, train_until
 
 from hierl.algorithms.ppo import PPOTrainer
@@ -86,9 +87,7 @@ def test_client_import_loads_neither_ray_nor_torch():
 
 @pytest.mark.timeout(30)
 def test_unreachable_server_is_a_clear_error():
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens on it
     client = PolicyClient(f"http://127.0.0.1:{port}", timeout_s=5)
     with pytest.raises(PolicyClientError, match="cannot reach the policy server") as e:
         client.start_episode()
@@ -266,9 +265,7 @@ def test_config_errors():
 
 @pytest.mark.timeout(120)
 def test_remote_evaluator_listens_on_port_plus_its_index(ray_session):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        free = s.getsockname()[1]
+    free = free_port()
     config = {
         **SMALL,
         "num_evaluators": 1,
@@ -351,9 +348,7 @@ def raw_exchange(url: str, data: bytes, wait_s: float = 10.0) -> tuple[bytes, bo
 
 @pytest.mark.timeout(120)
 def test_remote_evaluator_returns_a_partial_batch_before_the_driver_gives_up(ray_session):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        free = s.getsockname()[1]
+    free = free_port()
     config = {
         **SMALL,
         "num_evaluators": 1,

@@ -7,6 +7,7 @@ import re
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import free_port
 
 from hierl.algorithms.pg import PGTrainer
 from hierl.algorithms.rollout import RolloutError, RolloutOptions, rollout
@@ -143,13 +144,9 @@ def test_multi_agent_rollout_plays_whole_episodes(tmp_path, capsys):
 
 
 def test_rollout_and_export_leave_the_runs_input_and_output_alone(tmp_path, capsys):
-    import socket
-
     from hierl.algorithms.ppo import PPOTrainer
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     logged = tmp_path / "logged"
     config = {
         "env": "CartPole-v1",

@@ -26,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
+from conftest import free_port
 from learning import SEED, train_until
 from learning_configs import PPO_CARTPOLE
 
@@ -49,12 +50,6 @@ SMALL_PPO = {
     "num_sgd_iter": 2,
     "model": {"hiddens": (32, 32)},
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http(url: str, body=None, *, token: str | None = None, raw: bytes | None = None):
@@ -81,7 +76,7 @@ def random_obs(n: int, seed: int) -> np.ndarray:
 def port(ray_session):
     from ray import serve
 
-    yield _free_port()
+    yield free_port()
     serve.shutdown()
 
 
@@ -308,7 +303,7 @@ def test_non_loopback_host_without_token_warns(corrupt, caplog):
 
 
 def test_cli_serve_corrupt_checkpoint_prints_one_error_line(corrupt, capsys):
-    assert main(["serve", str(corrupt), "--port", str(_free_port())]) == 2
+    assert main(["serve", str(corrupt), "--port", str(free_port())]) == 2
     err = capsys.readouterr().err
     assert err.startswith("hierl: error: ") and "corrupt" in err
     assert err.count("\n") == 1 and "Traceback" not in err
@@ -318,7 +313,7 @@ def test_cli_serve_corrupt_checkpoint_prints_one_error_line(corrupt, capsys):
 
 @pytest.mark.timeout(150)
 def test_cli_serve_prints_the_url_answers_and_stops_on_ctrl_c(ppo):
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "HIERL_SERVE_TOKEN": TOKEN}
     argv = [sys.executable, "-m", "hierl.cli", "serve", str(ppo[1]), "--port", str(port)]
     proc = subprocess.Popen(
@@ -418,7 +413,7 @@ def test_serving_opens_neither_the_run_s_input_nor_its_output(tmp_path):
         offline = trainer.save(tmp_path / "offline")
     shutil.rmtree(logged)
     shutil.rmtree(out, ignore_errors=True)
-    external_port = _free_port()
+    external_port = free_port()
     config = {**SMALL_PPO, "input": "external", "input_external": {"port": external_port}}
     with PPOTrainer(config) as trainer:
         external = trainer.save(tmp_path / "external")
