@@ -81,6 +81,15 @@ def check_finite_loss(
         )
 
 
+def standardize(advantages: torch.Tensor) -> torch.Tensor:
+    """``(A - mean A) / (std A + 1e-8)`` over a loss batch (a single row is left as it is):
+    the per-minibatch advantage normalisation of PPO implementations (CleanRL, SB3) and of
+    Sample Factory's APPO."""
+    if advantages.numel() < 2:
+        return advantages
+    return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+
 def make_adam(params: list[nn.Parameter], lr: float, eps: float = 1e-8) -> torch.optim.Optimizer:
     """Adam over ``params``: fused (one kernel for all, CPU too since torch 2.4) if possible."""
     try:
@@ -226,9 +235,13 @@ class TorchPolicyGraph(PolicyGraph):
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Actions sampled (or the mode) from the distribution, with the per-step extras."""
         dist = self.dist_class(dist_inputs)
-        actions = dist.sample() if explore else dist.deterministic_sample()
+        if explore:
+            actions, logp = dist.sample_with_logp()
+        else:
+            actions = dist.deterministic_sample()
+            logp = dist.logp(actions)
         extra = {
-            SampleBatch.ACTION_LOGP: dist.logp(actions).cpu().numpy(),
+            SampleBatch.ACTION_LOGP: logp.cpu().numpy(),
             SampleBatch.VF_PREDS: values.cpu().numpy(),
             SampleBatch.ACTION_DIST_INPUTS: dist_inputs.cpu().numpy(),
         }

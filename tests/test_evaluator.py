@@ -141,6 +141,22 @@ def test_running_stat_merge_matches_direct():
     np.testing.assert_allclose(whole.std, x.std(0))
 
 
+def test_running_stat_single_rows_match_one_batch():
+    """Row by row (one env's steps, the fast path) gives the batch formula's statistics."""
+    x = np.random.default_rng(4).normal(2.0, 3.0, size=(50, 4))
+    rows, whole = RunningStat((4,)), RunningStat((4,))
+    for row in x:
+        rows.push_batch(row[None])
+    whole.push_batch(x)
+    assert rows.n == whole.n == 50
+    np.testing.assert_allclose(rows.mean, x.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(rows.m2, whole.m2, rtol=1e-10)
+    filtered = MeanStdFilter((4,))
+    out = np.concatenate([filtered(row[None]) for row in x])
+    assert out.dtype == np.float32 and filtered.buffer.n == 50
+    np.testing.assert_allclose(out[-1], np.clip((x[-1] - x.mean(0)) / x.std(0), -10, 10), rtol=1e-5)
+
+
 def test_mean_std_filter_buffer_flush_and_apply():
     local, remote = MeanStdFilter((2,)), MeanStdFilter((2,))
     data = np.arange(20, dtype=np.float64).reshape(10, 2)

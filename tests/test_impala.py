@@ -8,6 +8,7 @@ import traceback
 
 import numpy as np
 import pytest
+import torch
 from learning import SEED
 
 from hierl.algorithms.impala import (
@@ -137,6 +138,32 @@ def test_learner_failure_surfaces_in_train_with_its_traceback():
     cause = info.value.__cause__
     assert isinstance(cause, ValueError)
     assert "broken_loss" in "".join(traceback.format_exception(cause))
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_appo_surrogate_is_the_clipped_objective_on_the_vtrace_advantages(normalize):
+    """APPO's policy loss, from its definition: the clipped surrogate of pi/mu on V-trace's
+    policy-gradient advantages, standardised over the minibatch when asked to."""
+    config = {**TINY, "clip_param": 0.1, "normalize_advantages": normalize}
+    with APPOTrainer(config) as trainer:
+        policy = trainer.get_policy()
+        batch = trainer.local_evaluator.sample()
+        tensors = policy.to_tensors(SB(batch))
+        # A different learner policy than the behaviour one, so that ratios leave 1.
+        with torch.no_grad():
+            policy.model.pi_head.weight.mul_(50.0)
+        dist_inputs, values = policy.model_outputs(tensors)
+        dist = policy.dist_class(dist_inputs)
+        loss, _, stats = policy.policy_objective(tensors, dist, values)
+        logp = dist.logp(tensors[SB.ACTIONS]).detach().numpy().astype(np.float64)
+        targets = policy.vtrace_targets(tensors, dist.logp(tensors[SB.ACTIONS]), values)
+    adv = targets.pg_advantages.numpy().astype(np.float64)
+    if normalize:
+        adv = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8)
+    ratio = np.exp(logp - batch[SB.ACTION_LOGP])
+    expected = -np.minimum(ratio * adv, np.clip(ratio, 0.9, 1.1) * adv).mean()
+    assert 0 < float(stats["clip_frac"]) < 1  # both branches of the min are exercised
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-5, abs=1e-7)
 
 
 def test_appo_target_network_refreshes_every_n_updates_and_round_trips():

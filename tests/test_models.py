@@ -258,6 +258,21 @@ def test_diag_gaussian_matches_torch_normal() -> None:
     )
 
 
+@pytest.mark.parametrize("dist_class", [DiagGaussian, Categorical])
+def test_sample_with_logp_is_a_sample_and_its_log_probability(dist_class) -> None:
+    """The same draw as ``sample()`` from the same seed, and ``logp`` of it (DiagGaussian
+    reads it off its noise instead of recomputing it from the action)."""
+    torch.manual_seed(2)
+    inputs = torch.randn(64, 6) * torch.tensor([1.0, 1.0, 1.0, 0.5, 0.5, 0.5])
+    dist = dist_class(inputs)
+    torch.manual_seed(3)
+    expected = dist.sample()
+    torch.manual_seed(3)
+    actions, logp = dist.sample_with_logp()
+    assert torch.equal(actions, expected)
+    torch.testing.assert_close(logp, dist.logp(actions), rtol=1e-5, atol=1e-5)
+
+
 def test_diag_gaussian_clamps_log_std() -> None:
     dist = DiagGaussian(torch.tensor([[0.0, 50.0], [0.0, -50.0]]))
     torch.testing.assert_close(dist.log_std, torch.tensor([[2.0], [-20.0]]))

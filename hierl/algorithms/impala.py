@@ -38,6 +38,7 @@ from hierl.torch_policy_graph import (
     TorchPolicyGraph,
     load_module_weights,
     module_weights,
+    standardize,
 )
 
 
@@ -102,6 +103,9 @@ class APPOConfig(IMPALAConfig):
     taken against; 0: no target network (the ratio is against the behaviour policy)."""
     kl_coeff: float = 0.0
     """Weight of a KL(reference || current) penalty (0: none)."""
+    normalize_advantages: bool = False
+    """Standardise the V-trace advantages within each minibatch, as PPO does (and Sample
+    Factory's APPO); off by default, as in RLlib's APPO and the IMPALA paper."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -216,9 +220,10 @@ class APPOPolicy(IMPALAPolicy):
             is_ratio = torch.exp(ref_logp - behaviour_logp).clamp(0.0, 2.0)
             targets = self.vtrace_targets(batch, ref_logp, values)
         ratio = torch.exp(logp - ref_logp)
-        loss, clip_frac = clipped_surrogate_loss(
-            ratio, targets.pg_advantages, cfg.clip_param, is_ratio
-        )
+        advantages = targets.pg_advantages
+        if cfg.normalize_advantages:
+            advantages = standardize(advantages)
+        loss, clip_frac = clipped_surrogate_loss(ratio, advantages, cfg.clip_param, is_ratio)
         with torch.set_grad_enabled(cfg.kl_coeff > 0):
             kl = self.dist_class(ref_inputs).kl(dist).mean()
         if cfg.kl_coeff > 0:

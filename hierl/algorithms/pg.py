@@ -15,7 +15,7 @@ from hierl.algorithms.trainer import Trainer, TrainerConfig, same_defaults
 from hierl.models.distributions import ActionDistribution
 from hierl.postprocessing import compute_advantages
 from hierl.sample_batch import SampleBatch
-from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
+from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph, standardize
 
 PG_OPTIMIZERS = ("local", "multi_gpu", "allreduce", "async", "sharded_ps", "auto")
 """The strategies PG runs on (any gradient strategy: its loss allows them all)."""
@@ -62,8 +62,8 @@ class PGPolicy(TorchPolicyGraph):
         """The loss of ``loss`` given the model's action distribution and values."""
         logp = dist.logp(batch[SampleBatch.ACTIONS])
         adv = batch[SampleBatch.ADVANTAGES]
-        if self.config.normalize_advantages and adv.numel() > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        if self.config.normalize_advantages:
+            adv = standardize(adv)
         policy_loss = -(logp * adv).mean()
         vf_loss = ((values - batch[SampleBatch.VALUE_TARGETS]) ** 2).mean()
         total = policy_loss + self.config.vf_loss_coeff * vf_loss

@@ -23,7 +23,7 @@ from hierl.algorithms.trainer import Trainer, TrainerConfig, same_defaults
 from hierl.policy_graph import LearnerStats, PolicyGraph
 from hierl.postprocessing import compute_advantages
 from hierl.sample_batch import SampleBatch
-from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
+from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph, standardize
 
 PPO_OPTIMIZERS = ("local", "multi_gpu", "allreduce", "auto")
 """The strategies PPO runs on (those that run SGD epochs over each batch)."""
@@ -122,8 +122,8 @@ class PPOPolicy(TorchPolicyGraph):
         logp = dist.logp(batch[SampleBatch.ACTIONS])
         ratio = torch.exp(logp - batch[SampleBatch.ACTION_LOGP])
         adv = batch[SampleBatch.ADVANTAGES]
-        if cfg.normalize_advantages and adv.numel() > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        if cfg.normalize_advantages:
+            adv = standardize(adv)
         policy_loss, clip_frac = clipped_surrogate_loss(ratio, adv, cfg.clip_param)
         targets = batch[SampleBatch.VALUE_TARGETS]
         vf_loss = (values - targets) ** 2

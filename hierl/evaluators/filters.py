@@ -33,21 +33,20 @@ class RunningStat:
         """Add a batch of rows (shape ``(B, *shape)``)."""
         if len(x) == 0:
             return
-        x = np.asarray(x, dtype=np.float64)
-        other = RunningStat(self.shape)
-        other.n = len(x)
-        other.mean = x.mean(axis=0)
-        other.m2 = ((x - other.mean) ** 2).sum(axis=0)
-        self.merge(other)
+        self.merge_moments(*batch_moments(x))
 
     def merge(self, other: RunningStat) -> None:
         """Merge another stream's statistics into this one."""
         if other.n == 0:
             return
-        n = self.n + other.n
-        delta = other.mean - self.mean
-        self.mean = self.mean + delta * (other.n / n)
-        self.m2 = self.m2 + other.m2 + delta**2 * (self.n * other.n / n)
+        self.merge_moments(other.n, other.mean, other.m2)
+
+    def merge_moments(self, n_other: int, mean: np.ndarray, m2: np.ndarray | float) -> None:
+        """Merge the count, mean and sum of squared deviations of other data (Chan et al.)."""
+        n = self.n + n_other
+        delta = mean - self.mean
+        self.mean = self.mean + delta * (n_other / n)
+        self.m2 = self.m2 + m2 + delta**2 * (self.n * n_other / n)
         self.n = n
 
     @property
@@ -69,6 +68,19 @@ class RunningStat:
         rs.mean = np.array(state["mean"], dtype=np.float64)
         rs.m2 = np.array(state["m2"], dtype=np.float64)
         return rs
+
+
+def batch_moments(x: np.ndarray) -> tuple[int, np.ndarray, np.ndarray | float]:
+    """``(count, mean, sum of squared deviations)`` of a non-empty batch of rows.
+
+    One row (a single env's step, the common case) is its own mean with zero spread:
+    the same numbers as the general formula, without its reductions.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if len(x) == 1:
+        return 1, x[0], 0.0
+    mean = x.mean(axis=0)
+    return len(x), mean, ((x - mean) ** 2).sum(axis=0)
 
 
 class NoFilter:
@@ -133,10 +145,16 @@ class MeanStdFilter(NoFilter):
                 raise ValueError(f"update mask of shape {mask.shape} for {len(x)} rows")
             recorded = x[mask]
         if len(recorded):
-            self.rs.push_batch(recorded)
-            self.buffer.push_batch(recorded)
-        out = (x - self.rs.mean) / (self.rs.std + STD_EPSILON)
-        return np.clip(out, -self.clip, self.clip).astype(np.float32)
+            moments = batch_moments(recorded)  # once for both streams
+            self.rs.merge_moments(*moments)
+            self.buffer.merge_moments(*moments)
+        out = x - self.rs.mean
+        out /= self.rs.std + STD_EPSILON
+        # clip((x - mean) / std, -clip, clip) in place (np.clip's dispatch costs more
+        # than the arithmetic on one env's row)
+        np.minimum(out, self.clip, out=out)
+        np.maximum(out, -self.clip, out=out)
+        return out.astype(np.float32)
 
     def normalization(self) -> tuple[np.ndarray, np.ndarray, float]:
         """``(mean, std + STD_EPSILON, clip)`` of the running statistics (see
