@@ -12,6 +12,8 @@ same threads):
 3. **Learning**: PPO's SGD (``minibatch_sgd`` over a sampled batch: minibatches of
    ``sgd_minibatch_size``, ``num_sgd_iter`` epochs) against a pure-torch loop with the
    same model, loss terms, minibatch size and Adam.  Ratio = hierl / torch (target >= 0.9).
+   Also the pure-torch loop with NatureCNN's conv input as channels-last memory (its
+   default) against plain NCHW.
 
 Also: sampling with separate policy and value conv torsos (``vf_share_layers: False``)
 against the shared default.
@@ -198,6 +200,25 @@ def main() -> None:
         print(
             f"PPO SGD: hierl {hierl_rows:.0f} rows/s, pure torch {pure:.0f} rows/s: "
             f"{hierl_rows / pure:.2f}x (target >= 0.9)"
+        )
+        # NatureCNN's conv input layout, measured: channels-last memory vs plain NCHW
+        torso = policy.model.pi_torso
+        layouts = {"channels_last": torch.channels_last, "nchw": torch.contiguous_format}
+        rates = {name: 0.0 for name in layouts}
+        try:
+            for _ in range(3):  # interleaved, best of each
+                for name, layout in layouts.items():
+                    torso.memory_format = layout
+                    rates[name] = max(rates[name], torch_sgd(policy, batch, minibatch, epochs))
+        finally:
+            del torso.memory_format  # back to the class default
+        figures.update(
+            nchw_rows_per_s=rates["nchw"],
+            channels_last_over_nchw=rates["channels_last"] / rates["nchw"],
+        )
+        print(
+            f"pure-torch SGD, conv input channels-last {rates['channels_last']:.0f} vs NCHW "
+            f"{rates['nchw']:.0f} rows/s: {rates['channels_last'] / rates['nchw']:.2f}x"
         )
     finally:
         trainer.stop()
