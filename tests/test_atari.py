@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -181,3 +182,25 @@ def test_real_ale_pong_trains_an_iteration_from_pixels() -> None:
         assert batch[SampleBatch.OBS].dtype == np.uint8
     finally:
         trainer.stop()
+
+
+@pytest.mark.skipif(not HAS_ALE, reason="needs the atari extra (ale-py, OpenCV)")
+def test_real_ale_checkpoint_resumes_mid_game_exactly(tmp_path) -> None:
+    """save; train 2  ==  restore into a new trainer; train 2, bit for bit: the checkpoint
+    holds the emulators (their sticky-action RNG too), the frame stacks and the episode
+    statistics, so a long Atari run can be cut into chunks."""
+    config = {"env": "ALE/Pong-v5", **SMALL_PPO}
+    with PPOTrainer(config) as first:
+        first.train()
+        path = first.save(tmp_path / "ckpt")
+        for _ in range(2):
+            first.train()
+        expected = first.get_weights()["default_policy"]
+    with PPOTrainer(config) as resumed, warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "resuming is not exact" warning
+        resumed.restore(path)
+        for _ in range(2):
+            resumed.train()
+        weights = resumed.get_weights()["default_policy"]
+    for name, value in expected.items():
+        np.testing.assert_array_equal(weights[name], value, err_msg=name)

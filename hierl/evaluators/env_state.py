@@ -9,12 +9,14 @@ those without pickle).  Three layers:
 * **Environments** (:func:`snapshot_env` / :func:`restore_env`): an env (or any wrapper
   in its chain, or a native ``VectorEnv``) that defines ``get_state()`` / ``set_state()``
   is saved through them.  Otherwise every instance attribute is saved if it is *plain
-  data* (numbers, strings, None, numpy arrays, lists/tuples/str-keyed dicts of those,
-  ``numpy.random.Generator`` / ``RandomState`` as their bit-generator state); spaces,
+  data* (numbers, strings, None, numpy arrays, lists/tuples/deques/str-keyed dicts of
+  those, ``numpy.random.Generator`` / ``RandomState`` as their bit-generator state) or an
+  ALE emulator (its ``cloneState(include_rng=True)`` bytes, restored in place); spaces,
   specs, enums, callables and wrapped envs are skipped as static.  An attribute of any
   other type (a physics engine, a subprocess pipe) makes the env *not snapshotable*:
   :class:`NotSnapshotable` names it.  Gymnasium's classic-control and toy-text envs and
-  their standard wrappers (TimeLimit, OrderEnforcing, PassiveEnvChecker) are plain data.
+  their standard wrappers (TimeLimit, OrderEnforcing, PassiveEnvChecker) are plain data,
+  and so is the DeepMind Atari pipeline over ale-py (frame stacks, episode statistics).
 * **The rollout loop** (:func:`get_sampler_state` / :func:`set_sampler_state`): the
   current (filtered) observations, per-sub-env episode ids, returns and lengths,
   recurrent states, the carried-over partial episodes of ``complete_episodes`` and the
@@ -23,6 +25,7 @@ those without pickle).  Three layers:
 
 from __future__ import annotations
 
+import collections
 import enum
 import itertools
 import random
@@ -103,6 +106,12 @@ def _is_static(value: Any) -> bool:
     return isinstance(value, _STATIC_TYPES)
 
 
+def _is_ale(value: Any) -> bool:
+    """An Atari emulator (``ale_py.ALEInterface``): saved with its own clone/restore, RNG
+    (sticky actions) included."""
+    return type(value).__module__.startswith("ale_py") and hasattr(value, "cloneState")
+
+
 def _encode(value: Any, where: str) -> Any:
     """``value`` as arrays / JSON with type markers; NotSnapshotable if it is not plain."""
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -119,6 +128,12 @@ def _encode(value: Any, where: str) -> Any:
         return {"__randomstate__": value.get_state(legacy=False)}
     if isinstance(value, tuple):
         return {"__tuple__": [_encode(v, f"{where}[{i}]") for i, v in enumerate(value)]}
+    if isinstance(value, collections.deque):  # frame stacks, episode-statistics queues
+        items = [_encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return {"__deque__": items, "maxlen": value.maxlen}
+    if _is_ale(value):
+        state = value.cloneState(include_rng=True).__getstate__()  # bytes, no pickle
+        return {"__ale__": np.frombuffer(state, dtype=np.uint8).copy()}
     if isinstance(value, list):
         return [_encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
@@ -137,6 +152,21 @@ def _decode(value: Any, current: Any = None) -> Any:
         return np.asarray(value["__scalar__"])[()]
     if "__tuple__" in value:
         return tuple(_decode(v) for v in value["__tuple__"])
+    if "__deque__" in value:
+        maxlen = value["maxlen"]
+        return collections.deque(
+            (_decode(v) for v in value["__deque__"]), None if maxlen is None else int(maxlen)
+        )
+    if "__ale__" in value:
+        if not _is_ale(current):
+            raise ValueError("env snapshot holds an ALE emulator state for a non-ALE attribute")
+        import ale_py
+
+        state = ale_py.ALEState.__new__(ale_py.ALEState)
+        # ALE's own deserializer (C++), not pickle: no code runs from the checkpoint
+        state.__setstate__(np.asarray(value["__ale__"], dtype=np.uint8).tobytes())
+        current.restoreState(state)
+        return current
     if "__dict__" in value:
         return {k: _decode(v) for k, v in value["__dict__"].items()}
     if "__generator__" in value:
