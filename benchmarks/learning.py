@@ -98,14 +98,14 @@ def run_hierl(spec: ExperimentSpec, seed: int, budget: int, out: Path, resume: b
     return csv_path
 
 
-def run_sb3_ppo(spec: ExperimentSpec, seed: int, budget: int, out: Path) -> Path:
-    """SB3's PPO with the experiment's hyperparameters (MuJoCo-style MLP configs)."""
+def make_sb3_ppo(spec: ExperimentSpec, seed: int) -> tuple[Any, Any, Any]:
+    """SB3's PPO with the experiment's hyperparameters (MuJoCo-style MLP configs): the
+    model, its training env and an evaluation env (both VecNormalize'd like hierl's
+    MeanStdFilter when the experiment sets it; the evaluation one frozen)."""
     import gymnasium as gym
     import torch
     from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.evaluation import evaluate_policy
-    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize, sync_envs_normalization
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
     if spec.run != "PPO":
         raise SystemExit(f"--peer sb3 runs PPO only, not {spec.run}")
@@ -141,6 +141,20 @@ def run_sb3_ppo(spec: ExperimentSpec, seed: int, budget: int, out: Path) -> Path
         seed=seed,
         device="cpu",
     )
+    return model, env, eval_env
+
+
+def run_sb3_ppo(spec: ExperimentSpec, seed: int, budget: int, out: Path) -> Path:
+    """SB3's PPO (:func:`make_sb3_ppo`) to ``budget`` steps, evaluated as hierl is."""
+    import torch
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import sync_envs_normalization
+
+    model, env, eval_env = make_sb3_ppo(spec, seed)
+    c = spec.config
+    n_envs = env.num_envs
+    norm = c.get("observation_filter") == "MeanStdFilter"
     every = int(c.get("evaluation_interval", 10)) * int(c["train_batch_size"])
     episodes = int(c.get("evaluation_num_episodes", 5))
     rows: list[dict[str, float]] = []
