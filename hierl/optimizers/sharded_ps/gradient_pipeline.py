@@ -90,12 +90,16 @@ class GradientPipeline:
         return self.backlog.popleft()
 
     def drop(self) -> None:
-        """Forget unapplied gradients; queued tasks are cancelled, a running one ends unseen."""
+        """Forget unapplied gradients: tasks in flight finish unseen (their results are
+        freed with their refs).
+
+        CRUCIAL: no ``ray.cancel`` of these actor tasks.  Cancelling queued actor tasks
+        can leave a gap in the actor's task sequence numbers; the actor then waits 30 s
+        for the missing one and fails its queued tasks with ``ActorUnavailableError``,
+        which reads as a dead evaluator (a full test run failed that way once, on a
+        healthy evaluator right after a drop, 2026-11-26).  A stale gradient costs the
+        evaluator a few milliseconds.
+        """
         refs = self.pool.drain()
         self.num_dropped_gradients += len(refs) + len(self.backlog)
         self.backlog.clear()
-        if refs:
-            import ray
-
-            for ref in refs:
-                ray.cancel(ref)
