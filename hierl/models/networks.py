@@ -329,7 +329,7 @@ class NatureCNN(nn.Module):
         """Apply the network to images ``x`` of shape ``(N, *obs_shape)``."""
         x = x.permute(0, 3, 1, 2) if self._permute else x.reshape(x.shape[0], *self.chw)
         # NCHW indexing over channels-last memory (a free view of (H, W, C) frames, a uint8
-        # copy of (C, H, W) ones): oneDNN's convolutions run 1.2-1.3x faster on it in a
+        # copy of (C, H, W) ones): oneDNN's convolutions run 1.2x faster on it in a
         # NatureCNN SGD step on the CPU (benchmarks/atari.py); the float copy keeps it.
         x = x.contiguous(memory_format=self.memory_format)
         x = x.float().mul_(1.0 / 255.0) if x.dtype == torch.uint8 else x.float() / 255.0
