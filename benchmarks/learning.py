@@ -1,14 +1,16 @@
 """Learning curves of a tuned example: hierl (and optionally Stable-Baselines3) over seeds.
 
     python benchmarks/learning.py examples/tuned/hopper-ppo.yaml --seeds 3 --peer sb3
-    python benchmarks/learning.py examples/tuned/pong-ppo.yaml --seeds 1 --resume
+    python benchmarks/learning.py examples/tuned/pong-ppo.yaml --seeds 1 --resume --target 18
 
 Runs the file's (single) experiment for each seed until ``--budget`` env steps (default:
 its ``stop.timesteps_total``), checkpointing every ``checkpoint_freq`` iterations;
 ``--resume`` continues each seed from its last checkpoint (kept in the gitignored
-``benchmarks/results/learning/``) (restore is exact: a run cut
-into chunks gives the same curve as one run).  ``--peer sb3`` runs SB3's PPO with the same
-hyperparameters beside it, in the same process, one after the other (PPO only).
+``benchmarks/results/learning/``; restore is exact where the env can be snapshotted, as
+classic-control and Atari envs can: a run cut into chunks gives the same curve as one
+run).  ``--peer sb3`` runs SB3's PPO with the same hyperparameters beside it, in the same
+process, one after the other (PPO only).  ``--target R`` also reports, per seed, the env
+steps and wall-clock of the first evaluation of at least ``R``.
 
 Writes, under ``benchmarks/curves/<name>/``: one CSV per implementation and
 seed (env steps, wall-clock seconds, training and greedy evaluation returns), a PNG of the
@@ -198,7 +200,17 @@ def _final(rows: list[dict[str, float]]) -> tuple[float, float, float]:
     return (evals[-1] if evals else float("nan")), rows[-1]["timesteps"], rows[-1]["wall_s"]
 
 
-def summarize(name: str, out: Path, spec: ExperimentSpec, budget: int) -> dict[str, Any]:
+def _first_reaching(rows: list[dict[str, float]], target: float) -> dict[str, float] | None:
+    """The env steps and wall seconds of the first evaluation >= ``target`` (None: none)."""
+    for r in rows:
+        if r["evaluation_reward_mean"] >= target:  # NaN (no evaluation) compares False
+            return {"timesteps": r["timesteps"], "wall_s": r["wall_s"]}
+    return None
+
+
+def summarize(
+    name: str, out: Path, spec: ExperimentSpec, budget: int, target: float | None = None
+) -> dict[str, Any]:
     """Write summary.json and the PNG from every CSV under ``out``; the summary."""
     import matplotlib
 
@@ -213,9 +225,10 @@ def summarize(name: str, out: Path, spec: ExperimentSpec, budget: int) -> dict[s
         if not rows:
             continue
         ret, steps, wall = _final(rows)
-        runs.setdefault(impl, []).append(
-            {"seed": int(seed), "final_eval_return": ret, "timesteps": steps, "wall_s": wall}
-        )
+        run = {"seed": int(seed), "final_eval_return": ret, "timesteps": steps, "wall_s": wall}
+        if target is not None:
+            run["reached_target"] = _first_reaching(rows, target)
+        runs.setdefault(impl, []).append(run)
         pts = [
             (r["timesteps"], r["evaluation_reward_mean"])
             for r in rows
@@ -228,6 +241,8 @@ def summarize(name: str, out: Path, spec: ExperimentSpec, budget: int) -> dict[s
                 color="C0" if impl == "hierl" else "C1",
                 alpha=0.8,
             )
+    if target is not None:
+        ax.axhline(target, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("env steps")
     ax.set_ylabel("greedy evaluation return")
     ax.set_title(f"{name}: {spec.run} on {spec.env} (commit {git_info().get('commit', '?')[:8]})")
@@ -240,6 +255,7 @@ def summarize(name: str, out: Path, spec: ExperimentSpec, budget: int) -> dict[s
         "run": spec.run,
         "env": spec.env,
         "budget": budget,
+        "target": target,
         "git": git_info(),
         "machine": machine_info(),
         "runs": runs,
@@ -250,6 +266,7 @@ def summarize(name: str, out: Path, spec: ExperimentSpec, budget: int) -> dict[s
 
 def update_results_md(name: str, summary: dict[str, Any], command: str) -> None:
     """Replace this experiment's block in RESULTS.md (added at the end if new)."""
+    target = summary.get("target")
     lines = [
         f"<!-- begin {name} -->",
         f"### {name}: {summary['run']} on {summary['env']}",
@@ -259,16 +276,30 @@ def update_results_md(name: str, summary: dict[str, Any], command: str) -> None:
         f"`benchmarks/curves/{name}/curve.png`.",
         "",
         "| implementation | seeds | env steps | median final evaluation return | per seed "
-        "| median wall-clock |",
-        "|---|---|---|---|---|---|",
+        "| median wall-clock |"
+        + (f" first evaluation >= {target:g} |" if target is not None else ""),
+        "|---|---|---|---|---|---|" + ("---|" if target is not None else ""),
     ]
     for impl, runs in summary["runs"].items():
         rets = [r["final_eval_return"] for r in runs]
-        lines.append(
+        row = (
             f"| {impl} | {len(runs)} | {int(statistics.median(r['timesteps'] for r in runs)):,} | "
             f"{statistics.median(rets):.1f} | {', '.join(f'{x:.0f}' for x in rets)} | "
             f"{statistics.median(r['wall_s'] for r in runs) / 60:.1f} min |"
         )
+        if target is not None:
+            reached = [r["reached_target"] for r in runs]
+            row += (
+                " "
+                + ", ".join(
+                    f"{int(x['timesteps']):,} steps, {x['wall_s'] / 60:.0f} min"
+                    if x
+                    else "not reached"
+                    for x in reached
+                )
+                + " |"
+            )
+        lines.append(row)
     lines.append(f"<!-- end {name} -->")
     block = "\n".join(lines)
     text = RESULTS_MD.read_text() if RESULTS_MD.exists() else "# Learning results\n"
@@ -289,6 +320,9 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=0, help="env steps (0: the file's stop)")
     parser.add_argument("--peer", choices=["sb3"], help="also run this library")
     parser.add_argument("--resume", action="store_true", help="continue from checkpoints")
+    parser.add_argument(
+        "--target", type=float, help="also report when evaluation first reached this return"
+    )
     args = parser.parse_args()
     experiments = load_experiments(args.file)
     if len(experiments) != 1:
@@ -305,11 +339,12 @@ def main() -> None:
         if args.peer == "sb3":
             print(f"{name}: sb3 seed {seed}", flush=True)
             run_sb3_ppo(spec, seed, budget, out)
-    summary = summarize(name, out, spec, budget)
+    summary = summarize(name, out, spec, budget, args.target)
     command = " ".join(
         ["python benchmarks/learning.py", args.file, f"--seeds {args.seeds}"]
         + ([f"--budget {args.budget}"] if args.budget else [])
         + ([f"--peer {args.peer}"] if args.peer else [])
+        + ([f"--target {args.target:g}"] if args.target is not None else [])
     )
     update_results_md(name, summary, command)
     print(f"wrote {out} and {RESULTS_MD}")
