@@ -151,12 +151,12 @@ def run_sb3_ppo(spec: ExperimentSpec, seed: int, budget: int, out: Path) -> Path
     import torch
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
-    from stable_baselines3.common.vec_env import sync_envs_normalization
+    from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
 
     model, env, eval_env = make_sb3_ppo(spec, seed)
     c = spec.config
     n_envs = env.num_envs
-    norm = c.get("observation_filter") == "MeanStdFilter"
+    norm = isinstance(env, VecNormalize)
     every = int(c.get("evaluation_interval", 10)) * int(c["train_batch_size"])
     episodes = int(c.get("evaluation_num_episodes", 5))
     rows: list[dict[str, float]] = []

@@ -38,10 +38,9 @@ def main() -> None:
     steps_per_iter = int(config["train_batch_size"])
     steps = args.iterations * steps_per_iter
 
-    torch.set_num_threads(1)
     trainer = get_trainer_class(spec.run)(config)
     model, _env, _eval_env = make_sb3_ppo(spec, seed=0)
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # after both are built: one thread each
     wait_for_quiet(60)
     best = {"hierl": float("inf"), "sb3": float("inf")}
     split = {"sample": float("inf"), "learn": float("inf")}
@@ -60,13 +59,13 @@ def main() -> None:
                 t0 = time.perf_counter()
                 model.learn(steps, reset_num_timesteps=False)
                 sb3 = (time.perf_counter() - t0) / steps * 1e6
+            sample_us, learn_us = sample_ms * 1e3 / steps, learn_ms * 1e3 / steps
             best["hierl"], best["sb3"] = min(best["hierl"], hierl), min(best["sb3"], sb3)
-            split["sample"] = min(split["sample"], sample_ms * 1e3 / steps)
-            split["learn"] = min(split["learn"], learn_ms * 1e3 / steps)
+            split["sample"] = min(split["sample"], sample_us)
+            split["learn"] = min(split["learn"], learn_us)
             print(
-                f"round {r}: hierl {hierl:6.0f} us/step (sampling {sample_ms * 1e3 / steps:.0f}, "
-                f"learning {learn_ms * 1e3 / steps:.0f}), SB3 {sb3:6.0f} us/step  "
-                f"({meter.describe()})"
+                f"round {r}: hierl {hierl:6.0f} us/step (sampling {sample_us:.0f}, "
+                f"learning {learn_us:.0f}), SB3 {sb3:6.0f} us/step  ({meter.describe()})"
             )
     finally:
         trainer.stop()
