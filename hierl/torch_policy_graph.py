@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from hierl.models.networks import ModelConfig, make_actor_critic, make_custom_model
+from hierl.models.numpy_acting import NumpyActor
 from hierl.policy_graph import GlobalVars, PolicyGraph, Weights
 from hierl.postprocessing import segment_ends
 from hierl.sample_batch import SampleBatch
@@ -151,6 +152,15 @@ def writable_array(array: Any) -> np.ndarray:
     return array if array.flags.writeable else array.copy()
 
 
+def _action_extras(logp: np.ndarray, values: np.ndarray, dist_inputs: np.ndarray) -> dict:
+    """The per-step extras acting records."""
+    return {
+        SampleBatch.ACTION_LOGP: logp,
+        SampleBatch.VF_PREDS: values,
+        SampleBatch.ACTION_DIST_INPUTS: dist_inputs,
+    }
+
+
 class TorchPolicyGraph(PolicyGraph):
     """PolicyGraph on a torch ``nn.Module`` returning ``(dist_inputs, values)``.
 
@@ -195,6 +205,7 @@ class TorchPolicyGraph(PolicyGraph):
             ]
             self.max_seq_len = int(getattr(self.model, "max_seq_len", ModelConfig.max_seq_len))
         self.optimizer = self.make_optimizer()
+        self._numpy_actor = self._make_numpy_actor()
         self._param_names = [name for name, _ in self.model.named_parameters()]
 
     # -- construction hooks -------------------------------------------------------------
@@ -210,8 +221,14 @@ class TorchPolicyGraph(PolicyGraph):
         """Build the torch optimizer (Adam with ``config.lr``)."""
         return make_adam(list(self.model.parameters()), self.config.lr, eps=1e-5)
 
+    def _make_numpy_actor(self) -> NumpyActor | None:
+        """The numpy actor over the model (``ModelConfig.numpy_acting``), or None."""
+        model_config = getattr(self.config, "model", None) or ModelConfig()
+        if not model_config.numpy_acting or self.device.type != "cpu":
+            return None
+        return NumpyActor.mirror(self.model)
+
     # -- act ---------------------------------------------------------------------------
-    @torch.no_grad()
     def compute_actions(
         self,
         obs_batch: np.ndarray,
@@ -223,9 +240,21 @@ class TorchPolicyGraph(PolicyGraph):
         For a recurrent model ``state_batches`` holds one array per state tensor with one
         row per observation (None: every row starts from :meth:`get_initial_state`), and
         the returned ``state_out`` is the state after this step, in the same layout.
+        Small batches on a model :class:`NumpyActor` mirrors act through it
+        (``ModelConfig.numpy_acting``).
         """
         if self.is_recurrent:
             return self._compute_actions_recurrent(obs_batch, state_batches, explore)
+        actor = self._numpy_actor
+        if actor is not None and len(obs_batch) <= actor.max_rows and actor.is_current():
+            actions, logp, values, dist_inputs = actor.act(obs_batch, explore)
+            return actions, [], _action_extras(logp, values, dist_inputs)
+        return self._compute_actions_torch(obs_batch, explore)
+
+    @torch.no_grad()
+    def _compute_actions_torch(
+        self, obs_batch: np.ndarray, explore: bool
+    ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
         dist_inputs, values = self.model(torch.as_tensor(obs_batch, device=self.device))
         actions, extra = self._act(dist_inputs, values, explore)
         return actions, [], extra
@@ -240,13 +269,10 @@ class TorchPolicyGraph(PolicyGraph):
         else:
             actions = dist.deterministic_sample()
             logp = dist.logp(actions)
-        extra = {
-            SampleBatch.ACTION_LOGP: logp.cpu().numpy(),
-            SampleBatch.VF_PREDS: values.cpu().numpy(),
-            SampleBatch.ACTION_DIST_INPUTS: dist_inputs.cpu().numpy(),
-        }
+        extra = _action_extras(logp.cpu().numpy(), values.cpu().numpy(), dist_inputs.cpu().numpy())
         return actions.cpu().numpy(), extra
 
+    @torch.no_grad()
     def _compute_actions_recurrent(
         self,
         obs_batch: np.ndarray,

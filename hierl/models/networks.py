@@ -108,6 +108,12 @@ class ModelConfig:
             name, never code: restoring needs the name registered again.
         custom_model_config: Settings for the custom model (JSON values: they are stored
             in checkpoints), handed to its factory inside this config.
+        numpy_acting: Act on CPU through numpy views of the default feed-forward
+            model's weights (:class:`~hierl.models.numpy_acting.NumpyActor`) for batches
+            of up to 64 rows: the same function without torch's per-op cost, ~8x less
+            time per step for one env with a 64x64 MLP.  It applies only to MLP torsos
+            with Categorical or DiagGaussian actions (others act through torch), and
+            draws from numpy's global generator instead of torch's.  False: always torch.
 
     Lists are accepted for the tuple fields and normalised to tuples.
     """
@@ -124,6 +130,7 @@ class ModelConfig:
     max_seq_len: int = 20
     custom_model: str | None = None
     custom_model_config: dict = field(default_factory=dict)
+    numpy_acting: bool = True
 
     def __post_init__(self) -> None:
         """Normalise list-valued fields to tuples and validate the configuration."""
@@ -157,6 +164,7 @@ class ModelConfig:
             raise ValueError(
                 f"lstm_cell_size must be a positive integer, got {self.lstm_cell_size}"
             )
+        self.numpy_acting = bool(self.numpy_acting)
         self.max_seq_len = int(self.max_seq_len)
         if self.max_seq_len <= 0:
             raise ValueError(f"max_seq_len must be a positive integer, got {self.max_seq_len}")
