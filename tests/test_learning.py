@@ -24,10 +24,17 @@ def test_ppo_cartpole_with_two_remote_evaluators(ray_session):
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize(
-    ("trainer_class", "overrides"), [(IMPALATrainer, {}), (APPOTrainer, {"lr": 1e-3})]
+    ("trainer_class", "overrides"),
+    [
+        (IMPALATrainer, {}),
+        (APPOTrainer, {"lr": 1e-3, "optimizer_config": {"learner_queue_size": 1}}),
+    ],
 )
 def test_impala_and_appo_cartpole_with_two_remote_evaluators(ray_session, trainer_class, overrides):
-    # APPO at IMPALA's 2e-3 needed 147k-933k steps over seeds 0-4, at 1e-3 182k-298k
+    # APPO at IMPALA's 2e-3 needed 147k-933k steps over seeds 0-4, at 1e-3 182k-298k.
+    # Once evaluators sampled faster (numpy acting), RLlib's learner queue of 4 batches
+    # let the behaviour policy lag further behind: 218k-643k and one seed short of 450
+    # within 1M; with a queue of one batch APPO needs 262k-428k (tests/LEARNING.md).
     with trainer_class({**IMPALA_CARTPOLE, **overrides, "seed": SEED}) as trainer:
         run = train_until(trainer, 450, 1_000_000)
     assert run.reached, run
