@@ -110,8 +110,8 @@ class ModelConfig:
             in checkpoints), handed to its factory inside this config.
         numpy_acting: Act on CPU through numpy views of the default feed-forward
             model's weights (:class:`~hierl.models.numpy_acting.NumpyActor`) for batches
-            of up to 64 rows: the same function without torch's per-op cost, ~8x less
-            time per step for one env with a 64x64 MLP.  It applies only to MLP torsos
+            of up to 64 rows: the same function without torch's per-op cost, ~5x less
+            time per step for one env with 64x64 MLPs.  It applies only to MLP torsos
             with Categorical or DiagGaussian actions (others act through torch), and
             draws from numpy's global generator instead of torch's.  False: always torch.
 
