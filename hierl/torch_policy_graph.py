@@ -209,10 +209,15 @@ class TorchPolicyGraph(PolicyGraph):
         self._param_names = [name for name, _ in self.model.named_parameters()]
 
     # -- construction hooks -------------------------------------------------------------
+    @property
+    def model_config(self) -> ModelConfig:
+        """``config.model`` (the defaults when the config has none)."""
+        return getattr(self.config, "model", None) or ModelConfig()
+
     def make_model(self) -> nn.Module:
         """Build the model ``config.model`` describes: its ``custom_model`` if set, else
         the default actor-critic (LSTM if ``use_lstm``)."""
-        model_config = getattr(self.config, "model", None) or ModelConfig()
+        model_config = self.model_config
         if model_config.custom_model is not None:
             return make_custom_model(self.observation_space, self.action_space, model_config)
         return make_actor_critic(self.observation_space, self.action_space, model_config)
@@ -222,11 +227,9 @@ class TorchPolicyGraph(PolicyGraph):
         return make_adam(list(self.model.parameters()), self.config.lr, eps=1e-5)
 
     def _make_numpy_actor(self) -> NumpyActor | None:
-        """The numpy actor over the model (``ModelConfig.numpy_acting``), or None."""
-        model_config = getattr(self.config, "model", None) or ModelConfig()
-        if not model_config.numpy_acting or self.device.type != "cpu":
-            return None
-        return NumpyActor.mirror(self.model)
+        """The numpy actor over the model (``ModelConfig.numpy_acting``; CPU models
+        only, which :meth:`NumpyActor.mirror` checks), or None."""
+        return NumpyActor.mirror(self.model) if self.model_config.numpy_acting else None
 
     # -- act ---------------------------------------------------------------------------
     def compute_actions(
