@@ -17,8 +17,9 @@ import numpy as np
 from hierl.config import Config
 from hierl.evaluators import EpisodeRecord, EvaluatorSet, PolicyEvaluator
 from hierl.evaluators.ray_runtime import ActorGroup
+from hierl.optimizers.capabilities import capability_gap
 from hierl.optimizers.timers import TimerStat
-from hierl.policy_graph import GlobalVars, LearnerStats, PolicyGraph
+from hierl.policy_graph import GlobalVars, LearnerStats
 from hierl.sample_batch import DEFAULT_POLICY_ID
 
 T = TypeVar("T")
@@ -47,11 +48,6 @@ class OptimizerConfig(Config):
 
     def __post_init__(self) -> None:
         self.check("train_batch_size", self.train_batch_size >= 1, "must be >= 1")
-
-
-def _protocol_methods(protocol: type) -> list[str]:
-    """The method names a Protocol declares (for error messages)."""
-    return sorted(k for k, v in vars(protocol).items() if callable(v) and not k.startswith("_"))
 
 
 def single_policy_stats(stats: Mapping[str, float]) -> LearnerStats:
@@ -119,23 +115,12 @@ class PolicyOptimizer:
         ``required_policy_protocols``; the Trainer
         refuses a policy this returns a reason for, and ``auto`` skips such candidates.
         """
-        required = cls.required_policy_class
-        if required is not None and not issubclass(policy_class, required):
-            return f"it is not a {required.__name__} subclass"
-        missing = [
-            m
-            for m in cls.required_policy_methods
-            if getattr(policy_class, m, None) is None
-            or getattr(policy_class, m) is getattr(PolicyGraph, m, None)
-        ]
-        missing += [
-            f"{protocol.__name__} ({', '.join(_protocol_methods(protocol))})"
-            for protocol in cls.required_policy_protocols
-            if not issubclass(policy_class, protocol)
-        ]
-        if missing:
-            return f"it does not implement {', '.join(missing)}"
-        return None
+        return capability_gap(
+            policy_class,
+            cls.required_policy_class,
+            cls.required_policy_methods,
+            cls.required_policy_protocols,
+        )
 
     @classmethod
     def check_config(cls, config: OptimizerConfig, num_evaluators: int) -> None:
