@@ -144,7 +144,7 @@ def _is_row_compressed(value: Any) -> bool:
     """True for a 1-D object array of per-row :class:`CompressedColumn` (``bulk=False``)."""
     return (
         isinstance(value, np.ndarray)
-        and value.dtype == object
+        and value.dtype.hasobject  # an attribute read: ``dtype == object`` builds a dtype
         and value.ndim == 1
         and value.size > 0
         and isinstance(value[0], CompressedColumn)

@@ -91,6 +91,23 @@ def standardize(advantages: torch.Tensor) -> torch.Tensor:
     return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
 
+def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
+    """Scale the gradients of ``params`` so their global L2 norm is at most ``max_norm``;
+    the norm before clipping.
+
+    The arithmetic of ``torch.nn.utils.clip_grad_norm_`` (coefficient
+    ``max_norm / (norm + 1e-6)`` clamped to 1, one multiply per gradient) for gradients on
+    one device, without its per-call grouping of tensors by device and dtype: ~50 µs
+    instead of ~180 µs per update for a 64x64 MLP on CPU.
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
+
+
 def make_adam(params: list[nn.Parameter], lr: float, eps: float = 1e-8) -> torch.optim.Optimizer:
     """Adam over ``params``: fused (one kernel for all, CPU too since torch 2.4) if possible."""
     try:
@@ -207,6 +224,7 @@ class TorchPolicyGraph(PolicyGraph):
         self.optimizer = self.make_optimizer()
         self._numpy_actor = self._make_numpy_actor()
         self._param_names = [name for name, _ in self.model.named_parameters()]
+        self._params = list(self.model.parameters())
 
     # -- construction hooks -------------------------------------------------------------
     @property
@@ -426,11 +444,14 @@ class TorchPolicyGraph(PolicyGraph):
         store) are copied, since a tensor sharing read-only memory is unsafe to use.
         """
         batch.decompress_if_needed()
-        return {
-            k: torch.as_tensor(writable_array(v), device=self.device)
+        out = {
+            k: torch.from_numpy(writable_array(v))  # ~1.3 us a column; as_tensor takes ~3.8
             for k, v in batch.items()
             if k != SampleBatch.SEQ_LENS or v is not None
         }
+        if self.device.type != "cpu":
+            out = {k: v.to(self.device) for k, v in out.items()}
+        return out
 
     def _backward(self, batch: SampleBatch, clip: bool = True) -> dict[str, float]:
         if self.is_recurrent and SampleBatch.SEQ_LENS not in batch:
@@ -449,8 +470,7 @@ class TorchPolicyGraph(PolicyGraph):
         clip = getattr(self.config, "grad_clip", None)
         if not clip:
             return {}
-        gnorm = nn.utils.clip_grad_norm_(self.model.parameters(), clip, foreach=True)
-        return {"grad_gnorm": float(gnorm)}
+        return {"grad_gnorm": float(clip_grad_norm(self._params, clip))}
 
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
         """Compute the loss on ``batch``, clip gradients and take one optimizer step."""
