@@ -4,7 +4,8 @@ An *env creator* is a callable ``creator(env_config) -> gymnasium.Env | VectorEn
 ``env_config`` is an :class:`EnvContext`: the user's dict plus ``worker_index`` and
 ``vector_index`` so that each copy can be told apart.  A creator that returns a
 ``gymnasium.vector.VectorEnv`` is used as is (stepped in one call: no per-sub-env
-Python loop); plain envs are wrapped into a ``SyncVectorEnv``.
+Python loop); plain envs are wrapped into a :class:`SameStepVectorEnv` (Gymnasium's
+``SyncVectorEnv`` in ``SAME_STEP`` autoreset mode).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
-from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector import SyncVectorEnv, VectorEnv
 
 from hierl.config import ConfigError
 from hierl.evaluators import atari
+from hierl.evaluators.vector_env import SameStepVectorEnv
 from hierl.shared_registry import SharedRegistry
 
 EnvCreator = Callable[[Mapping[str, Any]], "gym.Env | VectorEnv"]
@@ -146,9 +148,7 @@ def make_vector_env(
     def factory(i: int) -> Callable[[], gym.Env]:
         return lambda: envs[i] if i == 0 else creator(EnvContext(env_config, worker_index, i))
 
-    return SyncVectorEnv(
-        [factory(i) for i in range(num_envs)], copy=False, autoreset_mode=AutoresetMode.SAME_STEP
-    )
+    return SameStepVectorEnv([factory(i) for i in range(num_envs)])
 
 
 def env_spaces(creator: EnvCreator, env_config: Mapping[str, Any]) -> tuple[gym.Space, gym.Space]:
