@@ -5,7 +5,8 @@ Gymnasium's ``step`` splits the actions and joins the observations through its
 space-generic ``iterate`` / ``concatenate`` (``functools.singledispatch``) and merges an
 empty info dict per sub-env.  For ``Box``, ``Discrete``, ``MultiDiscrete`` and
 ``MultiBinary`` spaces the same results come from indexing one array and writing rows
-into another: on one MuJoCo env this takes ~50 µs off a ~320 µs sampler step.  Other
+into another: on one HalfCheetah env the overhead over the bare env's step goes
+from 25-42 µs to 10-11 µs.  Other
 spaces (``Dict``, ``Tuple``, ...) go through Gymnasium's ``step`` unchanged.
 """
 
