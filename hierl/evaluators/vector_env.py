@@ -5,9 +5,9 @@ Gymnasium's ``step`` splits the actions and joins the observations through its
 space-generic ``iterate`` / ``concatenate`` (``functools.singledispatch``) and merges an
 empty info dict per sub-env.  For ``Box``, ``Discrete``, ``MultiDiscrete`` and
 ``MultiBinary`` spaces the same results come from indexing one array and writing rows
-into another: on one HalfCheetah env the overhead over the bare env's step goes
-from 25-42 µs to 10-11 µs.  Other
-spaces (``Dict``, ``Tuple``, ...) go through Gymnasium's ``step`` unchanged.
+into another: on one HalfCheetah env the overhead over the bare env's step goes from
+25-42 µs to 10-11 µs.  Other spaces (``Dict``, ``Tuple``, ...) go through Gymnasium's
+``step`` unchanged.
 """
 
 from __future__ import annotations
