@@ -14,16 +14,25 @@ excluded from every mean (policy, value, entropy, KL).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
+from hierl.algorithms.ppo_numpy import numpy_ppo_grads
 from hierl.algorithms.trainer import Trainer, TrainerConfig, same_defaults
+from hierl.models.distributions import DiagGaussian
+from hierl.models.numpy_acting import NumpyActor
 from hierl.policy_graph import LearnerStats, PolicyGraph
 from hierl.postprocessing import compute_advantages
 from hierl.sample_batch import SampleBatch
-from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph, standardize
+from hierl.torch_policy_graph import (
+    TensorBatch,
+    TorchPolicyGraph,
+    check_finite_loss,
+    standardize,
+)
 
 PPO_OPTIMIZERS = ("local", "multi_gpu", "allreduce", "auto")
 """The strategies PPO runs on (those that run SGD epochs over each batch)."""
@@ -102,6 +111,37 @@ class PPOPolicy(TorchPolicyGraph):
     def __init__(self, observation_space, action_space, config: PPOConfig, model=None):
         super().__init__(observation_space, action_space, config, model)
         self.kl_coeff = config.kl_coeff
+        self._numpy_learner = self._make_numpy_learner()
+
+    def _make_numpy_learner(self) -> NumpyActor | None:
+        """A numpy mirror of the model to learn through (:mod:`hierl.algorithms.ppo_numpy`)
+        when ``model.numpy_learning`` is on, the actions are Gaussian and this class's loss
+        is PPOPolicy's own; else None."""
+        if not self.model_config.numpy_learning or self.dist_class is not DiagGaussian:
+            return None
+        if type(self).loss is not PPOPolicy.loss:
+            return None
+        return NumpyActor.mirror(self.model)
+
+    def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
+        """One update: through numpy when :meth:`_make_numpy_learner` allowed it (and the
+        KL penalty is off and the weights still back the mirror), else through torch."""
+        learner = self._numpy_learner
+        if (
+            learner is None
+            or self.kl_coeff > 0
+            or SampleBatch.SEQ_LENS in batch
+            or not learner.is_current()
+        ):
+            return super().learn_on_batch(batch)
+        total, stats, grads = numpy_ppo_grads(learner, self.config, batch)
+        if not math.isfinite(total):
+            check_finite_loss(torch.tensor(total), type(self).__name__, batch.count, batch)
+        for param, grad in grads:
+            param.grad = torch.from_numpy(grad)
+        out = {**stats, "total_loss": total, **self._clip_grads()}
+        self.optimizer.step()
+        return out
 
     def postprocess_trajectory(self, batch, other_agent_batches=None):
         """GAE; bootstraps from V(final obs) unless the segment ended in termination."""

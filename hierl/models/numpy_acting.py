@@ -10,7 +10,12 @@ once), for the default feed-forward :class:`~hierl.models.networks.ActorCritic` 
 torsos and :class:`~hierl.models.distributions.Categorical` or
 :class:`~hierl.models.distributions.DiagGaussian` actions.  Sampling draws from numpy's
 global generator, which :func:`hierl.utils.seed_everything` seeds and checkpoints save,
-as they do torch's.  Learning, value bootstrapping and everything else stay in torch.
+as they do torch's.  :meth:`NumpyActor.forward_train` and :meth:`NumpyActor.backward`
+give the same model's forward pass with its intermediate values and the gradients of
+its parameters for given output gradients (what ``torch.autograd`` computes, up to
+float32 rounding), for losses written in numpy (PPO's Gaussian update,
+:mod:`hierl.algorithms.ppo_numpy`).  Value bootstrapping and everything else stay in
+torch.
 
 ``ModelConfig.numpy_acting`` switches it off; :meth:`NumpyActor.mirror` returns None for
 any model it cannot reproduce exactly (custom models, images, LSTMs, other
@@ -29,7 +34,7 @@ from torch import nn
 from hierl.models.distributions import Categorical, DiagGaussian
 from hierl.models.networks import MLP, ActorCritic
 
-__all__ = ["NumpyActor"]
+__all__ = ["NumpyActor", "ParamGrads", "TrainPass"]
 
 Array = np.ndarray
 
@@ -50,6 +55,36 @@ def _silu(x: Array) -> Array:
     return x * (0.5 + 0.5 * np.tanh(0.5 * x))  # x * sigmoid(x), without exp overflow
 
 
+def _tanh_grad(pre: Array, y: Array) -> Array:
+    return 1.0 - y * y
+
+
+def _relu_grad(pre: Array, y: Array) -> Array:
+    return (y > 0.0).astype(np.float32)  # torch: the gradient passes where the output > 0
+
+
+def _elu_grad(pre: Array, y: Array) -> Array:
+    return np.where(y > 0.0, np.float32(1.0), y + np.float32(1.0))  # exp(x) = y + 1 for x <= 0
+
+
+def _silu_grad(pre: Array, y: Array) -> Array:
+    sig = 0.5 + 0.5 * np.tanh(0.5 * pre)
+    return sig * (1.0 + pre * (1.0 - sig))
+
+
+_DERIVATIVES: dict[Callable[[Array], Array], Callable[[Array, Array], Array]] = {
+    _tanh: _tanh_grad,
+    _relu: _relu_grad,
+    _elu: _elu_grad,
+    _silu: _silu_grad,
+}
+"""d activation / d input from ``(input, output)``; tanh and ReLU run in place, so they
+read the output only (their input array *is* the output)."""
+
+ParamGrads = list[tuple[nn.Parameter, Array]]
+"""Gradients of a model's parameters: ``(parameter, gradient of the same shape)``."""
+
+
 _ACTIVATIONS: dict[type[nn.Module], Callable[[Array], Array]] = {
     nn.Tanh: _tanh,
     nn.ReLU: _relu,
@@ -64,6 +99,7 @@ class _Dense:
     """``y = act(x @ W.T + b)`` on views of an ``nn.Linear``'s parameters."""
 
     def __init__(self, layer: nn.Linear, activation: Callable[[Array], Array] | None) -> None:
+        self.layer = layer
         self.weight_t = layer.weight.detach().numpy().T  # a view, not a copy
         self.bias = layer.bias.detach().numpy() if layer.bias is not None else None
         self.activation = activation
@@ -73,6 +109,24 @@ class _Dense:
         if self.bias is not None:
             y += self.bias
         return y if self.activation is None else self.activation(y)
+
+    def forward_train(self, x: Array) -> tuple[Array, Array]:
+        """``(output, pre-activation)``; for in-place activations they are one array."""
+        pre = x @ self.weight_t
+        if self.bias is not None:
+            pre += self.bias
+        return (pre if self.activation is None else self.activation(pre)), pre
+
+    def backward(
+        self, x: Array, pre: Array, y: Array, grad_y: Array, grads: ParamGrads, input_grad: bool
+    ) -> Array | None:
+        """Append this layer's parameter gradients to ``grads`` given the gradient of its
+        output; the gradient of its input if ``input_grad``."""
+        g = grad_y if self.activation is None else grad_y * _DERIVATIVES[self.activation](pre, y)
+        grads.append((self.layer.weight, g.T @ x))
+        if self.layer.bias is not None:
+            grads.append((self.layer.bias, g.sum(axis=0)))
+        return g @ self.weight_t.T if input_grad else None
 
 
 def _mlp_layers(torso: nn.Module) -> list[_Dense] | None:
@@ -99,6 +153,35 @@ def _run(layers: list[_Dense], x: Array) -> Array:
     for layer in layers:
         x = layer(x)
     return x
+
+
+Tape = list[tuple[Array, Array, Array]]
+"""``(input, pre-activation, output)`` of each layer of a torso, in order."""
+
+
+def _run_train(layers: list[_Dense], x: Array) -> tuple[Array, Tape]:
+    tape: Tape = []
+    for layer in layers:
+        y, pre = layer.forward_train(x)
+        tape.append((x, pre, y))
+        x = y
+    return x, tape
+
+
+def _backprop(layers: list[_Dense], tape: Tape, grad: Array, grads: ParamGrads) -> None:
+    for i in range(len(layers) - 1, -1, -1):
+        x, pre, y = tape[i]
+        grad = layers[i].backward(x, pre, y, grad, grads, input_grad=i > 0)
+
+
+class TrainPass:
+    """What :meth:`NumpyActor.forward_train` keeps for :meth:`NumpyActor.backward`."""
+
+    def __init__(self, pi_tape: Tape, vf_tape: Tape | None, features: Array, vf_features: Array):
+        self.pi_tape = pi_tape
+        self.vf_tape = vf_tape
+        self.features = features
+        self.vf_features = vf_features
 
 
 class NumpyActor:
@@ -172,6 +255,55 @@ class NumpyActor:
         vf_features = features if self._vf_layers is None else _run(self._vf_layers, obs)
         values = self._vf_head(vf_features)[:, 0]
         return dist_inputs, values
+
+    def forward_train(self, obs: Array) -> tuple[Array, Array, TrainPass]:
+        """:meth:`forward` that also keeps what :meth:`backward` needs."""
+        obs = np.asarray(obs, dtype=np.float32)
+        features, pi_tape = _run_train(self._pi_layers, obs)
+        head = self._pi_head(features)
+        if self._log_std is not None:
+            dim = self._log_std.shape[0]
+            dist_inputs = np.empty((len(obs), 2 * dim), np.float32)
+            dist_inputs[:, :dim] = head
+            dist_inputs[:, dim:] = self._log_std
+        else:
+            dist_inputs = head
+        if self._vf_layers is None:
+            vf_features, vf_tape = features, None
+        else:
+            vf_features, vf_tape = _run_train(self._vf_layers, obs)
+        values = self._vf_head(vf_features)[:, 0]
+        return dist_inputs, values, TrainPass(pi_tape, vf_tape, features, vf_features)
+
+    def backward(self, tape: TrainPass, grad_dist_inputs: Array, grad_values: Array) -> ParamGrads:
+        """Gradients of every parameter of the model for the gradients of a loss with
+        respect to :meth:`forward_train`'s outputs (``(B, D)`` and ``(B,)``, float32)."""
+        grads: ParamGrads = []
+        grad_head = grad_dist_inputs
+        if self._log_std is not None:
+            dim = self._log_std.shape[0]
+            grads.append((self._model.log_std, grad_dist_inputs[:, dim:].sum(axis=0)))
+            grad_head = np.ascontiguousarray(grad_dist_inputs[:, :dim])
+        shared = tape.vf_tape is None
+        pi_deep, vf_deep = bool(self._pi_layers), bool(self._vf_layers)
+        grad_features = self._pi_head.backward(
+            tape.features, None, None, grad_head, grads, input_grad=pi_deep
+        )
+        grad_vf = self._vf_head.backward(
+            tape.vf_features,
+            None,
+            None,
+            grad_values[:, None],
+            grads,
+            input_grad=pi_deep if shared else vf_deep,
+        )
+        if shared and pi_deep:  # both heads' gradients meet in the one torso
+            grad_features = grad_features + grad_vf
+        elif vf_deep:
+            _backprop(self._vf_layers, tape.vf_tape, grad_vf, grads)
+        if pi_deep:
+            _backprop(self._pi_layers, tape.pi_tape, grad_features, grads)
+        return grads
 
     def act(self, obs: Array, explore: bool) -> tuple[Array, Array, Array, Array]:
         """``(actions, logp, values, dist_inputs)`` for a batch of observations: a sample
