@@ -4,7 +4,8 @@
 On CPU a 64-row minibatch through two 64x64 MLPs is a hundred-odd tiny tensor ops, and
 torch's per-op cost, not arithmetic, sets the time of an update: ~1.7 ms, the same for
 hierl's loss and for a bare CleanRL-style torch loop (``benchmarks/mujoco_ppo.py``).
-The same forward pass, loss and backward pass in numpy take a fraction of that.  The
+The same forward pass, loss and backward pass in numpy, with torch's gradient clipping
+and fused Adam step, take about half of it (873 vs 1,694 µs on Hopper's model).  The
 gradients follow torch's autograd exactly, ties included (``torch.min``/``torch.max``
 send half the gradient to each equal operand; ``clamp`` passes it at its bounds), and
 the parameters' ``.grad`` are then clipped and stepped by the policy's own torch

@@ -117,8 +117,8 @@ class ModelConfig:
         numpy_learning: Let policies whose loss has a numpy version learn through it on
             the same views of the weights (PPO with DiagGaussian actions:
             :mod:`hierl.algorithms.ppo_numpy`): the gradients torch's autograd computes,
-            ~4x faster per 64-row minibatch of a 64x64 MLP on CPU; the step is still the
-            policy's torch optimizer.  False: always torch.
+            about half the time per 64-row minibatch of 64x64 MLPs on CPU; the step is
+            still the policy's torch optimizer.  False: always torch.
 
     Lists are accepted for the tuple fields and normalised to tuples.
     """
