@@ -21,20 +21,18 @@ else learns through torch.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from hierl.models.distributions import DiagGaussian
-from hierl.models.numpy_acting import NumpyActor, ParamGrads
+from hierl.models.numpy_acting import HALF_LOG_2PI, NumpyActor, ParamGrads
 from hierl.sample_batch import SampleBatch
 
 Array = np.ndarray
 
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
-_HALF_LOG_2PI_E = 0.5 * math.log(2.0 * math.pi * math.e)
+_HALF_LOG_2PI_E = HALF_LOG_2PI + 0.5  # the entropy's constant: log(sqrt(2 pi e))
 
 
 def _min_grad(a: Array, b: Array) -> tuple[Array, Array]:
@@ -72,7 +70,7 @@ def gaussian_ppo_loss_grads(
     std = np.exp(log_std)
     actions = np.asarray(batch[SampleBatch.ACTIONS]).reshape(mean.shape).astype(mean.dtype)
     z = (actions - mean) / std
-    logp = (-0.5 * z * z - log_std - _HALF_LOG_2PI).sum(-1)
+    logp = (-0.5 * z * z - log_std - HALF_LOG_2PI).sum(-1)
     ratio = np.exp(logp - batch[SampleBatch.ACTION_LOGP])
     adv = batch[SampleBatch.ADVANTAGES]
     if config.normalize_advantages:

@@ -34,7 +34,7 @@ from torch import nn
 from hierl.models.distributions import Categorical, DiagGaussian
 from hierl.models.networks import MLP, ActorCritic
 
-__all__ = ["NumpyActor", "ParamGrads", "TrainPass"]
+__all__ = ["HALF_LOG_2PI", "NumpyActor", "ParamGrads", "TrainPass"]
 
 Array = np.ndarray
 
@@ -92,7 +92,8 @@ _ACTIVATIONS: dict[type[nn.Module], Callable[[Array], Array]] = {
     nn.SiLU: _silu,
 }
 
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+"""``log(sqrt(2 pi))``, the Gaussian log-density's constant (per dimension)."""
 
 
 class _Dense:
@@ -324,7 +325,7 @@ def _gaussian_act(dist_inputs: Array, explore: bool) -> tuple[Array, Array]:
     log_std = np.minimum(dist_inputs[:, dim:], DiagGaussian.LOG_STD_MAX)
     np.maximum(log_std, DiagGaussian.LOG_STD_MIN, out=log_std)
     logp = log_std.sum(-1)
-    logp += dim * _HALF_LOG_2PI
+    logp += dim * HALF_LOG_2PI
     np.negative(logp, out=logp)
     if not explore:
         return mean.copy(), logp
