@@ -121,7 +121,8 @@ class PPOPolicy(TorchPolicyGraph):
             return None
         if type(self).loss is not PPOPolicy.loss:
             return None
-        return NumpyActor.mirror(self.model)
+        # the acting mirror when there is one: the same views of the same weights
+        return self._numpy_actor or NumpyActor.mirror(self.model)
 
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
         """One update: through numpy when :meth:`_make_numpy_learner` allowed it (and the

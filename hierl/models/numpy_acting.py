@@ -243,16 +243,22 @@ class NumpyActor:
     def _storage(self) -> list[int]:
         return [p.data_ptr() for p in self._params]
 
+    def _dist_inputs(self, head: Array) -> Array:
+        """The policy head's output, with the free log-std appended when the model has one
+        (``[mean, log_std]``, without ``broadcast_to``'s overhead)."""
+        if self._log_std is None:
+            return head
+        dim = self._log_std.shape[0]
+        dist_inputs = np.empty((len(head), 2 * dim), np.float32)
+        dist_inputs[:, :dim] = head
+        dist_inputs[:, dim:] = self._log_std
+        return dist_inputs
+
     def forward(self, obs: Array) -> tuple[Array, Array]:
         """``(dist_inputs (B, D), values (B,))`` as ``ActorCritic.forward`` computes them."""
         obs = np.asarray(obs, dtype=np.float32)
         features = _run(self._pi_layers, obs)
-        dist_inputs = self._pi_head(features)
-        if self._log_std is not None:  # [mean, log_std] without broadcast_to's overhead
-            dim = self._log_std.shape[0]
-            head, dist_inputs = dist_inputs, np.empty((len(obs), 2 * dim), np.float32)
-            dist_inputs[:, :dim] = head
-            dist_inputs[:, dim:] = self._log_std
+        dist_inputs = self._dist_inputs(self._pi_head(features))
         vf_features = features if self._vf_layers is None else _run(self._vf_layers, obs)
         values = self._vf_head(vf_features)[:, 0]
         return dist_inputs, values
@@ -261,14 +267,7 @@ class NumpyActor:
         """:meth:`forward` that also keeps what :meth:`backward` needs."""
         obs = np.asarray(obs, dtype=np.float32)
         features, pi_tape = _run_train(self._pi_layers, obs)
-        head = self._pi_head(features)
-        if self._log_std is not None:
-            dim = self._log_std.shape[0]
-            dist_inputs = np.empty((len(obs), 2 * dim), np.float32)
-            dist_inputs[:, :dim] = head
-            dist_inputs[:, dim:] = self._log_std
-        else:
-            dist_inputs = head
+        dist_inputs = self._dist_inputs(self._pi_head(features))
         if self._vf_layers is None:
             vf_features, vf_tape = features, None
         else:
