@@ -10,7 +10,8 @@ its ``stop.timesteps_total``), checkpointing every ``checkpoint_freq`` iteration
 classic-control and Atari envs can: a run cut into chunks gives the same curve as one
 run).  ``--peer sb3`` runs SB3's PPO with the same hyperparameters beside it, in the same
 process, one after the other (PPO only).  ``--target R`` also reports, per seed, the env
-steps and wall-clock of the first evaluation of at least ``R``.
+steps and wall-clock of the first evaluation of at least ``R``; with ``--stop-at-target``
+each seed's run ends there (time-to-target comparisons).
 
 Writes, under ``benchmarks/curves/<name>/``: one CSV per implementation and
 seed (env steps, wall-clock seconds, training and greedy evaluation returns), a PNG of the
@@ -59,8 +60,16 @@ def _write_csv(path: Path, rows: list[dict[str, float]]) -> None:
     tmp.replace(path)  # atomic: a cut-off run never leaves half a file
 
 
-def run_hierl(spec: ExperimentSpec, seed: int, budget: int, out: Path, resume: bool) -> Path:
-    """Train one seed to ``budget`` env steps; the CSV's path."""
+def run_hierl(
+    spec: ExperimentSpec,
+    seed: int,
+    budget: int,
+    out: Path,
+    resume: bool,
+    stop_at: float | None = None,
+) -> Path:
+    """Train one seed to ``budget`` env steps (or until a greedy evaluation reaches
+    ``stop_at``); the CSV's path."""
     cls = get_trainer_class(spec.run)
     trainer = cls({**spec.config, "env": spec.env, "seed": seed})
     csv_path = out / f"hierl_seed{seed}.csv"
@@ -72,7 +81,7 @@ def run_hierl(spec: ExperimentSpec, seed: int, budget: int, out: Path, resume: b
         rows = [r for r in _read_csv(csv_path) if r["timesteps"] <= done]
         print(f"  seed {seed}: resumed at {done} env steps", flush=True)
     try:
-        while not rows or rows[-1]["timesteps"] < budget:
+        while not rows or (rows[-1]["timesteps"] < budget and not _reached(rows, stop_at)):
             result = trainer.train()
             rows.append(
                 {
@@ -92,12 +101,17 @@ def run_hierl(spec: ExperimentSpec, seed: int, budget: int, out: Path, resume: b
                     flush=True,
                 )
             freq = spec.checkpoint_freq or 10
-            if trainer.iteration % freq == 0 or rows[-1]["timesteps"] >= budget:
+            last = rows[-1]["timesteps"] >= budget or _reached(rows[-1:], stop_at)
+            if trainer.iteration % freq == 0 or last:
                 _write_csv(csv_path, rows)
                 trainer.save(ckpt)
     finally:
         trainer.stop()
     return csv_path
+
+
+def _reached(rows: list[dict[str, float]], target: float | None) -> bool:
+    return target is not None and _first_reaching(rows, target) is not None
 
 
 def make_sb3_ppo(spec: ExperimentSpec, seed: int) -> tuple[Any, Any, Any]:
@@ -323,7 +337,14 @@ def main() -> None:
     parser.add_argument(
         "--target", type=float, help="also report when evaluation first reached this return"
     )
+    parser.add_argument(
+        "--stop-at-target",
+        action="store_true",
+        help="stop each seed's run at its first evaluation of at least --target",
+    )
     args = parser.parse_args()
+    if args.stop_at_target and args.target is None:
+        parser.error("--stop-at-target needs --target")
     experiments = load_experiments(args.file)
     if len(experiments) != 1:
         raise SystemExit(f"{args.file} has {len(experiments)} experiments; expected one")
@@ -335,7 +356,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     for seed in range(args.seeds):
         print(f"{name}: hierl seed {seed}", flush=True)
-        run_hierl(spec, seed, budget, out, args.resume)
+        stop_at = args.target if args.stop_at_target else None
+        run_hierl(spec, seed, budget, out, args.resume, stop_at)
         if args.peer == "sb3":
             print(f"{name}: sb3 seed {seed}", flush=True)
             run_sb3_ppo(spec, seed, budget, out)
@@ -345,6 +367,7 @@ def main() -> None:
         + ([f"--budget {args.budget}"] if args.budget else [])
         + ([f"--peer {args.peer}"] if args.peer else [])
         + ([f"--target {args.target:g}"] if args.target is not None else [])
+        + (["--stop-at-target"] if args.stop_at_target else [])
     )
     update_results_md(name, summary, command)
     print(f"wrote {out} and {RESULTS_MD}")
