@@ -80,8 +80,9 @@ def run_hierl(
         done = trainer.optimizer.num_steps_sampled
         rows = [r for r in _read_csv(csv_path) if r["timesteps"] <= done]
         print(f"  seed {seed}: resumed at {done} env steps", flush=True)
+    finished = bool(rows) and (rows[-1]["timesteps"] >= budget or _reached(rows, stop_at))
     try:
-        while not rows or (rows[-1]["timesteps"] < budget and not _reached(rows, stop_at)):
+        while not finished:
             result = trainer.train()
             rows.append(
                 {
@@ -101,8 +102,8 @@ def run_hierl(
                     flush=True,
                 )
             freq = spec.checkpoint_freq or 10
-            last = rows[-1]["timesteps"] >= budget or _reached(rows[-1:], stop_at)
-            if trainer.iteration % freq == 0 or last:
+            finished = rows[-1]["timesteps"] >= budget or _reached(rows[-1:], stop_at)
+            if trainer.iteration % freq == 0 or finished:
                 _write_csv(csv_path, rows)
                 trainer.save(ckpt)
     finally:
