@@ -20,9 +20,10 @@ against the shared default.
 
     python benchmarks/atari.py                 # ALE/Pong-v5, 8 envs
     python benchmarks/atari.py --quick         # fewer steps (a smoke run)
+    python benchmarks/atari.py --num-gpus 1 --skip-remote   # the policy on CUDA
 
-Writes ``benchmarks/results/atari.json``.  Needs the atari extra (``pip install -e
-".[atari]"``).
+Writes ``benchmarks/results/atari.json`` (``atari_gpu.json`` with ``--num-gpus``).  Needs
+the atari extra (``pip install -e ".[atari]"``).
 """
 
 from __future__ import annotations
@@ -52,18 +53,24 @@ def _vector_env(env_id: str, num_envs: int) -> gym.vector.SyncVectorEnv:
 
 
 def hand_loop(env_id: str, num_envs: int, steps: int, model: torch.nn.Module) -> float:
-    """Vector steps/s x num_envs of the plain loop: obs -> model -> sample -> step."""
+    """Vector steps/s x num_envs of the plain loop: obs -> model -> sample -> step.
+
+    On a GPU each step's uint8 frames go to the model's device and the actions come back,
+    as in CleanRL's loop."""
+    device = next(model.parameters()).device
     venv = _vector_env(env_id, num_envs)
     obs, _ = venv.reset(seed=0)
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        logits, _ = model(torch.from_numpy(obs).to(device))
+        return torch.distributions.Categorical(logits=logits).sample().cpu().numpy()
+
     with torch.no_grad():
         for _ in range(20):  # warm-up
-            logits, _ = model(torch.from_numpy(obs))
-            obs, *_ = venv.step(torch.distributions.Categorical(logits=logits).sample().numpy())
+            obs, *_ = venv.step(act(obs))
         t0 = time.perf_counter()
         for _ in range(steps):
-            logits, _ = model(torch.from_numpy(obs))
-            action = torch.distributions.Categorical(logits=logits).sample().numpy()
-            obs, *_ = venv.step(action)
+            obs, *_ = venv.step(act(obs))
         elapsed = time.perf_counter() - t0
     venv.close()
     return steps * num_envs / elapsed
@@ -98,19 +105,21 @@ def remote_sampling(config: dict, num_evaluators: int, rounds: int) -> float:
 
 
 def torch_sgd(policy, batch: SampleBatch, minibatch: int, epochs: int) -> float:
-    """Rows/s of a pure-torch PPO epoch loop over the same model and batch."""
+    """Rows/s of a pure-torch PPO epoch loop over the same model and batch.
+
+    The batch is on the model's device before the clock starts, as CleanRL keeps its
+    rollout storage there; hierl's ``minibatch_sgd`` moves each minibatch from host memory.
+    """
     model = policy.model
+    device = policy.device
     opt = torch.optim.Adam(model.parameters(), lr=2.5e-4)
     cfg = policy.config
-    obs = torch.from_numpy(batch[SampleBatch.OBS])
-    actions = torch.from_numpy(batch[SampleBatch.ACTIONS])
-    old_logp = torch.from_numpy(batch["action_logp"])
-    adv = torch.from_numpy(batch["advantages"])
-    targets = torch.from_numpy(batch["value_targets"])
+    columns = (SampleBatch.OBS, SampleBatch.ACTIONS, "action_logp", "advantages", "value_targets")
+    obs, actions, old_logp, adv, targets = (torch.from_numpy(batch[k]).to(device) for k in columns)
     n = len(obs)
     t0 = time.perf_counter()
     for _ in range(epochs):
-        perm = torch.randperm(n)
+        perm = torch.randperm(n, device=device)
         for start in range(0, n - minibatch + 1, minibatch):
             idx = perm[start : start + minibatch]
             logits, values = model(obs[idx])
@@ -126,6 +135,8 @@ def torch_sgd(policy, batch: SampleBatch, minibatch: int, epochs: int) -> float:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
             opt.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # the queued kernels count
     return (n // minibatch) * minibatch * epochs / (time.perf_counter() - t0)
 
 
@@ -135,6 +146,9 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--quick", action="store_true", help="fewer steps (smoke run)")
     parser.add_argument("--skip-remote", action="store_true")
+    parser.add_argument(
+        "--num-gpus", type=int, default=0, help="1: the policy (acting and SGD) on CUDA"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     steps = 100 if args.quick else 400
@@ -153,6 +167,7 @@ def main() -> None:
         "kl_coeff": 0.0,
         "grad_clip": 0.5,
         "seed": 0,
+        "num_gpus": args.num_gpus,
     }
     wait_for_quiet(60)
     figures: dict[str, float] = {}
@@ -234,7 +249,10 @@ def main() -> None:
             f"scaling 1 -> 2 evaluators: {figures['scaling_1_to_2']:.2f}x "
             f"(on {os.cpu_count()} cores)"
         )
-    path = record("atari", {**config, "steps": steps}, figures)
+    if args.num_gpus:
+        figures["device"] = torch.cuda.get_device_name()
+    name = "atari_gpu" if args.num_gpus else "atari"
+    path = record(name, {**config, "steps": steps}, figures)
     print(f"wrote {path}")
 
 

@@ -21,7 +21,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import psutil
-import ray.cloudpickle
 
 from hierl.bench_report import bar_png, write_record
 from hierl.sample_batch import SampleBatch
@@ -168,7 +167,14 @@ class ImageEnv(gym.Env):
         return self.frames[self.t % 16], reward, False, self.t >= 400, {}
 
 
-ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors lack this path
+# Ray's actors lack this path, so the module travels to them by value.  A GPU machine
+# without Ray runs only the learner figures (``--num-gpus``) and skips this.
+try:
+    import ray.cloudpickle
+except ImportError:
+    pass
+else:
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def cartpole_batch(rows: int, seed: int = 0) -> SampleBatch:

@@ -23,6 +23,7 @@ Usage::
 
     .venv/bin/python benchmarks/impala.py              # all three, ~4 minutes
     .venv/bin/python benchmarks/impala.py --quick      # shorter runs (a smoke test)
+    python benchmarks/impala.py --learner-only --num-gpus 1   # the learner on CUDA
 """
 
 from __future__ import annotations
@@ -98,9 +99,15 @@ def image_train_batch(rows: int, fragment: int = 50) -> SampleBatch:
     )
 
 
-def learner_ratio(rows: int, updates: int) -> dict[str, float]:
-    """IMPALA's ``learn_on_batch`` rows/s against a pure-torch loop of the same model."""
-    trainer = IMPALATrainer({"env": ImageEnv, "num_evaluators": 0, "train_batch_size": rows})
+def learner_ratio(rows: int, updates: int, num_gpus: int = 0) -> dict[str, float]:
+    """IMPALA's ``learn_on_batch`` rows/s against a pure-torch loop of the same model.
+
+    With ``num_gpus`` the policy is on CUDA, and both move each train batch from host
+    memory to the GPU per update (train batches arrive from the actors in host memory).
+    """
+    trainer = IMPALATrainer(
+        {"env": ImageEnv, "num_evaluators": 0, "train_batch_size": rows, "num_gpus": num_gpus}
+    )
     try:
         policy = trainer.get_policy()
         batch = image_train_batch(rows)
@@ -110,19 +117,20 @@ def learner_ratio(rows: int, updates: int) -> dict[str, float]:
             policy.learn_on_batch(SampleBatch(batch))
         hierl_rows = rows * updates / (time.perf_counter() - start)
 
-        model = policy.model
+        model, device = policy.model, policy.device
         optimizer = torch.optim.Adam(model.parameters(), lr=5e-4, eps=1e-5)
         obs = torch.from_numpy(batch[SampleBatch.OBS])
         actions = torch.from_numpy(batch[SampleBatch.ACTIONS])
         returns = torch.from_numpy(batch[SampleBatch.REWARDS])
 
         def torch_update() -> None:
-            logits, values = model(obs)
+            logits, values = model(obs.to(device))
             dist = torch.distributions.Categorical(logits=logits)
-            adv = (returns - values).detach()
+            target = returns.to(device)
+            adv = (target - values).detach()
             loss = (
-                -(dist.log_prob(actions) * adv).mean()
-                + 0.25 * ((values - returns) ** 2).mean()
+                -(dist.log_prob(actions.to(device)) * adv).mean()
+                + 0.25 * ((values - target) ** 2).mean()
                 - 0.01 * dist.entropy().mean()
             )
             optimizer.zero_grad()
@@ -134,6 +142,8 @@ def learner_ratio(rows: int, updates: int) -> dict[str, float]:
         start = time.perf_counter()
         for _ in range(updates):
             torch_update()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the queued kernels count
         torch_rows = rows * updates / (time.perf_counter() - start)
     finally:
         trainer.stop()
@@ -202,6 +212,19 @@ def projection(fragments_per_s: float, per_worker: float, rows: int) -> tuple[in
     ]
 
 
+def learner_figures(args: argparse.Namespace) -> dict[str, float]:
+    """Measurement 2, printed."""
+    learner = learner_ratio(args.learner_rows, args.learner_updates, args.num_gpus)
+    ratio = learner["hierl_rows_per_s"] / learner["torch_rows_per_s"]
+    where = "CUDA" if args.num_gpus else "CPU"
+    print(
+        f"IMPALA learner on {args.learner_rows}-row image batches ({where}): hierl "
+        f"{learner['hierl_rows_per_s']:,.0f} rows/s, pure torch "
+        f"{learner['torch_rows_per_s']:,.0f} rows/s: {ratio:.2f}x (target >= 0.85)"
+    )
+    return {**learner, "ratio": ratio}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--evaluators", type=int, default=2)
@@ -211,9 +234,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fake-evaluators", type=int, default=8)
     parser.add_argument("--routing-seconds", type=float, default=10.0)
     parser.add_argument("--quick", action="store_true", help="shorter runs (a smoke test)")
+    parser.add_argument(
+        "--learner-only", action="store_true", help="measurement 2 alone (needs no Ray)"
+    )
+    parser.add_argument("--num-gpus", type=int, default=0, help="1: the learner on CUDA")
     args = parser.parse_args(argv)
     if args.quick:
         args.iterations, args.learner_updates, args.routing_seconds = 1, 2, 2.0
+
+    if args.learner_only:
+        figures = {"learner": learner_figures(args)}
+        if args.num_gpus:
+            figures["device"] = torch.cuda.get_device_name()
+        print(f"wrote {record('impala_learner', vars(args), figures)}")
+        return 0
 
     import ray
 
@@ -238,14 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {env_name:<12} IMPALA / {other}: {ratio:.2f}x")
     figures["throughput"] = throughput
 
-    learner = learner_ratio(args.learner_rows, args.learner_updates)
-    ratio = learner["hierl_rows_per_s"] / learner["torch_rows_per_s"]
-    figures["learner"] = {**learner, "ratio": ratio}
-    print(
-        f"IMPALA learner on {args.learner_rows}-row image batches: hierl "
-        f"{learner['hierl_rows_per_s']:,.0f} rows/s, pure torch "
-        f"{learner['torch_rows_per_s']:,.0f} rows/s: {ratio:.2f}x (target >= 0.85)"
-    )
+    figures["learner"] = learner_figures(args)
 
     fragment_rows = 4 * 50
     cap = routing_capacity(args.fake_evaluators, fragment_rows, args.routing_seconds)
