@@ -124,6 +124,13 @@ class PolicyGraph(abc.ABC):
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
         """One gradient step on ``batch``; returns learner statistics."""
 
+    def device_rows(self, batch: SampleBatch) -> Any:
+        """``batch`` loaded where this policy learns, for minibatch SGD epochs to take
+        minibatches of (``rows.take(positions)``, each passed to ``learn_on_batch``), or
+        None: then the epochs slice the SampleBatch itself.  The default is None; a policy
+        on an accelerator loads the batch into device memory once (TorchPolicyGraph)."""
+        return None
+
     def learn_on_replay_batch(self, batch: SampleBatch) -> LearnResult:
         """One update on a replayed batch; value-based policies return TD errors too.
 

@@ -19,7 +19,8 @@ Everything framework-specific (devices, tensors, optimizer moments) stays in thi
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+import math
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -35,6 +36,59 @@ from hierl.sample_batch import SampleBatch
 from hierl.utils import piecewise_linear
 
 TensorBatch = dict[str, torch.Tensor]
+
+
+class LazyRows(Mapping):
+    """Read-only view of the rows ``index`` of a tensor batch (all rows if None), gathered
+    column by column on first access.
+
+    A loss reads a handful of columns; gathering only those (``index_select``) keeps the
+    per-minibatch cost at what the loss needs (e.g. ``new_obs`` is never copied).
+    """
+
+    def __init__(
+        self,
+        columns: Mapping[str, torch.Tensor],
+        index: torch.Tensor | None = None,
+        device: torch.device | None = None,
+    ):
+        self._columns = columns
+        self._index = index
+        self._device = device  # where take() puts its index (default: the first column's)
+        self._rows: TensorBatch = {}
+
+    @property
+    def count(self) -> int:
+        """Number of rows in the view."""
+        if self._index is not None:
+            return len(self._index)
+        return len(next(iter(self._columns.values()))) if self._columns else 0
+
+    def take(self, positions: np.ndarray) -> LazyRows:
+        """The view of the rows at ``positions`` of this (whole-column) view."""
+        if self._index is not None:
+            raise ValueError("take() needs a view of whole columns (index None)")
+        device = self._device or next(iter(self._columns.values())).device
+        index = torch.from_numpy(positions).to(device, non_blocking=True)
+        return LazyRows(self._columns, index, device)
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        column = self._columns[key]
+        if self._index is None:
+            return column
+        rows = self._rows.get(key)
+        if rows is None:  # a column kept in host memory (host_columns) is gathered there
+            rows = self._rows[key] = column.index_select(0, self._index.to(column.device))
+        return rows
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._columns
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._columns)
+
+    def __len__(self) -> int:
+        return len(self._columns)
 
 
 def _to_numpy_tree(value: Any) -> Any:
@@ -69,7 +123,7 @@ def batch_statistics(batch: Mapping[str, Any]) -> str:
 def check_finite_loss(
     loss: torch.Tensor, what: str, rows: int, batch: Mapping[str, Any] | None = None
 ) -> None:
-    """FloatingPointError (before any backward pass or step) if ``loss`` is NaN or inf.
+    """FloatingPointError (before any optimizer step) if ``loss`` is NaN or inf.
 
     With ``batch``, the message adds its columns' statistics (obs, rewards, advantages...)
     to show which inputs caused it.
@@ -80,6 +134,22 @@ def check_finite_loss(
             f"{what}: loss is {loss.item()} on a batch of {rows} rows; weights left "
             f"unchanged{stats}"
         )
+
+
+def host_floats(values: Mapping[str, Any]) -> dict[str, float]:
+    """``float`` of each value, in order; the tensors among them are read from each device
+    in one transfer.  On a GPU each ``float(tensor)`` waits for the kernels queued before
+    it, idling the device while the host queues the next ones: one read per update, not
+    one per statistic."""
+    out = {k: float(v) for k, v in values.items() if not torch.is_tensor(v)}
+    by_device: dict[torch.device, list[str]] = {}
+    for k, v in values.items():
+        if torch.is_tensor(v):
+            by_device.setdefault(v.device, []).append(k)
+    for keys in by_device.values():
+        stacked = torch.stack([values[k].detach().reshape(()).to(torch.float64) for k in keys])
+        out.update(zip(keys, stacked.tolist(), strict=True))
+    return {k: out[k] for k in values}
 
 
 def standardize(advantages: torch.Tensor) -> torch.Tensor:
@@ -200,6 +270,11 @@ class TorchPolicyGraph(PolicyGraph):
         is_recurrent: Whether the model is recurrent.
         max_seq_len: Longest training sequence (recurrent models only; else 0).
     """
+
+    host_columns: tuple[str, ...] = ()
+    """Columns :meth:`to_tensors` leaves in host memory on an accelerator: those the loss
+    reads only a few rows of, which it moves itself (IMPALA's ``new_obs``: V after each
+    trajectory run, through :meth:`values_after`).  Saves copying a whole frame column."""
 
     def __init__(
         self,
@@ -437,12 +512,15 @@ class TorchPolicyGraph(PolicyGraph):
     def loss(self, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, Any]]:
         """Return ``(scalar loss, stats)`` for a batch of tensors keyed by column name."""
 
-    def to_tensors(self, batch: SampleBatch) -> TensorBatch:
-        """Convert a SampleBatch to tensors on this policy's device.
+    def to_tensors(self, batch: SampleBatch | LazyRows) -> TensorBatch:
+        """Convert a SampleBatch to tensors on this policy's device (a :class:`LazyRows`
+        from :meth:`device_rows` is tensors there already and is returned as it is).
 
         Zero-copy on CPU for writable arrays; read-only ones (fetched from Ray's object
         store) are copied, since a tensor sharing read-only memory is unsafe to use.
         """
+        if isinstance(batch, LazyRows):
+            return batch  # type: ignore[return-value]  # a read-only TensorBatch
         batch.decompress_if_needed()
         out = {
             k: torch.from_numpy(writable_array(v))  # ~1.3 us a column; as_tensor takes ~3.8
@@ -450,27 +528,43 @@ class TorchPolicyGraph(PolicyGraph):
             if k != SampleBatch.SEQ_LENS or v is not None
         }
         if self.device.type != "cpu":
-            out = {k: v.to(self.device) for k, v in out.items()}
+            out = {k: v if k in self.host_columns else v.to(self.device) for k, v in out.items()}
         return out
+
+    def device_rows(self, batch: SampleBatch) -> LazyRows | None:
+        """On an accelerator, ``batch`` moved to the device once: minibatch SGD then takes
+        each minibatch there (an index gather of the columns the loss reads) instead of
+        shuffling every column in host memory and copying each minibatch over.  None on
+        the CPU (minibatches are zero-copy views of the host arrays) and for sequence
+        batches (split between whole sequences)."""
+        if self.device.type == "cpu" or self.is_recurrent or SampleBatch.SEQ_LENS in batch:
+            return None
+        return LazyRows(self.to_tensors(batch), device=self.device)
 
     def _backward(self, batch: SampleBatch, clip: bool = True) -> dict[str, float]:
         if self.is_recurrent and SampleBatch.SEQ_LENS not in batch:
             batch = SampleBatch(batch).chop_into_sequences(self.max_seq_len)
         loss, stats = self.loss(self.to_tensors(batch))
-        check_finite_loss(loss, type(self).__name__, batch.count, batch)
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
-        out = {k: float(v) for k, v in stats.items()}
-        out["total_loss"] = float(loss.detach())
-        if clip:
-            out.update(self._clip_grads())
+        values = {**stats, "total_loss": loss.detach()}
+        norm = self._clip_grad_norm() if clip else None
+        if norm is not None:
+            values["grad_gnorm"] = norm
+        out = host_floats(values)
+        if not math.isfinite(out["total_loss"]):  # raised before any optimizer step
+            check_finite_loss(loss, type(self).__name__, batch.count, batch)
         return out
 
-    def _clip_grads(self) -> dict[str, float]:
+    def _clip_grad_norm(self) -> torch.Tensor | None:
+        """Clip the gradients' global norm to ``config.grad_clip``; the norm before
+        clipping (a tensor on the device), or None when the config does not clip."""
         clip = getattr(self.config, "grad_clip", None)
-        if not clip:
-            return {}
-        return {"grad_gnorm": float(clip_grad_norm(self._params, clip))}
+        return clip_grad_norm(self._params, clip) if clip else None
+
+    def _clip_grads(self) -> dict[str, float]:
+        norm = self._clip_grad_norm()
+        return {} if norm is None else {"grad_gnorm": float(norm)}
 
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
         """Compute the loss on ``batch``, clip gradients and take one optimizer step."""

@@ -17,6 +17,7 @@ import torch
 
 from hierl.algorithms.registry import get_trainer_class
 from hierl.optimizers.multi_gpu.learner import MultiDeviceLearner
+from hierl.optimizers.sgd import minibatch_sgd
 from hierl.sample_batch import SampleBatch
 from tests import atari_env
 
@@ -95,6 +96,41 @@ def test_one_update_on_the_gpu_matches_the_cpu(algo: str) -> None:
     finally:
         cpu.stop()
         gpu.stop()
+
+
+@pytest.mark.parametrize("algo", ["PPO", "APPO"])
+def test_minibatch_epochs_on_the_gpu_match_the_cpu(algo: str) -> None:
+    """``minibatch_sgd`` with the batch loaded on the GPU once (``device_rows``) makes the
+    CPU path's updates: the same permutations and minibatches."""
+    cpu = get_trainer_class(algo)(CONFIGS[algo])
+    gpu = get_trainer_class(algo)({**CONFIGS[algo], "num_gpus": 1})
+    try:
+        batch = cpu.local_evaluator.sample()
+        gpu.get_policy().set_weights(cpu.get_policy().get_weights())
+        assert gpu.get_policy().device_rows(copy.deepcopy(batch)) is not None
+        assert cpu.get_policy().device_rows(copy.deepcopy(batch)) is None
+        for trainer in (cpu, gpu):
+            stats = minibatch_sgd(
+                trainer.get_policy(), copy.deepcopy(batch), 2, 24, np.random.default_rng(3)
+            )
+            assert stats["num_updates"] == 2 * 3  # 64 rows: 24, 24, 16
+        want, got = cpu.get_policy().get_weights(), gpu.get_policy().get_weights()
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    finally:
+        cpu.stop()
+        gpu.stop()
+
+
+def test_impala_leaves_new_obs_in_host_memory() -> None:
+    """V-trace reads V(new_obs) at run ends only: that column is not copied whole."""
+    trainer = get_trainer_class("IMPALA")({**CONFIGS["IMPALA"], "num_gpus": 1})
+    try:
+        tensors = trainer.get_policy().to_tensors(trainer.local_evaluator.sample())
+        assert tensors[SampleBatch.NEW_OBS].device.type == "cpu"
+        assert tensors[SampleBatch.OBS].is_cuda and tensors[SampleBatch.REWARDS].is_cuda
+    finally:
+        trainer.stop()
 
 
 def test_image_batches_stay_uint8_until_the_device() -> None:

@@ -26,6 +26,7 @@ from hierl.optimizers.multi_gpu import MultiGPUConfig, MultiGPUOptimizer
 from hierl.optimizers.multi_gpu.learner import MultiDeviceLearner
 from hierl.optimizers.sgd import minibatch_sgd
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+from hierl.torch_policy_graph import LazyRows
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -103,6 +104,20 @@ def test_one_tower_reproduces_minibatch_sgd_exactly(setup):
     assert not np.allclose(
         policy.get_weights()["vf_head.weight"], state["weights"]["vf_head.weight"]
     )
+
+
+def test_minibatch_sgd_on_loaded_rows_reproduces_the_host_path_exactly(setup, monkeypatch):
+    """minibatch_sgd's accelerator path (``device_rows``: the batch loaded once, each
+    minibatch a view of permuted rows) makes the host path's updates; forced on CPU here
+    (on CUDA, tests/test_cuda.py)."""
+    policy, state, batch = setup
+    expected_stats = minibatch_sgd(reset(policy, state), batch, 3, 48, np.random.default_rng(7))
+    expected = policy.get_weights()
+    monkeypatch.setattr(policy, "device_rows", lambda b: LazyRows(policy.to_tensors(b)))
+    stats = minibatch_sgd(reset(policy, state), batch, 3, 48, np.random.default_rng(7))
+    assert_weights(policy.get_weights(), expected)
+    assert stats == expected_stats
+    assert stats["num_updates"] == 3 * 5  # 256 rows: 4 of 48 and a last one of 64
 
 
 def test_two_towers_full_batch_match_single_process_update(setup):

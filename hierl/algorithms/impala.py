@@ -123,6 +123,7 @@ class IMPALAPolicy(TorchPolicyGraph):
 
     required_extras: tuple[str, ...] = BEHAVIOUR_COLUMNS
     """The ``compute_actions`` extras the loss reads (checked when the trainer is built)."""
+    host_columns = (SampleBatch.NEW_OBS,)  # the loss reads V(new_obs) at run ends only
 
     def postprocess_trajectories(self, batch: SampleBatch) -> SampleBatch:
         """Nothing: the targets depend on the learner's weights, so the loss computes them."""

@@ -10,7 +10,7 @@ import numpy as np
 
 from hierl.optimizers.base import OptimizerConfig
 from hierl.policy_graph import PolicyGraph
-from hierl.sample_batch import SampleBatch
+from hierl.sample_batch import SampleBatch, minibatch_bounds
 
 
 @dataclasses.dataclass
@@ -44,16 +44,25 @@ def minibatch_sgd(
     larger one is its own (``SampleBatch.minibatches``, ``minibatch_bounds``).
     A batch with ``seq_lens`` (recurrent policies) is split between whole sequences, so
     its minibatches may exceed ``minibatch_size`` by less than one sequence.
+    A policy on an accelerator gets the batch in device memory once
+    (``policy.device_rows``) and its minibatches as views there, with the same
+    permutations, so the updates are the ones the host path makes.
     The stats include ``num_updates``, the number of updates made.
     """
     batch.decompress_if_needed()
+    rows = policy.device_rows(batch)  # loaded on the policy's accelerator once, or None
+    full = minibatch_size <= 0 or minibatch_size >= batch.count
     totals: dict[str, float] = defaultdict(float)
     updates = 0
     for _ in range(num_sgd_iter):
-        if minibatch_size <= 0 or minibatch_size >= batch.count:
-            minibatches = [batch]
-        else:
+        if full:
+            minibatches = [batch if rows is None else rows]
+        elif rows is None:
             minibatches = batch.minibatches(minibatch_size, shuffle=True, rng=rng)
+        else:  # the permutation SampleBatch.minibatches draws, taken on the device
+            perm = rng.permutation(batch.count)
+            bounds = minibatch_bounds(batch.count, minibatch_size)
+            minibatches = [rows.take(perm[start:stop]) for start, stop in bounds]
         for mb in minibatches:
             for k, v in policy.learn_on_batch(mb).items():
                 totals[k] += v

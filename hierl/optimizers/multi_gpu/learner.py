@@ -39,7 +39,6 @@ import torch
 from torch import nn
 
 from hierl.optimizers.multi_gpu.towers import (
-    LazyRows,
     average_grads,
     resolve_devices,
     sync_towers,
@@ -47,7 +46,7 @@ from hierl.optimizers.multi_gpu.towers import (
     tower_view,
 )
 from hierl.sample_batch import SampleBatch, minibatch_bounds
-from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
+from hierl.torch_policy_graph import LazyRows, TensorBatch, TorchPolicyGraph
 
 
 class MultiDeviceLearner:

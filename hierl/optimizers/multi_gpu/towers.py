@@ -6,8 +6,8 @@ are kept in step, independent of how the learner schedules epochs and minibatche
 
 * :func:`resolve_devices` chooses one device per tower (tower 0 is the policy's own);
 * :func:`tower_view` is a shallow copy of the policy that evaluates the loss on a
-  tower's model, and :class:`LazyRows` a tower's minibatch, gathered column by column
-  from its shard on first access;
+  tower's model (its minibatch is a :class:`~hierl.torch_policy_graph.LazyRows` of its
+  shard);
 * :func:`tower_backward` is one tower's forward and backward pass;
 * :func:`average_grads` averages the towers' gradients into the master model, and
   :func:`sync_towers` copies the master's parameters and buffers back out to them.
@@ -16,41 +16,13 @@ are kept in step, independent of how the learner schedules epochs and minibatche
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
-
-
-class LazyRows(Mapping):
-    """Read-only view of the rows ``index`` of a tensor batch, gathered on first access.
-
-    A loss reads a handful of columns; gathering only those (``index_select``) keeps
-    the per-minibatch cost at what the loss needs (e.g. ``new_obs`` is never copied).
-    """
-
-    def __init__(self, columns: TensorBatch, index: torch.Tensor):
-        self._columns = columns
-        self._index = index
-        self._rows: TensorBatch = {}
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        rows = self._rows.get(key)
-        if rows is None:
-            rows = self._rows[key] = self._columns[key].index_select(0, self._index)
-        return rows
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._columns
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._columns)
-
-    def __len__(self) -> int:
-        return len(self._columns)
+from hierl.torch_policy_graph import TorchPolicyGraph
 
 
 def resolve_devices(
