@@ -17,11 +17,13 @@ Weighted Actor-Learner Architectures", https://arxiv.org/abs/1802.01561, §4.
 
 from __future__ import annotations
 
+import itertools
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
+from hierl.devices import to_device
 from hierl.sample_batch import SampleBatch
 
 
@@ -255,7 +257,7 @@ def vtrace(
     """
     device = values.device
     n = values.shape[0]
-    ends_t = torch.as_tensor(ends, dtype=torch.bool, device=device)
+    ends_t = to_device(np.asarray(ends, dtype=bool), device)
     rhos = torch.exp(log_rhos)
     clipped_rhos = rhos if clip_rho_threshold is None else rhos.clamp(max=clip_rho_threshold)
     cs = rhos if clip_c_threshold is None else rhos.clamp(max=clip_c_threshold)
@@ -265,16 +267,22 @@ def vtrace(
     next_values = torch.where(ends_t, bootstrap_values.to(values.dtype), next_values)
     deltas = clipped_rhos * (rewards + gamma * next_values - values)
     # Rounds by distance to the run's end: rows at distance k read the row after them.
+    # Rows are laid out in round order once, so each round is three kernels on slices.
     end_idx = np.flatnonzero(ends)
     dist = end_idx[np.searchsorted(end_idx, np.arange(n))] - np.arange(n)
     order = np.argsort(dist, kind="stable")
-    bounds = np.searchsorted(dist[order], np.arange(dist.max(initial=-1) + 2))
-    order_t = torch.as_tensor(order, device=device)
+    bounds = np.searchsorted(dist[order], np.arange(dist.max(initial=-1) + 2)).tolist()
+    order_t = to_device(order, device)
+    after_t = order_t + 1  # where each row's successor sits in ``acc``
+    discounts = (gamma * cs)[order_t]
+    ordered_deltas = deltas[order_t]
     acc = torch.zeros(n + 1, dtype=values.dtype, device=device)  # v_s - V(x_s)
-    for k in range(len(bounds) - 1):
-        rows = order_t[bounds[k] : bounds[k + 1]]
-        carry = 0.0 if k == 0 else gamma * cs[rows] * acc[rows + 1]
-        acc[rows] = deltas[rows] + carry
+    for a, b in itertools.pairwise(bounds):
+        rows = order_t[a:b]
+        if a == 0:  # the runs' last rows: nothing follows them inside the run
+            acc[rows] = ordered_deltas[a:b]
+        else:
+            acc[rows] = torch.addcmul(ordered_deltas[a:b], discounts[a:b], acc[after_t[a:b]])
     vs_minus_v = acc[:n]
     vs = values + vs_minus_v
     # v_{s+1}: the next row's target inside a run, the bootstrap value after its end.

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from hierl.devices import host_floats, to_device
 from hierl.models.networks import ModelConfig, make_actor_critic, make_custom_model
 from hierl.models.numpy_acting import NumpyActor
 from hierl.policy_graph import GlobalVars, PolicyGraph, Weights
@@ -49,36 +50,38 @@ class LazyRows(Mapping):
     def __init__(
         self,
         columns: Mapping[str, torch.Tensor],
-        index: torch.Tensor | None = None,
+        positions: np.ndarray | None = None,
         device: torch.device | None = None,
     ):
         self._columns = columns
-        self._index = index
-        self._device = device  # where take() puts its index (default: the first column's)
+        self._positions = positions  # host copy of the index, for host-memory columns
+        self._device = device or (next(iter(columns.values())).device if columns else None)
+        self._index = None if positions is None else to_device(positions, self._device)
         self._rows: TensorBatch = {}
 
     @property
     def count(self) -> int:
         """Number of rows in the view."""
-        if self._index is not None:
-            return len(self._index)
+        if self._positions is not None:
+            return len(self._positions)
         return len(next(iter(self._columns.values()))) if self._columns else 0
 
     def take(self, positions: np.ndarray) -> LazyRows:
         """The view of the rows at ``positions`` of this (whole-column) view."""
-        if self._index is not None:
-            raise ValueError("take() needs a view of whole columns (index None)")
-        device = self._device or next(iter(self._columns.values())).device
-        index = torch.from_numpy(positions).to(device, non_blocking=True)
-        return LazyRows(self._columns, index, device)
+        if self._positions is not None:
+            raise ValueError("take() needs a view of whole columns")
+        return LazyRows(self._columns, positions, self._device)
 
     def __getitem__(self, key: str) -> torch.Tensor:
         column = self._columns[key]
-        if self._index is None:
+        if self._positions is None:
             return column
         rows = self._rows.get(key)
-        if rows is None:  # a column kept in host memory (host_columns) is gathered there
-            rows = self._rows[key] = column.index_select(0, self._index.to(column.device))
+        if rows is None:
+            index = self._index  # a column kept in host memory (host_columns): gathered there
+            if column.device != index.device:
+                index = torch.from_numpy(self._positions)
+            rows = self._rows[key] = column.index_select(0, index)
         return rows
 
     def __contains__(self, key: object) -> bool:
@@ -134,22 +137,6 @@ def check_finite_loss(
             f"{what}: loss is {loss.item()} on a batch of {rows} rows; weights left "
             f"unchanged{stats}"
         )
-
-
-def host_floats(values: Mapping[str, Any]) -> dict[str, float]:
-    """``float`` of each value, in order; the tensors among them are read from each device
-    in one transfer.  On a GPU each ``float(tensor)`` waits for the kernels queued before
-    it, idling the device while the host queues the next ones: one read per update, not
-    one per statistic."""
-    out = {k: float(v) for k, v in values.items() if not torch.is_tensor(v)}
-    by_device: dict[torch.device, list[str]] = {}
-    for k, v in values.items():
-        if torch.is_tensor(v):
-            by_device.setdefault(v.device, []).append(k)
-    for keys in by_device.values():
-        stacked = torch.stack([values[k].detach().reshape(()).to(torch.float64) for k in keys])
-        out.update(zip(keys, stacked.tolist(), strict=True))
-    return {k: out[k] for k in values}
 
 
 def standardize(advantages: torch.Tensor) -> torch.Tensor:
@@ -438,9 +425,9 @@ class TorchPolicyGraph(PolicyGraph):
         """
 
         def take(value: Any) -> torch.Tensor:
-            if isinstance(value, torch.Tensor):
-                return value[torch.as_tensor(rows, device=value.device)].to(self.device)
-            return torch.as_tensor(value[rows], device=self.device)
+            if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+                return value[to_device(rows, value.device)].to(self.device)
+            return to_device(np.asarray(value[rows]), self.device)
 
         new_obs = take(batch[SampleBatch.NEW_OBS])
         if not self.is_recurrent:

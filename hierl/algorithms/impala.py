@@ -30,6 +30,7 @@ import torch
 from hierl.algorithms.ppo import clipped_surrogate_loss
 from hierl.algorithms.trainer import Trainer, TrainerConfig
 from hierl.config import ConfigError
+from hierl.devices import to_device
 from hierl.optimizers import PolicyOptimizer
 from hierl.postprocessing import VTrace, trajectory_ends, vtrace
 from hierl.sample_batch import SampleBatch
@@ -123,7 +124,12 @@ class IMPALAPolicy(TorchPolicyGraph):
 
     required_extras: tuple[str, ...] = BEHAVIOUR_COLUMNS
     """The ``compute_actions`` extras the loss reads (checked when the trainer is built)."""
-    host_columns = (SampleBatch.NEW_OBS,)  # the loss reads V(new_obs) at run ends only
+    host_columns = (  # read on the host (run ends) or at a few rows (V after each run)
+        SampleBatch.EPS_ID,
+        SampleBatch.T,
+        SampleBatch.TERMINATEDS,
+        SampleBatch.NEW_OBS,
+    )
 
     def postprocess_trajectories(self, batch: SampleBatch) -> SampleBatch:
         """Nothing: the targets depend on the learner's weights, so the loss computes them."""
@@ -143,7 +149,7 @@ class IMPALAPolicy(TorchPolicyGraph):
         rows = np.flatnonzero(ends & ~terminated)
         bootstrap = torch.zeros_like(values)
         if len(rows):
-            bootstrap[torch.as_tensor(rows, device=values.device)] = self.values_after(batch, rows)
+            bootstrap[to_device(rows, values.device)] = self.values_after(batch, rows)
         log_rhos = target_logp.detach() - batch[SampleBatch.ACTION_LOGP]
         return vtrace(
             log_rhos,

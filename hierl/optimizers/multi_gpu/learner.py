@@ -160,11 +160,10 @@ class MultiDeviceLearner:
             else:
                 # CRUCIAL: one permutation of the shard length per epoch, drawn exactly as
                 # SampleBatch.minibatches draws it, so one tower reproduces minibatch_sgd.
-                perm = torch.from_numpy(rng.permutation(n))
-                perm_on = {d: perm.to(d, non_blocking=True) for d in set(self.devices)}
+                perm = rng.permutation(n)
                 minibatches = [
                     [
-                        LazyRows(shard, perm_on[d][start:stop])
+                        LazyRows(shard, perm[start:stop], d)
                         for shard, d in zip(self._shards, self.devices, strict=True)
                     ]
                     for start, stop in minibatch_bounds(n, per_tower)
