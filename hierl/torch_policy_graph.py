@@ -40,11 +40,12 @@ TensorBatch = dict[str, torch.Tensor]
 
 
 class LazyRows(Mapping):
-    """Read-only view of the rows ``index`` of a tensor batch (all rows if None), gathered
-    column by column on first access.
+    """Read-only view of the rows at ``positions`` of a tensor batch (all rows if None),
+    gathered column by column on first access, on each column's device.
 
     A loss reads a handful of columns; gathering only those (``index_select``) keeps the
     per-minibatch cost at what the loss needs (e.g. ``new_obs`` is never copied).
+    ``device`` is where the index goes (default: the first column's).
     """
 
     def __init__(
@@ -260,8 +261,9 @@ class TorchPolicyGraph(PolicyGraph):
 
     host_columns: tuple[str, ...] = ()
     """Columns :meth:`to_tensors` leaves in host memory on an accelerator: those the loss
-    reads only a few rows of, which it moves itself (IMPALA's ``new_obs``: V after each
-    trajectory run, through :meth:`values_after`).  Saves copying a whole frame column."""
+    reads on the host (IMPALA's ``eps_id``, ``t`` and ``terminateds``, which mark its
+    trajectory runs) or at a few rows only, moving those itself (``new_obs``: V after each
+    run, through :meth:`values_after`).  Saves copies both ways, and a whole frame column."""
 
     def __init__(
         self,

@@ -26,23 +26,20 @@ pytestmark = [
     pytest.mark.timeout(300),
 ]
 
+IN_PROCESS = {"num_evaluators": 0, "model": {"hiddens": [32]}, "seed": 0}
 ON_POLICY = {
+    **IN_PROCESS,
     "env": "CartPole-v1",
-    "num_evaluators": 0,
     "num_envs_per_evaluator": 2,
     "rollout_fragment_length": 32,
     "train_batch_size": 64,
-    "model": {"hiddens": [32]},
-    "seed": 0,
 }
 OFF_POLICY = {
-    "num_evaluators": 0,
+    **IN_PROCESS,
     "rollout_fragment_length": 8,
     "train_batch_size": 16,
     "learning_starts": 32,
     "timesteps_per_iteration": 0,
-    "model": {"hiddens": [32]},
-    "seed": 0,
 }
 CONFIGS = {
     "PG": ON_POLICY,
