@@ -1,0 +1,160 @@
+"""A published learning curve beside ours, at the same frame counts.
+
+    python benchmarks/published.py benchmarks/published/sb3-zoo-ppo-pong \
+        benchmarks/curves/pong-ppo/hierl_seed0.csv --frame-skip 4
+
+The published curve is a run's Stable-Baselines3 ``Monitor`` files (``monitor_<env>.csv``,
+columns ``r,l``: one row per whole game, its unclipped score and its length in emulator
+frames). The run's envs step in lockstep (a ``DummyVecEnv``), so when env ``i`` ends a game
+after ``L`` of its own frames, the run has taken ``n_envs * L`` frames. At each frame count
+the training return is the mean of the last ``--window`` games ended by then over all envs,
+as hierl's ``episode_reward_mean`` is (``metrics_smoothing_episodes``: 100, whole games,
+sampled actions, unclipped). Ours comes from a ``benchmarks/learning.py`` CSV, whose
+``timesteps`` are agent steps: ``--frame-skip`` of them make a frame count.
+
+Prints a Markdown table (training returns at each frame count, and our greedy evaluation
+nearest before it) and writes ``vs_<published dir name>.png`` beside our CSV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import csv
+import math
+from pathlib import Path
+
+from learning import _read_csv
+
+
+def published_games(directory: Path) -> list[tuple[float, float]]:
+    """(run frames when the game ended, its score) for every game in ``directory``, in order."""
+    paths = sorted(directory.glob("monitor_*.csv"))
+    if not paths:
+        raise SystemExit(f"no monitor_<env>.csv files in {directory}")
+    games = []
+    for path in paths:
+        frames = 0
+        with path.open() as f:
+            for row in csv.DictReader(f):
+                frames += int(row["l"])
+                games.append((float(frames * len(paths)), float(row["r"])))
+    return sorted(games)
+
+
+def rolling_mean_at(games: list[tuple[float, float]], frames: float, window: int) -> float:
+    """Mean score of the last ``window`` games ended by ``frames`` (NaN before the first)."""
+    end = bisect.bisect_right(games, (frames, math.inf))
+    recent = games[max(0, end - window) : end]
+    return sum(score for _, score in recent) / len(recent) if recent else math.nan
+
+
+def our_curve(path: Path, frame_skip: int) -> list[dict[str, float]]:
+    """The rows of a learning.py CSV with a ``frames`` column added."""
+    rows = _read_csv(path)
+    if not rows:
+        raise SystemExit(f"{path} has no rows")
+    for row in rows:
+        row["frames"] = row["timesteps"] * frame_skip
+    return rows
+
+
+def _at(rows: list[dict[str, float]], frames: float, key: str) -> float:
+    """``key`` in the last row at or before ``frames`` that has it (NaN: none)."""
+    value = math.nan
+    for row in rows:
+        if row["frames"] > frames:
+            break
+        if not math.isnan(row[key]):
+            value = row[key]
+    return value
+
+
+def table(
+    games: list[tuple[float, float]],
+    ours: list[dict[str, float]],
+    points: list[float],
+    window: int,
+    name: str,
+) -> str:
+    """The Markdown comparison at ``points`` (frame counts)."""
+
+    def fmt(x: float) -> str:
+        return "-" if math.isnan(x) else f"{x:.1f}"
+
+    lines = [
+        "| frames | " + " | ".join(f"{p / 1e6:.1f}M" for p in points) + " |",
+        "|---|" + "---|" * len(points),
+        f"| {name} training return (last {window} games) | "
+        + " | ".join(fmt(rolling_mean_at(games, p, window)) for p in points)
+        + " |",
+        f"| hierl training return (last {window} games) | "
+        + " | ".join(fmt(_at(ours, p, "episode_reward_mean")) for p in points)
+        + " |",
+        "| hierl greedy evaluation (latest) | "
+        + " | ".join(fmt(_at(ours, p, "evaluation_reward_mean")) for p in points)
+        + " |",
+    ]
+    return "\n".join(lines)
+
+
+def plot(
+    games: list[tuple[float, float]],
+    ours: list[dict[str, float]],
+    window: int,
+    name: str,
+    out: Path,
+) -> None:
+    """Both training returns (and our greedy evaluations) against frames."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(
+        [f for f, _ in games],
+        [rolling_mean_at(games, f, window) for f, _ in games],
+        color="C1",
+        label=f"{name}: training return (last {window} games)",
+    )
+    ax.plot(
+        [r["frames"] for r in ours],
+        [r["episode_reward_mean"] for r in ours],
+        color="C0",
+        label=f"hierl: training return (last {window} games)",
+    )
+    evals = [(r["frames"], r["evaluation_reward_mean"]) for r in ours]
+    evals = [(f, v) for f, v in evals if not math.isnan(v)]
+    ax.plot(
+        *zip(*evals, strict=True), "o", color="C0", markersize=3, label="hierl: greedy evaluation"
+    )
+    ax.set_xlabel("frames")
+    ax.set_ylabel("return (whole games, unclipped)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("published", type=Path, help="a directory of monitor_<env>.csv files")
+    parser.add_argument("ours", type=Path, help="a benchmarks/learning.py curve CSV")
+    parser.add_argument("--frame-skip", type=int, default=4, help="frames per agent step")
+    parser.add_argument("--window", type=int, default=100, help="games per training return")
+    parser.add_argument("--every", type=float, default=1e6, help="frames between table columns")
+    args = parser.parse_args()
+    games = published_games(args.published)
+    ours = our_curve(args.ours, args.frame_skip)
+    end = min(games[-1][0], ours[-1]["frames"])
+    points = [args.every * k for k in range(1, int(end // args.every) + 1)]
+    name = args.published.name
+    print(table(games, ours, points, args.window, name))
+    out = args.ours.parent / f"vs_{name}.png"
+    plot(games, ours, args.window, name, out)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""``benchmarks/published.py``: a published Monitor curve at our frame counts."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+ZOO = BENCH / "published" / "sb3-zoo-ppo-pong"
+
+
+@pytest.fixture(scope="module")
+def published():
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module("published")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _monitor(path: Path, rows: list[tuple[float, int]]) -> None:
+    path.write_text("r,l\n" + "".join(f"{r},{n}\n" for r, n in rows))
+
+
+def test_games_are_placed_at_the_runs_frame_count(tmp_path, published):
+    # two envs in lockstep: env 0 ends games after 100 and 250 of its frames, env 1 after 150
+    _monitor(tmp_path / "monitor_0.csv", [(-21.0, 100), (-19.0, 150)])
+    _monitor(tmp_path / "monitor_1.csv", [(-20.0, 150)])
+    games = published.published_games(tmp_path)
+    assert games == [(200.0, -21.0), (300.0, -20.0), (500.0, -19.0)]
+    assert math.isnan(published.rolling_mean_at(games, 199.0, 2))
+    assert published.rolling_mean_at(games, 200.0, 2) == -21.0
+    assert published.rolling_mean_at(games, 499.0, 2) == -20.5
+    assert published.rolling_mean_at(games, 500.0, 2) == -19.5  # the last two: -20, -19
+    assert published.rolling_mean_at(games, 1e9, 10) == -20.0
+
+
+def test_ours_at_a_frame_count_is_the_last_value_before_it(tmp_path, published):
+    csv = tmp_path / "hierl_seed0.csv"
+    csv.write_text(
+        "timesteps,wall_s,episode_reward_mean,evaluation_reward_mean\n"
+        "100,1,-21.0,\n200,2,-20.0,-19.0\n300,3,-18.0,\n"
+    )
+    ours = published.our_curve(csv, frame_skip=4)
+    assert [r["frames"] for r in ours] == [400.0, 800.0, 1200.0]
+    assert published._at(ours, 1199.0, "episode_reward_mean") == -20.0
+    assert published._at(ours, 1200.0, "evaluation_reward_mean") == -19.0  # skips the gap
+    assert math.isnan(published._at(ours, 399.0, "episode_reward_mean"))
+
+
+def test_an_empty_directory_names_itself(tmp_path, published):
+    with pytest.raises(SystemExit, match=str(tmp_path)):
+        published.published_games(tmp_path)
+
+
+def test_the_zoo_extract_is_one_lockstep_run():
+    """Eight envs stepping together end the extract within one game's frames of each other:
+    a row left out or repeated while copying would move one env's total by a game (6,600+)."""
+    totals, games = [], 0
+    for path in sorted(ZOO.glob("monitor_*.csv")):
+        rows = path.read_text().split("\n")[1:-1]
+        lengths = [int(row.split(",")[1]) for row in rows]
+        assert min(lengths) >= 3000  # a whole game of Pong: at least 21 points
+        totals.append(sum(lengths))
+        games += len(rows)
+    assert len(totals) == 8 and games == 1332
+    assert max(totals) - min(totals) < 6619  # the shortest game in the files
+    assert 10.1e6 < 8 * min(totals) < 10.3e6
