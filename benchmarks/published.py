@@ -13,7 +13,8 @@ sampled actions, unclipped). Ours comes from a ``benchmarks/learning.py`` CSV, w
 ``timesteps`` are agent steps: ``--frame-skip`` of them make a frame count.
 
 Prints a Markdown table (training returns at each frame count, and our greedy evaluation
-nearest before it) and writes ``vs_<published dir name>.png`` beside our CSV.
+nearest before it; one pair of rows per CSV given) and writes ``vs_<published dir
+name>.png`` beside the first CSV.
 """
 
 from __future__ import annotations
@@ -72,35 +73,47 @@ def _at(rows: list[dict[str, float]], frames: float, key: str) -> float:
 
 def table(
     games: list[tuple[float, float]],
-    ours: list[dict[str, float]],
+    ours: dict[str, list[dict[str, float]]],
     points: list[float],
     window: int,
     name: str,
 ) -> str:
-    """The Markdown comparison at ``points`` (frame counts)."""
+    """The Markdown comparison at ``points`` (frame counts); ``ours`` by run label."""
 
-    def fmt(x: float) -> str:
-        return "-" if math.isnan(x) else f"{x:.1f}"
+    def row(label: str, values: list[float]) -> str:
+        return (
+            f"| {label} | "
+            + " | ".join("-" if math.isnan(x) else f"{x:.1f}" for x in values)
+            + " |"
+        )
 
     lines = [
         "| frames | " + " | ".join(f"{p / 1e6:.1f}M" for p in points) + " |",
         "|---|" + "---|" * len(points),
-        f"| {name} training return (last {window} games) | "
-        + " | ".join(fmt(rolling_mean_at(games, p, window)) for p in points)
-        + " |",
-        f"| hierl training return (last {window} games) | "
-        + " | ".join(fmt(_at(ours, p, "episode_reward_mean")) for p in points)
-        + " |",
-        "| hierl greedy evaluation (latest) | "
-        + " | ".join(fmt(_at(ours, p, "evaluation_reward_mean")) for p in points)
-        + " |",
+        row(
+            f"{name} training return (last {window} games)",
+            [rolling_mean_at(games, p, window) for p in points],
+        ),
     ]
+    for label, rows in ours.items():
+        lines.append(
+            row(
+                f"{label} training return (last {window} games)",
+                [_at(rows, p, "episode_reward_mean") for p in points],
+            )
+        )
+        lines.append(
+            row(
+                f"{label} greedy evaluation (latest)",
+                [_at(rows, p, "evaluation_reward_mean") for p in points],
+            )
+        )
     return "\n".join(lines)
 
 
 def plot(
     games: list[tuple[float, float]],
-    ours: list[dict[str, float]],
+    ours: dict[str, list[dict[str, float]]],
     window: int,
     name: str,
     out: Path,
@@ -118,17 +131,23 @@ def plot(
         color="C1",
         label=f"{name}: training return (last {window} games)",
     )
-    ax.plot(
-        [r["frames"] for r in ours],
-        [r["episode_reward_mean"] for r in ours],
-        color="C0",
-        label=f"hierl: training return (last {window} games)",
-    )
-    evals = [(r["frames"], r["evaluation_reward_mean"]) for r in ours]
-    evals = [(f, v) for f, v in evals if not math.isnan(v)]
-    ax.plot(
-        *zip(*evals, strict=True), "o", color="C0", markersize=3, label="hierl: greedy evaluation"
-    )
+    for k, (label, rows) in enumerate(ours.items()):
+        color = "C0" if k == 0 else f"C{k + 1}"
+        ax.plot(
+            [r["frames"] for r in rows],
+            [r["episode_reward_mean"] for r in rows],
+            color=color,
+            label=f"{label}: training return (last {window} games)",
+        )
+        evals = [(r["frames"], r["evaluation_reward_mean"]) for r in rows]
+        evals = [(f, v) for f, v in evals if not math.isnan(v)]
+        ax.plot(
+            *zip(*evals, strict=True),
+            "o",
+            color=color,
+            markersize=3,
+            label=f"{label}: greedy evaluation",
+        )
     ax.set_xlabel("frames")
     ax.set_ylabel("return (whole games, unclipped)")
     ax.legend(fontsize=7)
@@ -140,18 +159,21 @@ def plot(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("published", type=Path, help="a directory of monitor_<env>.csv files")
-    parser.add_argument("ours", type=Path, help="a benchmarks/learning.py curve CSV")
+    parser.add_argument("ours", type=Path, nargs="+", help="benchmarks/learning.py curve CSVs")
     parser.add_argument("--frame-skip", type=int, default=4, help="frames per agent step")
     parser.add_argument("--window", type=int, default=100, help="games per training return")
     parser.add_argument("--every", type=float, default=1e6, help="frames between table columns")
     args = parser.parse_args()
     games = published_games(args.published)
-    ours = our_curve(args.ours, args.frame_skip)
-    end = min(games[-1][0], ours[-1]["frames"])
+    ours = {
+        f"{path.parent.name} {path.stem.replace('_', ' ')}": our_curve(path, args.frame_skip)
+        for path in args.ours
+    }
+    end = min(games[-1][0], max(rows[-1]["frames"] for rows in ours.values()))
     points = [args.every * k for k in range(1, int(end // args.every) + 1)]
     name = args.published.name
     print(table(games, ours, points, args.window, name))
-    out = args.ours.parent / f"vs_{name}.png"
+    out = args.ours[0].parent / f"vs_{name}.png"
     plot(games, ours, args.window, name, out)
     print(f"wrote {out}")
 

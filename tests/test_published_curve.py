@@ -70,3 +70,22 @@ def test_the_zoo_extract_is_one_lockstep_run():
     assert len(totals) == 8 and games == 1332
     assert max(totals) - min(totals) < 6619  # the shortest game in the files
     assert 10.1e6 < 8 * min(totals) < 10.3e6
+
+
+def test_the_table_puts_both_curves_at_the_same_frame_counts(tmp_path, published):
+    _monitor(tmp_path / "monitor_0.csv", [(-21.0, 100), (-19.0, 150)])
+    _monitor(tmp_path / "monitor_1.csv", [(-20.0, 150)])
+    csv = tmp_path / "hierl_seed0.csv"
+    csv.write_text(
+        "timesteps,wall_s,episode_reward_mean,evaluation_reward_mean\n"
+        "50,1,-21.0,\n100,2,-18.0,-17.0\n"
+    )
+    ours = {"hierl seed0": published.our_curve(csv, frame_skip=4)}
+    text = published.table(published.published_games(tmp_path), ours, [300.0, 400.0], 2, "zoo")
+    assert text.splitlines() == [
+        "| frames | 0.0M | 0.0M |",
+        "|---|---|---|",
+        "| zoo training return (last 2 games) | -20.5 | -20.5 |",
+        "| hierl seed0 training return (last 2 games) | -21.0 | -18.0 |",
+        "| hierl seed0 greedy evaluation (latest) | - | -17.0 |",
+    ]
