@@ -42,7 +42,8 @@ CURVES_DIR = BENCH_DIR / "curves"
 """Learning curves are kept in the repository (CSV + PNG per experiment), unlike results/."""
 
 
-def _read_csv(path: Path) -> list[dict[str, float]]:
+def read_curve(path: Path) -> list[dict[str, float]]:
+    """The rows of a curve CSV written here (none if it does not exist); blanks are NaN."""
     if not path.exists():
         return []
     with path.open() as f:
@@ -78,7 +79,7 @@ def run_hierl(
     if resume and ckpt.exists():
         trainer.restore(ckpt)
         done = trainer.optimizer.num_steps_sampled
-        rows = [r for r in _read_csv(csv_path) if r["timesteps"] <= done]
+        rows = [r for r in read_curve(csv_path) if r["timesteps"] <= done]
         print(f"  seed {seed}: resumed at {done} env steps", flush=True)
     finished = bool(rows) and (rows[-1]["timesteps"] >= budget or _reached(rows, stop_at))
     try:
@@ -236,7 +237,7 @@ def summarize(
     fig, ax = plt.subplots(figsize=(7, 4))
     for path in sorted(out.glob("*_seed*.csv")):
         impl, seed = path.stem.split("_seed")
-        rows = _read_csv(path)
+        rows = read_curve(path)
         if not rows:
             continue
         ret, steps, wall = _final(rows)

@@ -25,7 +25,7 @@ import csv
 import math
 from pathlib import Path
 
-from learning import _read_csv
+from learning import read_curve
 
 
 def published_games(directory: Path) -> list[tuple[float, float]]:
@@ -52,7 +52,7 @@ def rolling_mean_at(games: list[tuple[float, float]], frames: float, window: int
 
 def our_curve(path: Path, frame_skip: int) -> list[dict[str, float]]:
     """The rows of a learning.py CSV with a ``frames`` column added."""
-    rows = _read_csv(path)
+    rows = read_curve(path)
     if not rows:
         raise SystemExit(f"{path} has no rows")
     for row in rows:
