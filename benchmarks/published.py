@@ -3,17 +3,18 @@
     python benchmarks/published.py benchmarks/published/sb3-zoo-ppo-pong \
         benchmarks/curves/pong-ppo/hierl_seed0.csv --frame-skip 4
 
-The published curve is a run's Stable-Baselines3 ``Monitor`` files (``monitor_<env>.csv``,
-columns ``r,l``: one row per whole game, its unclipped score and its length in emulator
-frames). The run's envs step in lockstep (a ``DummyVecEnv``), so when env ``i`` ends a game
-after ``L`` of its own frames, the run has taken ``n_envs * L`` frames. At each frame count
-the training return is the mean of the last ``--window`` games ended by then over all envs,
-as hierl's ``episode_reward_mean`` is (``metrics_smoothing_episodes``: 100, whole games,
+The published curve is a run's Stable-Baselines3 ``Monitor`` files (``<env>.monitor.csv``
+as SB3 writes them, or ``monitor_<env>.csv``; columns ``r`` and ``l``: one row per whole
+game, its unclipped score and its length in emulator frames; ``#`` lines are skipped).
+The run's envs step in lockstep (a ``DummyVecEnv``), so when env ``i`` ends a game after
+``L`` of its own frames, the run has taken ``n_envs * L`` frames. At each frame count the
+training return is the mean of the last ``--window`` games ended by then over all envs, as
+hierl's ``episode_reward_mean`` is (``metrics_smoothing_episodes``: 100, whole games,
 sampled actions, unclipped). Ours comes from a ``benchmarks/learning.py`` CSV, whose
 ``timesteps`` are agent steps: ``--frame-skip`` of them make a frame count.
 
-Prints a Markdown table (training returns at each frame count, and our greedy evaluation
-nearest before it; one pair of rows per CSV given) and writes ``vs_<published dir
+Prints a Markdown table (training returns at each frame count, and our latest greedy
+evaluation by then; one pair of rows per CSV given) and writes ``vs_<published dir
 name>.png`` beside the first CSV.
 """
 
@@ -30,14 +31,19 @@ from learning import read_curve
 
 def published_games(directory: Path) -> list[tuple[float, float]]:
     """(run frames when the game ended, its score) for every game in ``directory``, in order."""
-    paths = sorted(directory.glob("monitor_*.csv"))
+    paths = sorted({*directory.glob("monitor_*.csv"), *directory.glob("*.monitor.csv")})
     if not paths:
-        raise SystemExit(f"no monitor_<env>.csv files in {directory}")
+        raise SystemExit(f"no monitor_<env>.csv or <env>.monitor.csv files in {directory}")
     games = []
     for path in paths:
         frames = 0
         with path.open() as f:
-            for row in csv.DictReader(f):
+            reader = csv.DictReader(line for line in f if not line.startswith("#"))
+            if not {"r", "l"} <= set(reader.fieldnames or ()):
+                raise SystemExit(
+                    f"{path}: columns {reader.fieldnames}; a Monitor file has 'r' and 'l'"
+                )
+            for row in reader:
                 frames += int(row["l"])
                 games.append((float(frames * len(paths)), float(row["r"])))
     return sorted(games)
@@ -60,7 +66,7 @@ def our_curve(path: Path, frame_skip: int) -> list[dict[str, float]]:
     return rows
 
 
-def _at(rows: list[dict[str, float]], frames: float, key: str) -> float:
+def value_at(rows: list[dict[str, float]], frames: float, key: str) -> float:
     """``key`` in the last row at or before ``frames`` that has it (NaN: none)."""
     value = math.nan
     for row in rows:
@@ -99,13 +105,13 @@ def table(
         lines.append(
             row(
                 f"{label} training return (last {window} games)",
-                [_at(rows, p, "episode_reward_mean") for p in points],
+                [value_at(rows, p, "episode_reward_mean") for p in points],
             )
         )
         lines.append(
             row(
                 f"{label} greedy evaluation (latest)",
-                [_at(rows, p, "evaluation_reward_mean") for p in points],
+                [value_at(rows, p, "evaluation_reward_mean") for p in points],
             )
         )
     return "\n".join(lines)

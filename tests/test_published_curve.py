@@ -47,13 +47,21 @@ def test_ours_at_a_frame_count_is_the_last_value_before_it(tmp_path, published):
     )
     ours = published.our_curve(csv, frame_skip=4)
     assert [r["frames"] for r in ours] == [400.0, 800.0, 1200.0]
-    assert published._at(ours, 1199.0, "episode_reward_mean") == -20.0
-    assert published._at(ours, 1200.0, "evaluation_reward_mean") == -19.0  # skips the gap
-    assert math.isnan(published._at(ours, 399.0, "episode_reward_mean"))
+    assert published.value_at(ours, 1199.0, "episode_reward_mean") == -20.0
+    assert published.value_at(ours, 1200.0, "evaluation_reward_mean") == -19.0  # skips the gap
+    assert math.isnan(published.value_at(ours, 399.0, "episode_reward_mean"))
 
 
 def test_an_empty_directory_names_itself(tmp_path, published):
     with pytest.raises(SystemExit, match=str(tmp_path)):
+        published.published_games(tmp_path)
+
+
+def test_sb3_monitor_files_are_read_as_sb3_writes_them(tmp_path, published):
+    (tmp_path / "0.monitor.csv").write_text('#{"t_start": 1.0}\nr,l,t\n-21.0,100,3.5\n')
+    assert published.published_games(tmp_path) == [(100.0, -21.0)]
+    (tmp_path / "1.monitor.csv").write_text("reward,length\n-20.0,100\n")
+    with pytest.raises(SystemExit, match=r"1\.monitor\.csv: columns \['reward', 'length'\]"):
         published.published_games(tmp_path)
 
 
