@@ -67,7 +67,10 @@ def our_curve(path: Path, frame_skip: int) -> list[dict[str, float]]:
 
 
 def value_at(rows: list[dict[str, float]], frames: float, key: str) -> float:
-    """``key`` in the last row at or before ``frames`` that has it (NaN: none)."""
+    """``key`` in the last row at or before ``frames`` that has it (NaN: none, or the curve
+    ends before ``frames``)."""
+    if not rows or frames > rows[-1]["frames"]:
+        return math.nan
     value = math.nan
     for row in rows:
         if row["frames"] > frames:

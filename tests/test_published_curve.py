@@ -50,6 +50,7 @@ def test_ours_at_a_frame_count_is_the_last_value_before_it(tmp_path, published):
     assert published.value_at(ours, 1199.0, "episode_reward_mean") == -20.0
     assert published.value_at(ours, 1200.0, "evaluation_reward_mean") == -19.0  # skips the gap
     assert math.isnan(published.value_at(ours, 399.0, "episode_reward_mean"))
+    assert math.isnan(published.value_at(ours, 1201.0, "episode_reward_mean"))  # past its end
 
 
 def test_an_empty_directory_names_itself(tmp_path, published):
