@@ -11,6 +11,7 @@ during a span: on a small shared machine the background load explains noisy figu
 
 from __future__ import annotations
 
+import csv
 import os
 import sys
 import time
@@ -34,6 +35,7 @@ __all__ = [
     "bar_png",
     "machine_busy_seconds",
     "process_tree",
+    "read_curve",
     "record",
     "steal_seconds",
     "wait_for_quiet",
@@ -212,3 +214,13 @@ def measure_routing(optimizer: Any, seconds: float, rows: int) -> dict[str, floa
         "driver_cores": meter.cores["driver"],
         "machine_cores": meter.cores["machine"],
     }
+
+
+def read_curve(path: Path) -> list[dict[str, float]]:
+    """The rows of a learning.py curve CSV (none if it does not exist); blanks are NaN."""
+    if not path.exists():
+        return []
+    with path.open() as f:
+        return [
+            {k: float(v) if v else float("nan") for k, v in r.items()} for r in csv.DictReader(f)
+        ]

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import BENCH_DIR, RESULTS_DIR
+from common import BENCH_DIR, RESULTS_DIR, read_curve
 
 from hierl.algorithms.registry import get_trainer_class
 from hierl.bench_report import git_info, machine_info
@@ -40,16 +40,6 @@ FIELDS = ["timesteps", "wall_s", "episode_reward_mean", "evaluation_reward_mean"
 RESULTS_MD = BENCH_DIR / "RESULTS.md"
 CURVES_DIR = BENCH_DIR / "curves"
 """Learning curves are kept in the repository (CSV + PNG per experiment), unlike results/."""
-
-
-def read_curve(path: Path) -> list[dict[str, float]]:
-    """The rows of a curve CSV written here (none if it does not exist); blanks are NaN."""
-    if not path.exists():
-        return []
-    with path.open() as f:
-        return [
-            {k: float(v) if v else float("nan") for k, v in r.items()} for r in csv.DictReader(f)
-        ]
 
 
 def _write_csv(path: Path, rows: list[dict[str, float]]) -> None:

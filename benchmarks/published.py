@@ -26,7 +26,7 @@ import csv
 import math
 from pathlib import Path
 
-from learning import read_curve
+from common import read_curve
 
 
 def published_games(directory: Path) -> list[tuple[float, float]]:
