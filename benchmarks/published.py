@@ -150,13 +150,14 @@ def plot(
         )
         evals = [(r["frames"], r["evaluation_reward_mean"]) for r in rows]
         evals = [(f, v) for f, v in evals if not math.isnan(v)]
-        ax.plot(
-            *zip(*evals, strict=True),
-            "o",
-            color=color,
-            markersize=3,
-            label=f"{label}: greedy evaluation",
-        )
+        if evals:  # a curve run without evaluation_interval has none
+            ax.plot(
+                *zip(*evals, strict=True),
+                "o",
+                color=color,
+                markersize=3,
+                label=f"{label}: greedy evaluation",
+            )
     ax.set_xlabel("frames")
     ax.set_ylabel("return (whole games, unclipped)")
     ax.legend(fontsize=7)
