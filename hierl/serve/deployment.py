@@ -37,7 +37,7 @@ from starlette.responses import JSONResponse
 from hierl.algorithms.serving import DEPLOYMENT_NAME, PolicySnapshot
 from hierl.auth import bearer_matches
 from hierl.evaluators.ray_runtime import ensure_ray
-from hierl.evaluators.wire import WireError, encode
+from hierl.evaluators.wire import WireError, encode, loads, short_repr
 from hierl.serve.options import TOKEN_ENV, ServeOptions
 from hierl.serve.policy import ServedPolicy
 
@@ -93,7 +93,9 @@ class PolicyServer:
         path = path.rstrip("/") or "/"
         routes = {"/act": "POST", "/spec": "GET", "/healthz": "GET"}
         if path not in routes:
-            return _error(404, f"no route {path!r}; routes: POST /act, GET /spec, GET /healthz")
+            return _error(
+                404, f"no route {short_repr(path)}; routes: POST /act, GET /spec, GET /healthz"
+            )
         if request.method != routes[path]:
             return _error(405, f"{path} takes {routes[path]}, not {request.method}")
         if path == "/healthz":
@@ -126,11 +128,7 @@ class PolicyServer:
                 "body",
             )
         try:
-            data = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            return _error(400, f"body: malformed JSON: {e}", "body")
-        try:
-            query = self.policy.parse(data)
+            query = self.policy.parse(loads(body))
         except WireError as e:
             return _error(400, str(e), e.field)
         return _JSON(await self.act_batch(query))
