@@ -154,7 +154,8 @@ class ServedPolicy:
             }
         out: dict[str, Any] = {
             "algorithm": self.trainer.name,
-            "checkpoint": self.checkpoint,
+            # its name only: the path would tell every client about the server's disk
+            "checkpoint": Path(self.checkpoint).name,
             "iteration": self.loaded_version["iteration"],
             "hash": self.loaded_version["hash"],
             "version": self.version,
