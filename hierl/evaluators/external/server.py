@@ -169,6 +169,11 @@ class _DeadlineReader(io.RawIOBase):
         self.deadline = None
         self.idle_since = time.monotonic()
 
+    def begin_request(self) -> None:
+        """A request is under way (its deadline runs from its first byte, or now)."""
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.request_s
+
     @property
     def idle(self) -> bool:
         """Waiting for a request (no request under way)."""
@@ -183,8 +188,8 @@ class _DeadlineReader(io.RawIOBase):
                 raise TimeoutError(f"request not received within {self.request_s:g} s")
             self.sock.settimeout(left)
         n = self.sock.recv_into(buffer)
-        if n and self.deadline is None:
-            self.deadline = time.monotonic() + self.request_s
+        if n:
+            self.begin_request()
         return n
 
 
@@ -288,6 +293,10 @@ class _Handler(BaseHTTPRequestHandler):
     def handle_one_request(self) -> None:
         self._reader.expect_request()
         super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        self._reader.begin_request()  # a request read from the buffer alone is under way too
+        return super().parse_request()
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("%s %s", self.address_string(), format % args)
