@@ -336,3 +336,15 @@ def test_without_a_token_any_client_may_continue_an_episode():
         url = url_of(trainer)
         episode = PolicyClient(url).start_episode()
         assert PolicyClient(url).get_action(episode, OBS) in (0, 1)
+
+
+def test_box_actions_beyond_float32_are_refused():
+    config = {**SMALL, "env": "Pendulum-v1"}
+    with PPOTrainer(config) as trainer:
+        evaluator = trainer.evaluators.local_evaluator
+        episode = PolicyClient(url_of(trainer)).start_episode()
+        path = f"/episodes/{episode}/log_action"
+        status, answer = post(trainer, path, {"observation": [1.0, 0.0, 0.0], "action": [1e300]})
+        assert status == 400 and answer["field"] == "action" and "float32" in answer["error"]
+        assert post(trainer, path, {"observation": [1.0, 0.0, 0.0], "action": [0.5]})[0] == 200
+        assert len(evaluator.episodes.live[episode].actions) == 1

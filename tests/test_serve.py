@@ -341,7 +341,12 @@ def test_stalled_bodies_neither_hold_every_slot_nor_stop_other_clients(ppo, port
     statuses: list = []
     stop = threading.Event()
     slow = [threading.Thread(target=stalled_body, args=(port, statuses, stop)) for _ in range(12)]
+    # headers never finished hold a connection of Serve's proxy (it has no deadline for
+    # them), never a replica's slot
+    stalled_heads = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
     try:
+        for s in stalled_heads:
+            s.sendall(b"POST /slow/act HTTP/1.1\r\nHost: x\r\nContent-Len")
         for t in slow:
             t.start()
         for _ in range(100):  # the refused ones are answered at once (bounded wait)
@@ -366,6 +371,8 @@ def test_stalled_bodies_neither_hold_every_slot_nor_stop_other_clients(ppo, port
         stop.set()
         for t in slow:
             t.join(timeout=30)
+        for s in stalled_heads:
+            s.close()
         served.delete()
     assert sorted(statuses, key=str) == [408] * 2 + [429] * 10, statuses
 

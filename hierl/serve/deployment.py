@@ -13,7 +13,11 @@ from the checkpoint.  Routes, under the app's ``route_prefix``:
 
 Bad requests get HTTP 400 with ``{"error": ..., "field": ...}`` naming the field and what
 was expected; with an ``auth_token``, requests without ``Authorization: Bearer <token>``
-get 401.  A trainer with ``serve_deployment={"app": name}`` pushes new weights to every
+get 401 before anything else (an unknown route too).  Slow clients: a body not whole
+within ``body_timeout_s`` gets 408, a request not answered within ``request_timeout_s``
+503, and a client address with ``max_body_reads_per_client`` bodies still arriving 429
+(Serve's proxy has no deadline for unfinished headers: such connections hold one of its
+connections, not a replica's slot).  A trainer with ``serve_deployment={"app": name}`` pushes new weights to every
 replica (:mod:`hierl.algorithms.serving`): each replica swaps them in between batches, and
 every answer names the ``version`` that computed it.
 """
