@@ -17,9 +17,11 @@ get 401 before anything else (an unknown route too).  Slow clients: a body not w
 within ``body_timeout_s`` gets 408, a request not answered within ``request_timeout_s``
 503, and a client address with ``max_body_reads_per_client`` bodies still arriving 429
 (Serve's proxy has no deadline for unfinished headers: such connections hold one of its
-connections, not a replica's slot).  A trainer with ``serve_deployment={"app": name}`` pushes new weights to every
-replica (:mod:`hierl.algorithms.serving`): each replica swaps them in between batches, and
-every answer names the ``version`` that computed it.
+connections, not a replica's slot).
+
+A trainer with ``serve_deployment={"app": name}`` pushes new weights to every replica
+(:mod:`hierl.algorithms.serving`): each replica swaps them in between batches, and every
+answer names the ``version`` that computed it.
 """
 
 from __future__ import annotations

@@ -22,8 +22,11 @@ behaviour policy's ``action_logp`` and ``action_dist_inputs`` (local inference).
 ``{"error", "status", "field"?}``; ``failed`` lists their indices).  Errors answer
 ``{"error": message}`` (plus ``"field"`` for a bad value) with status 400 (bad JSON, a
 value that does not fit its space: the message names the field and the expected shape),
-401 (missing or wrong token; every route but ``/healthz`` needs it when set), 404
-(unknown route or episode), 409, 413, 503.
+401 (missing or wrong token; every route but ``/healthz`` needs it when set, and it is
+checked before the route), 404 (unknown route or episode; with a token, also another
+client's episode: see ``CLIENT_HEADER``), 408 (a body not received within
+``request_timeout_s``), 409, 411, 413 (a body, an episode's info or its steps past their
+limits), 503 (too many episodes or connections, or the evaluator is busy).
 """
 
 from __future__ import annotations
