@@ -348,3 +348,30 @@ def test_box_actions_beyond_float32_are_refused():
         assert status == 400 and answer["field"] == "action" and "float32" in answer["error"]
         assert post(trainer, path, {"observation": [1.0, 0.0, 0.0], "action": [0.5]})[0] == 200
         assert len(evaluator.episodes.live[episode].actions) == 1
+
+
+def test_huge_headers_and_lying_content_lengths_are_answered_or_closed():
+    with trainer_with(request_timeout_s=2.0) as trainer:
+        many = b"".join(b"X-H%d: v\r\n" % i for i in range(200))
+        long_line = b"X-Long: " + b"a" * 70_000 + b"\r\n"
+        for headers, status in [(many, b"431"), (long_line, b"431")]:
+            with socket.create_connection(address(trainer)) as sock:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+                answer = read_until_closed(sock, limit_s=10)
+            assert answer.split(b" ", 2)[1] == status, answer[:100]
+            assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+        # a Content-Length larger than the body, then the client closes its side
+        with socket.create_connection(address(trainer)) as sock:
+            sock.sendall(b"POST /episodes HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{}")
+            sock.shutdown(socket.SHUT_WR)
+            assert read_until_closed(sock, limit_s=10) == b""  # nothing recorded, closed
+        # a Content-Length smaller than the body: the rest is a malformed next request
+        with socket.create_connection(address(trainer)) as sock:
+            sock.sendall(
+                b"POST /episodes HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}junk\r\n\r\n"
+            )
+            answer = read_until_closed(sock, limit_s=10)
+        assert answer.startswith(b"HTTP/1.1 200") and b"HTTP/1.1 400 " in answer
+        assert b"Bad request syntax" in answer
+        assert len(trainer.evaluators.local_evaluator.episodes.live) == 1
+        assert request(trainer, "GET", "/healthz")[0] == 200

@@ -382,6 +382,8 @@ def test_timeouts_and_body_limits_are_checked_settings():
         ServeOptions(body_timeout_s=60, request_timeout_s=30)
     with pytest.raises(ConfigError, match="max_body_reads_per_client"):
         ServeOptions(max_body_reads_per_client=0)
+    assert ServeOptions().max_body_reads_per_client == 33
+    assert ServeOptions(max_ongoing_requests=8).max_body_reads_per_client == 2
     with pytest.raises(ConfigError, match="request_timeout_s"):
         ServeOptions(request_timeout_s=0)
 

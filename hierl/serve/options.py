@@ -46,10 +46,11 @@ class ServeOptions(Config):
     """A request not answered within this long gets HTTP 503 from its replica (and 408
     from Serve's proxy while it waits there; the proxy keeps the value of the deploy
     that started Serve)."""
-    max_body_reads_per_client: int = 32
+    max_body_reads_per_client: int | None = None
     """Requests whose bodies are still arriving that one client address may have at a
     replica at once; more get HTTP 429 at once.  It bounds the slots
-    (``max_ongoing_requests``) that slow clients on one address can hold.  The address
+    (``max_ongoing_requests``) that slow clients on one address can hold; None: a third
+    of ``max_ongoing_requests`` (33 by default).  The address
     is the one Serve's proxy sees: behind a reverse proxy on this machine, the
     ``X-Forwarded-For`` it sets (trusted from 127.0.0.1 only)."""
     auth_token: str | None = dataclasses.field(default=None, repr=False)
@@ -82,6 +83,8 @@ class ServeOptions(Config):
             0 < self.body_timeout_s <= self.request_timeout_s,
             f"must be > 0 and <= request_timeout_s ({self.request_timeout_s:g})",
         )
+        if self.max_body_reads_per_client is None:
+            self.max_body_reads_per_client = max(1, self.max_ongoing_requests // 3)
         self.check("max_body_reads_per_client", self.max_body_reads_per_client >= 1, "must be >= 1")
 
     @property

@@ -297,6 +297,15 @@ class _Handler(BaseHTTPRequestHandler):
         self._reader.expect_request()
         super().handle_one_request()
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's protocol errors (a malformed request line, 431 for
+        too many or too long headers, 501) as JSON too, closing the connection."""
+        self.close_connection = True
+        if self.request_version == "HTTP/0.9":  # an unparsable request line: answer 1.1
+            self.request_version = self.protocol_version
+        phrase = message or self.responses.get(code, ("error",))[0]
+        self._error(code, phrase + (f": {explain}" if explain and not message else ""))
+
     def parse_request(self) -> bool:
         self._reader.begin_request()  # a request read from the buffer alone is under way too
         return super().parse_request()
