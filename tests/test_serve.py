@@ -383,7 +383,7 @@ def test_timeouts_and_body_limits_are_checked_settings():
     with pytest.raises(ConfigError, match="max_body_reads_per_client"):
         ServeOptions(max_body_reads_per_client=0)
     assert ServeOptions().max_body_reads_per_client == 33
-    assert ServeOptions(max_ongoing_requests=8).max_body_reads_per_client == 2
+    assert ServeOptions(max_batch_size=4, max_ongoing_requests=8).max_body_reads_per_client == 2
     with pytest.raises(ConfigError, match="request_timeout_s"):
         ServeOptions(request_timeout_s=0)
 
