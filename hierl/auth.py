@@ -14,6 +14,12 @@ TOKEN_ENV = "HIERL_SERVE_TOKEN"
 servers and by PolicyClient)."""
 
 
+CLIENT_HEADER = "X-Hierl-Client"
+"""The header a :class:`~hierl.serve.client.PolicyClient` names itself with (its
+``client_id``): with a token set, the external-env server binds each episode to the
+client that started it (clients share the token, so it cannot tell them apart)."""
+
+
 def token_from_env() -> str | None:
     """``$HIERL_SERVE_TOKEN``, or None when it is unset or empty."""
     return os.environ.get(TOKEN_ENV) or None

@@ -35,7 +35,7 @@ from hierl.algorithms.serving import PolicySnapshot
 from hierl.checkpoint import CheckpointError
 from hierl.cli import main
 from hierl.config import ConfigError
-from hierl.evaluators.wire import MAX_BATCH, space_to_json
+from hierl.evaluators.wire import MAX_BATCH, WireError, space_to_json
 from hierl.serve import ServeOptions, deploy
 from hierl.serve.policy import ServedPolicy
 
@@ -155,7 +155,8 @@ def test_spec_names_spaces_algorithm_iteration_and_hash(app, ppo):
     assert spec["algorithm"] == "PPO"
     assert spec["iteration"] == trainer.iteration == 1
     assert spec["hash"] == PolicySnapshot.of(trainer).version["hash"]
-    assert spec["checkpoint"] == str(path.resolve())
+    assert spec["checkpoint"] == path.name  # its name: the path is the server's business
+    assert str(path.parent) not in json.dumps(spec)
     assert spec["policies"]["default_policy"]["extras"] == [
         "action_dist_inputs",
         "action_logp",
@@ -183,6 +184,20 @@ def test_spec_names_spaces_algorithm_iteration_and_hash(app, ppo):
         (b'{"observation": [0, 0, 0, 0], "extras": ["q"]}', "extras", ["'q'", "value"]),
         (b'{"observation": [0, 0, 0, 0], "state": [[0]]}', "state", ["feed-forward"]),
         (b'{"observation": [0, 0, 0, 0], "policy_id": "p2"}', "policy_id", ["default_policy"]),
+        # finite in JSON, not in the float32 the policy takes
+        (b'{"observations": [[0, 0, 1e300, 0]]}', "observations", ["1e+300", "float32"]),
+        (b'{"observation": [0, -3.5e38, 0, 0]}', "observation", ["float32"]),
+        (b'{"observation": [0, 1' + b"0" * 400 + b", 0, 0]}", "observation", ["too large"]),
+        # what the parser refuses, and values that cannot be looked up
+        (b"[" * 60_000, "body", ["nested too deeply"]),  # under max_request_bytes
+        (b'{"observation": [' + b"9" * 5000 + b", 0, 0, 0]}", "body", ["4300 digits"]),
+        (b'{"observation": [0, 0, 0, 0], "policy_id": ["p"]}', "policy_id", ["['p']"]),
+        (b'{"observation": [0, 0, 0, 0], "policy_id": {"a": 1}}', "policy_id", ["valid"]),
+        (
+            b'{"observation": [0, 0, 0, 0], "explore": ' + b"[" * 500 + b"]" * 500 + b"}",
+            "explore",
+            ["true or false"],
+        ),
     ],
 )
 def test_bad_requests_get_400_naming_the_field(app, raw, field, words):
@@ -264,6 +279,113 @@ def test_binds_to_localhost_by_default(app, port):
 def test_unknown_route_and_method(app):
     assert http(app.url + "/nope", token=TOKEN)[0] == 404
     assert http(app.url + "/act", token=TOKEN)[0] == 405  # GET
+
+
+def test_without_the_token_a_client_learns_no_routes(app):
+    for url, body in [
+        ("/nope", None),
+        ("/nope", {}),
+        ("/act", None),  # GET: the wrong method
+        ("/spec", {}),  # POST
+        ("/healthz", {}),  # POST: only GET /healthz needs no token
+    ]:
+        status, answer = http(app.url + url, body)
+        assert status == 401, (url, body, answer)
+        assert "route" not in answer["error"]
+
+
+# -- slow clients -------------------------------------------------------------------------
+SLOW_HEAD = (
+    b"POST /slow/act HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b'Content-Length: 100\r\n\r\n{"observ'
+)
+
+
+def stalled_body(port: int, statuses: list, stop: threading.Event) -> None:
+    """A client on 127.0.0.2 that sends its headers and 8 of its 100 body bytes, then
+    nothing; records the status it is answered (None: none), and gives up after 25 s
+    or at ``stop``."""
+    with socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0)) as s:
+        s.sendall(SLOW_HEAD)
+        s.settimeout(0.2)
+        answer = b""
+        deadline = time.monotonic() + 25
+        while b"\r\n" not in answer and time.monotonic() < deadline and not stop.is_set():
+            try:
+                chunk = s.recv(4096)
+            except TimeoutError:
+                continue
+            if not chunk:
+                break
+            answer += chunk
+        statuses.append(int(answer.split()[1]) if answer.startswith(b"HTTP/") else None)
+
+
+def test_stalled_bodies_neither_hold_every_slot_nor_stop_other_clients(ppo, port):
+    """12 clients on one address stall in their bodies; the replica holds 8 requests.
+    Before the limits they held every slot and /healthz and /act waited until they let
+    go; now one address holds at most 2 (429 for the rest at once), each for at most
+    body_timeout_s (then 408), and another client is answered meanwhile."""
+    served = deploy(
+        ppo[1],
+        port=port,
+        name="slow",
+        route_prefix="/slow",
+        auth_token="",
+        max_batch_size=4,
+        max_ongoing_requests=8,
+        body_timeout_s=2.0,
+        max_body_reads_per_client=2,
+        **REPLICA,
+    )
+    statuses: list = []
+    stop = threading.Event()
+    slow = [threading.Thread(target=stalled_body, args=(port, statuses, stop)) for _ in range(12)]
+    # headers never finished hold a connection of Serve's proxy (it has no deadline for
+    # them), never a replica's slot
+    stalled_heads = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+    try:
+        for s in stalled_heads:
+            s.sendall(b"POST /slow/act HTTP/1.1\r\nHost: x\r\nContent-Len")
+        for t in slow:
+            t.start()
+        for _ in range(100):  # the refused ones are answered at once (bounded wait)
+            if len(statuses) >= 10:
+                break
+            time.sleep(0.05)
+        # another client (127.0.0.1) is served while two bodies are still stalled
+        conn = HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            conn.request("GET", "/slow/healthz")
+            response = conn.getresponse()
+            assert response.status == 200 and json.loads(response.read())["status"] == "ok"
+            body = json.dumps({"observation": [0.0] * 4})
+            conn.request("POST", "/slow/act", body=body)
+            response = conn.getresponse()
+            assert response.status == 200 and json.loads(response.read())["action"] in (0, 1)
+        finally:
+            conn.close()
+        for t in slow:
+            t.join(timeout=30)
+    finally:
+        stop.set()
+        for t in slow:
+            t.join(timeout=30)
+        for s in stalled_heads:
+            s.close()
+        served.delete()
+    assert sorted(statuses, key=str) == [408] * 2 + [429] * 10, statuses
+
+
+def test_timeouts_and_body_limits_are_checked_settings():
+    with pytest.raises(ConfigError, match=r"body_timeout_s.*request_timeout_s"):
+        ServeOptions(body_timeout_s=60, request_timeout_s=30)
+    with pytest.raises(ConfigError, match="max_body_reads_per_client"):
+        ServeOptions(max_body_reads_per_client=0)
+    assert ServeOptions().max_body_reads_per_client == 33
+    assert ServeOptions(max_batch_size=4, max_ongoing_requests=8).max_body_reads_per_client == 2
+    with pytest.raises(ConfigError, match="request_timeout_s"):
+        ServeOptions(request_timeout_s=0)
 
 
 # -- corrupt checkpoints ------------------------------------------------------------------
@@ -400,6 +522,15 @@ def test_state_rows_are_checked_against_max_observations():
         assert query.count == n and [s.shape for s in query.state] == [(n, 4), (n, 4)]
         (answer,) = policy.act([query])
         assert len(answer["actions"]) == n and np.shape(answer["state_out"]) == (2, n, 4)
+
+
+def test_recurrent_state_beyond_float32_is_refused():
+    config = {**SMALL_PPO, "model": {"hiddens": (8,), "use_lstm": True, "lstm_cell_size": 4}}
+    with PPOTrainer(config) as trainer:
+        policy = ServedPolicy(trainer)
+        with pytest.raises(WireError, match=r"1e\+300.*float32") as e:
+            policy.parse({"observation": [0.0] * 4, "state": [[0, 0, 1e300, 0], [0] * 4]})
+        assert e.value.field == "state[0]"
 
 
 def test_serving_opens_neither_the_run_s_input_nor_its_output(tmp_path):

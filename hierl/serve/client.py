@@ -48,7 +48,7 @@ import urllib.parse
 import uuid
 from typing import Any, Literal
 
-from hierl.auth import TOKEN_ENV, token_from_env
+from hierl.auth import CLIENT_HEADER, TOKEN_ENV, token_from_env
 
 __all__ = ["TOKEN_ENV", "PolicyClient", "PolicyClientError"]
 
@@ -98,6 +98,11 @@ class PolicyClient:
             buffered steps sent.
         auth_token: the server's shared token (None: ``$HIERL_SERVE_TOKEN`` if set).
         timeout_s: limit on every request (connecting, sending, waiting for the answer).
+        client_id: who this client is to the server (sent as ``X-Hierl-Client`` with
+            every request; None: a new random id).  With a token set, the server lets
+            only the client that started an episode continue it: give the same id to
+            every PolicyClient that drives the same episodes (e.g. a service that makes
+            a new PolicyClient per request); keep it secret like the token.
 
     Raises:
         PolicyClientError: in local mode, the policy cannot be fetched.
@@ -111,6 +116,7 @@ class PolicyClient:
         update_interval_s: float = 10.0,
         auth_token: str | None = None,
         timeout_s: float = 60.0,
+        client_id: str | None = None,
     ):
         if inference_mode not in ("remote", "local"):
             raise ValueError(f"inference_mode {inference_mode!r}; valid: 'remote', 'local'")
@@ -123,7 +129,8 @@ class PolicyClient:
         self.update_interval_s = update_interval_s
         self.timeout_s = timeout_s
         token = auth_token or token_from_env()
-        self._headers = {"Content-Type": "application/json"}
+        self.client_id = client_id or uuid.uuid4().hex
+        self._headers = {"Content-Type": "application/json", CLIENT_HEADER: self.client_id}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
         self._local = threading.local()  # one keep-alive connection per thread

@@ -13,13 +13,21 @@ from the checkpoint.  Routes, under the app's ``route_prefix``:
 
 Bad requests get HTTP 400 with ``{"error": ..., "field": ...}`` naming the field and what
 was expected; with an ``auth_token``, requests without ``Authorization: Bearer <token>``
-get 401.  A trainer with ``serve_deployment={"app": name}`` pushes new weights to every
-replica (:mod:`hierl.algorithms.serving`): each replica swaps them in between batches, and
-every answer names the ``version`` that computed it.
+get 401 before anything else (an unknown route too).  Slow clients: a body not whole
+within ``body_timeout_s`` gets 408, a request not answered within ``request_timeout_s``
+503, and a client address with ``max_body_reads_per_client`` bodies still arriving 429
+(Serve's proxy has no deadline for unfinished headers: such connections hold one of its
+connections, not a replica's slot).
+
+A trainer with ``serve_deployment={"app": name}`` pushes new weights to every replica
+(:mod:`hierl.algorithms.serving`): each replica swaps them in between batches, and every
+answer names the ``version`` that computed it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import dataclasses
 import ipaddress
 import json
@@ -31,13 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from ray import serve
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
 from hierl.algorithms.serving import DEPLOYMENT_NAME, PolicySnapshot
 from hierl.auth import bearer_matches
 from hierl.evaluators.ray_runtime import ensure_ray
-from hierl.evaluators.wire import WireError, encode
+from hierl.evaluators.wire import WireError, encode, loads, short_repr
 from hierl.serve.options import TOKEN_ENV, ServeOptions
 from hierl.serve.policy import ServedPolicy
 
@@ -85,21 +93,40 @@ class PolicyServer:
         self._token = options.auth_token.encode() if options.auth_token else None
         self.act_batch.set_max_batch_size(options.max_batch_size)
         self.act_batch.set_batch_wait_timeout_s(options.batch_wait_timeout_s)
+        self._receiving: collections.Counter[str] = collections.Counter()
+        """Requests per client address whose bodies are still arriving."""
 
     async def __call__(self, request: Request) -> JSONResponse:
+        # CRUCIAL: the replica's own deadline: a client can lift the proxy's
+        # (Serve honours an ``X-Request-Timeout-Seconds`` header).
+        try:
+            async with asyncio.timeout(self.options.request_timeout_s):
+                return await self._route(request)
+        except TimeoutError:
+            return _error(
+                503,
+                f"not answered within request_timeout_s = {self.options.request_timeout_s:g} "
+                "s (the replica is overloaded); retry later",
+            )
+
+    async def _route(self, request: Request) -> JSONResponse:
         path = request.url.path
         if self._prefix and path.startswith(self._prefix):
             path = path[len(self._prefix) :]
         path = path.rstrip("/") or "/"
-        routes = {"/act": "POST", "/spec": "GET", "/healthz": "GET"}
-        if path not in routes:
-            return _error(404, f"no route {path!r}; routes: POST /act, GET /spec, GET /healthz")
-        if request.method != routes[path]:
-            return _error(405, f"{path} takes {routes[path]}, not {request.method}")
-        if path == "/healthz":
+        if path == "/healthz" and request.method == "GET":
             return _JSON({"status": "ok", "version": self.policy.version})
+        # the token before anything else: without it a client learns nothing, not even
+        # which routes exist
         if not self._authorized(request):
             return _error(401, "missing or wrong token: send 'Authorization: Bearer <token>'")
+        routes = {"/act": "POST", "/spec": "GET", "/healthz": "GET"}
+        if path not in routes:
+            return _error(
+                404, f"no route {short_repr(path)}; routes: POST /act, GET /spec, GET /healthz"
+            )
+        if request.method != routes[path]:
+            return _error(405, f"{path} takes {routes[path]}, not {short_repr(request.method)}")
         if path == "/spec":
             return _JSON(self.policy.spec())
         return await self._act(request)
@@ -117,7 +144,31 @@ class PolicyServer:
                 f"request body of {size} bytes; at most {self.options.max_request_bytes}",
                 "body",
             )
-        body = await self._read_body(request)
+        client = request.client.host if request.client else "unknown"
+        limit = self.options.max_body_reads_per_client
+        if self._receiving[client] >= limit:
+            return _error(
+                429,
+                f"{limit} requests from {client} are still sending their bodies "
+                "(max_body_reads_per_client); finish those first",
+                "body",
+            )
+        self._receiving[client] += 1
+        try:
+            body = await asyncio.wait_for(self._read_body(request), self.options.body_timeout_s)
+        except TimeoutError:
+            return _error(
+                408,
+                f"request body not received within body_timeout_s = "
+                f"{self.options.body_timeout_s:g} s",
+                "body",
+            )
+        except ClientDisconnect:
+            return _error(400, "the client closed the connection before its body ended", "body")
+        finally:
+            self._receiving[client] -= 1
+            if not self._receiving[client]:
+                del self._receiving[client]
         if body is None:
             return _error(
                 413,
@@ -126,11 +177,7 @@ class PolicyServer:
                 "body",
             )
         try:
-            data = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            return _error(400, f"body: malformed JSON: {e}", "body")
-        try:
-            query = self.policy.parse(data)
+            query = self.policy.parse(loads(body))
         except WireError as e:
             return _error(400, str(e), e.field)
         return _JSON(await self.act_batch(query))
@@ -213,7 +260,15 @@ def deploy(
     finally:
         probe.stop()
     ensure_ray(options.ray_address)
-    serve.start(http_options={"host": options.host, "port": options.port})
+    # Serve's proxy takes the request_timeout_s of the deploy that starts it; every
+    # replica keeps its own app's (``PolicyServer.__call__``).
+    serve.start(
+        http_options={
+            "host": options.host,
+            "port": options.port,
+            "request_timeout_s": options.request_timeout_s,
+        }
+    )
     _check_http(options)
     app = PolicyServer.options(
         num_replicas=options.num_replicas,

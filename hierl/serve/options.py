@@ -39,6 +39,20 @@ class ServeOptions(Config):
     """Observations one ``/act`` request may carry (more: HTTP 400)."""
     max_request_bytes: int = 16 * 1024 * 1024
     """Request bodies larger than this are refused (HTTP 413) before they are read."""
+    body_timeout_s: float = 10.0
+    """A request body must arrive whole within this long once its request reaches a
+    replica (else HTTP 408): a stalled or trickling client frees its slot."""
+    request_timeout_s: float = 30.0
+    """A request not answered within this long gets HTTP 503 from its replica (and 408
+    from Serve's proxy while it waits there; the proxy keeps the value of the deploy
+    that started Serve)."""
+    max_body_reads_per_client: int | None = None
+    """Requests whose bodies are still arriving that one client address may have at a
+    replica at once; more get HTTP 429 at once.  It bounds the slots
+    (``max_ongoing_requests``) that slow clients on one address can hold; None: a third
+    of ``max_ongoing_requests`` (33 by default).  The address
+    is the one Serve's proxy sees: behind a reverse proxy on this machine, the
+    ``X-Forwarded-For`` it sets (trusted from 127.0.0.1 only)."""
     auth_token: str | None = dataclasses.field(default=None, repr=False)
     """A shared secret every request except ``/healthz`` must send as ``Authorization:
     Bearer <token>`` (else HTTP 401); None: the ``HIERL_SERVE_TOKEN`` environment
@@ -63,6 +77,15 @@ class ServeOptions(Config):
         )
         self.check("max_observations", self.max_observations >= 1, "must be >= 1")
         self.check("max_request_bytes", self.max_request_bytes >= 1024, "must be >= 1024")
+        self.check("request_timeout_s", self.request_timeout_s > 0, "must be > 0")
+        self.check(
+            "body_timeout_s",
+            0 < self.body_timeout_s <= self.request_timeout_s,
+            f"must be > 0 and <= request_timeout_s ({self.request_timeout_s:g})",
+        )
+        if self.max_body_reads_per_client is None:
+            self.max_body_reads_per_client = max(1, self.max_ongoing_requests // 3)
+        self.check("max_body_reads_per_client", self.max_body_reads_per_client >= 1, "must be >= 1")
 
     @property
     def url(self) -> str:

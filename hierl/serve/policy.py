@@ -42,6 +42,7 @@ from hierl.evaluators.wire import (
     decode_observations,
     describe_space,
     encode,
+    short_repr,
     space_to_json,
 )
 from hierl.policy_graph import PolicyGraph
@@ -153,7 +154,8 @@ class ServedPolicy:
             }
         out: dict[str, Any] = {
             "algorithm": self.trainer.name,
-            "checkpoint": self.checkpoint,
+            # its name only: the path would tell every client about the server's disk
+            "checkpoint": Path(self.checkpoint).name,
             "iteration": self.loaded_version["iteration"],
             "hash": self.loaded_version["hash"],
             "version": self.version,
@@ -180,9 +182,10 @@ class ServedPolicy:
         if unknown:
             raise WireError(unknown[0], f"unknown field; valid: {', '.join(REQUEST_FIELDS)}")
         pid = data.get("policy_id", DEFAULT_POLICY_ID)
-        if pid not in self.evaluator.policy_map:
+        if not isinstance(pid, str) or pid not in self.evaluator.policy_map:
             raise WireError(
-                "policy_id", f"unknown policy {pid!r}; valid: {sorted(self.evaluator.policy_map)}"
+                "policy_id",
+                f"unknown policy {short_repr(pid)}; valid: {sorted(self.evaluator.policy_map)}",
             )
         policy = self.evaluator.policy_map[pid]
         if ("observations" in data) == ("observation" in data):
@@ -202,14 +205,16 @@ class ServedPolicy:
             )
         explore = data.get("explore", False)
         if not isinstance(explore, bool):
-            raise WireError("explore", f"must be true or false, got {explore!r}")
+            raise WireError("explore", f"must be true or false, got {short_repr(explore)}")
         extras = data.get("extras", [])
         known = self._extras[pid]
         if not isinstance(extras, list) or not all(isinstance(e, str) for e in extras):
             raise WireError("extras", f"must be a list of names from {list(known)}")
         for name in extras:
             if name not in known:
-                raise WireError("extras", f"unknown output {name!r}; valid: {list(known)}")
+                raise WireError(
+                    "extras", f"unknown output {short_repr(name)}; valid: {list(known)}"
+                )
         state = self._parse_state(policy, data.get("state"), len(obs), single)
         return Query(pid, obs, state, explore, tuple(extras), single)
 

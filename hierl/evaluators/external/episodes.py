@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import json
 import threading
 import time
 import uuid
@@ -32,6 +33,7 @@ import numpy as np
 
 from hierl.evaluators.filters import NoFilter
 from hierl.evaluators.rollout import EpisodeRecord, RolloutCore, act
+from hierl.evaluators.wire import WireError, short_repr
 from hierl.models.preprocessors import Preprocessor
 from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import SampleBatch
@@ -44,6 +46,26 @@ class EpisodeError(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _step_reward(episode: ExternalEpisode, reward: float) -> float:
+    """The open step's reward with ``reward`` added, checked as it is stored (float32):
+    two rewards finite in float32 may add up to one that is not.
+
+    Raises:
+        WireError: ``reward``, the sum is beyond float32.
+    """
+    total = episode.pending_reward + reward
+    if not abs(total) <= FLOAT32_MAX:
+        raise WireError(
+            "reward",
+            f"the step's rewards add up to {total:g}, which does not fit float32, the dtype "
+            f"rewards are stored in (|x| <= {FLOAT32_MAX:.4g})",
+        )
+    return total
 
 
 def from_env_action(space: gym.Space, action: np.ndarray) -> np.ndarray:
@@ -63,9 +85,11 @@ class ActionRequest:
     """The raw observation, a batch of one row in the env's layout."""
     reward: float = 0.0
     """Reward of the previous step sent along with this call."""
+    client: str | None = None
+    """Who calls (see :meth:`ExternalEpisodes.episode`)."""
     action: Any = None
     """The env action, once computed."""
-    error: EpisodeError | None = None
+    error: EpisodeError | WireError | None = None
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
     """Set once ``action`` or ``error`` is (by whichever request computed the batch)."""
 
@@ -73,8 +97,17 @@ class ActionRequest:
 class ExternalEpisode:
     """The steps of one episode so far."""
 
-    def __init__(self, client_id: str, eps_id: int, slot: int, training_enabled: bool):
+    def __init__(
+        self,
+        client_id: str,
+        eps_id: int,
+        slot: int,
+        training_enabled: bool,
+        owner: str | None = None,
+    ):
         self.client_id = client_id
+        self.owner = owner
+        """The client that started it (None: any caller may continue it)."""
         self.eps_id = eps_id
         self.slot = slot
         self.training_enabled = training_enabled
@@ -111,6 +144,8 @@ class ExternalEpisodes:
         clip_rewards: clip the rows' rewards to ``[-c, c]`` (metrics stay unclipped).
         episode_timeout_s: idle time after which :meth:`drop_idle` drops an episode.
         max_episodes: open episodes allowed at once.
+        max_episode_steps: steps one episode may hold (a call opening one more: 413).
+        max_info_bytes: JSON size of one episode's merged ``info`` (more: 413).
         on_finished: called after an episode ended with training rows.
     """
 
@@ -125,6 +160,8 @@ class ExternalEpisodes:
         clip_rewards: float | None = None,
         episode_timeout_s: float = 60.0,
         max_episodes: int = 10_000,
+        max_episode_steps: int = 100_000,
+        max_info_bytes: int = 65_536,
         on_finished: Callable[[], None] | None = None,
     ):
         self.policy = policy
@@ -135,6 +172,8 @@ class ExternalEpisodes:
         self.clip_rewards = clip_rewards
         self.episode_timeout_s = episode_timeout_s
         self.max_episodes = max_episodes
+        self.max_episode_steps = max_episode_steps
+        self.max_info_bytes = max_info_bytes
         self.on_finished = on_finished
         self.live: dict[str, ExternalEpisode] = {}
         self.finished: list[SampleBatch] = []
@@ -146,11 +185,17 @@ class ExternalEpisodes:
         self._next_slot = 0
 
     # -- calls ------------------------------------------------------------------------
-    def start(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
-        """Open an episode (``episode_id`` None: a new random id); returns its id."""
+    def start(
+        self,
+        episode_id: str | None = None,
+        training_enabled: bool = True,
+        client: str | None = None,
+    ) -> str:
+        """Open an episode (``episode_id`` None: a new random id); returns its id.  With
+        ``client``, only calls by that client reach it (:meth:`episode`)."""
         client_id = uuid.uuid4().hex if episode_id is None else str(episode_id)
         if client_id in self.live:
-            raise EpisodeError(409, f"episode {client_id!r} is already running")
+            raise EpisodeError(409, f"episode {short_repr(client_id)} is already running")
         if len(self.live) >= self.max_episodes:
             self.drop_idle()
             if len(self.live) >= self.max_episodes:
@@ -159,7 +204,9 @@ class ExternalEpisodes:
                 )
         slot = heapq.heappop(self._free_slots) if self._free_slots else self._next_slot
         self._next_slot = max(self._next_slot, slot + 1)
-        episode = ExternalEpisode(client_id, self.core.new_episode_id(), slot, training_enabled)
+        episode = ExternalEpisode(
+            client_id, self.core.new_episode_id(), slot, training_enabled, owner=client
+        )
         episode.state = [s.copy() for s in self.initial_state]
         self.live[client_id] = episode
         return client_id
@@ -172,12 +219,15 @@ class ExternalEpisodes:
         for request in requests:
             try:
                 if request.episode_id in seen:
-                    raise EpisodeError(409, f"episode {request.episode_id!r}: concurrent calls")
-                episode = self.episode(request.episode_id)
+                    raise EpisodeError(
+                        409, f"episode {short_repr(request.episode_id)}: concurrent calls"
+                    )
+                episode = self.episode(request.episode_id, request.client)
                 seen.add(request.episode_id)
+                self._check_steps(episode)
                 obs = self._observe(episode, request.observation, request.reward)
                 ready.append((request, episode, obs))
-            except EpisodeError as e:
+            except (EpisodeError, WireError) as e:
                 request.error = e
         for explore in (True, False):
             group = [r for r in ready if self._explores(r[1]) == explore]
@@ -201,6 +251,7 @@ class ExternalEpisodes:
         action: np.ndarray,
         reward: float = 0.0,
         behaviour: dict[str, np.ndarray] | None = None,
+        client: str | None = None,
     ) -> None:
         """The app acted itself: record ``action`` (env format, one row) on
         ``observation``.
@@ -212,7 +263,8 @@ class ExternalEpisodes:
         baseline and the value-clipping reference, which want the value function being
         trained, not the one the client acted with.
         """
-        episode = self.episode(episode_id)
+        episode = self.episode(episode_id, client)
+        self._check_steps(episode)
         obs = self._observe(episode, observation, reward)
         acted = act(self.policy, obs, self.policy.action_space, episode.state, None)
         policy_action = from_env_action(self.policy.action_space, action)
@@ -233,14 +285,19 @@ class ExternalEpisodes:
         self._open_step(episode, obs[0], actions[0], {k: v[0] for k, v in extra.items()}, state_out)
 
     def log_returns(
-        self, episode_id: str, reward: float, info: dict[str, Any] | None = None
+        self,
+        episode_id: str,
+        reward: float,
+        info: dict[str, Any] | None = None,
+        client: str | None = None,
     ) -> None:
         """Add ``reward`` to the episode's current step; ``info`` updates the info the
         callbacks' ``on_episode_end`` sees."""
-        episode = self.episode(episode_id)
-        episode.pending_reward += reward
-        if info:
-            episode.info.update(info)
+        episode = self.episode(episode_id, client)
+        total = _step_reward(episode, reward)
+        merged = self._merged_info(episode, info)
+        episode.pending_reward = total
+        episode.info = merged
 
     def end(
         self,
@@ -249,10 +306,13 @@ class ExternalEpisodes:
         reward: float = 0.0,
         truncated: bool = False,
         info: dict[str, Any] | None = None,
+        client: str | None = None,
     ) -> None:
         """The episode ended at ``observation`` (terminated, or ``truncated``: a time
         limit, so its last value is bootstrapped); its rows become trainable."""
-        episode = self.episode(episode_id)
+        episode = self.episode(episode_id, client)
+        _step_reward(episode, reward)  # refused before the episode is touched
+        merged = self._merged_info(episode, info)
         del self.live[episode_id]
         self._free_slot(episode)
         if episode.open:
@@ -266,7 +326,7 @@ class ExternalEpisodes:
                 self.core.live.pop(episode.slot, None)
             return
         record = EpisodeRecord(episode.total_reward, episode.length, episode.slot)
-        self.core.end_episode(record, {**episode.info, **(info or {})}, observation[0])
+        self.core.end_episode(record, merged, observation[0])
         if episode.training_enabled:
             self.finished.append(self._rows(episode, terminated=not truncated))
             self.finished_rows += episode.length
@@ -289,22 +349,57 @@ class ExternalEpisodes:
         out, self.finished, self.finished_rows = self.finished, [], 0
         return out
 
-    def episode(self, episode_id: str) -> ExternalEpisode:
-        """The open episode ``episode_id`` (its last call is now).
+    def episode(self, episode_id: str, client: str | None = None) -> ExternalEpisode:
+        """The open episode ``episode_id`` (its last call is now), for ``client``.
+
+        An episode started by a client (its ``owner``) answers that client only: to
+        anyone else it does not exist (the same 404 as an unknown id, so that another
+        client learns nothing of it).
 
         Raises:
-            EpisodeError: 404, no such open episode.
+            EpisodeError: 404, no such open episode (for this client).
         """
         episode = self.live.get(episode_id)
+        if episode is not None and episode.owner is not None and client != episode.owner:
+            episode = None
         if episode is None:
             raise EpisodeError(
                 404,
-                f"unknown episode {episode_id!r}: it was never started, has ended, or was "
-                f"dropped after {self.episode_timeout_s:g} s without a call; "
+                f"unknown episode {short_repr(episode_id)}: it was never started, has ended, "
+                f"or was dropped after {self.episode_timeout_s:g} s without a call; "
                 f"{len(self.live)} episodes are open",
             )
         episode.last_seen = time.monotonic()
         return episode
+
+    # -- limits -----------------------------------------------------------------------
+    def _check_steps(self, episode: ExternalEpisode) -> None:
+        """413 when one more step would pass ``max_episode_steps``."""
+        if episode.length + episode.open >= self.max_episode_steps:
+            raise EpisodeError(
+                413,
+                f"episode {short_repr(episode.client_id)} holds {self.max_episode_steps} "
+                "steps (input_external.max_episode_steps): end it (truncated) and start "
+                "another",
+            )
+
+    def _merged_info(self, episode: ExternalEpisode, info: dict[str, Any] | None) -> dict[str, Any]:
+        """The episode's info updated with ``info``; 413 when its JSON passes
+        ``max_info_bytes`` (the episode keeps its info)."""
+        if not info:
+            return episode.info
+        merged = {**episode.info, **info}
+        try:
+            size = len(json.dumps(merged, default=repr))
+        except RecursionError:
+            raise WireError("info", "nested too deeply") from None
+        if size > self.max_info_bytes:
+            raise EpisodeError(
+                413,
+                f"info: the episode's info would hold {size} bytes of JSON; at most "
+                f"{self.max_info_bytes} (input_external.max_info_bytes)",
+            )
+        return merged
 
     # -- steps ------------------------------------------------------------------------
     def _explores(self, episode: ExternalEpisode) -> bool:
@@ -312,6 +407,7 @@ class ExternalEpisodes:
 
     def _observe(self, episode: ExternalEpisode, raw: np.ndarray, reward: float) -> np.ndarray:
         """The filtered observation (one row) to act on; closes the open step with it."""
+        _step_reward(episode, reward)  # refused before the filter records the observation
         flat = self.preprocessor.transform(raw)
         obs = np.array(self.filter(flat), copy=True)
         if episode.open:

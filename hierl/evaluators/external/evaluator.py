@@ -49,7 +49,15 @@ from hierl.evaluators.external.settings import ExternalInputConfig
 from hierl.evaluators.policy_evaluator import PolicyEvaluator, locked
 from hierl.evaluators.rollout import EpisodeRecord, RolloutCore, act
 from hierl.evaluators.spec import EvaluatorSpec
-from hierl.evaluators.wire import WireError, decode_observations, encode, space_to_json
+from hierl.evaluators.wire import (
+    WireError,
+    decode_floats,
+    decode_number,
+    decode_observations,
+    encode,
+    short_repr,
+    space_to_json,
+)
 from hierl.models.networks import ModelConfig
 from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
@@ -62,6 +70,9 @@ WAIT_FRACTION = 0.75
 the driver's ``ray.get`` of a remote evaluator's sample waits the whole
 ``sample_timeout_s`` from submission, and must not give up before the partial batch
 arrives (the rest of the time covers queueing behind other calls and the transfer)."""
+
+MAX_ID_CHARS = 256
+"""Longest episode id and ``/events`` batch id a client may choose."""
 
 REMEMBERED_BATCHES = 1024
 """``POST /events`` batch ids remembered with their answers: a client that lost an
@@ -141,6 +152,8 @@ class ExternalEvaluator(PolicyEvaluator):
             clip_rewards=spec.clip_rewards,
             episode_timeout_s=self.settings.episode_timeout_s,
             max_episodes=self.settings.max_episodes,
+            max_episode_steps=self.settings.max_episode_steps,
+            max_info_bytes=self.settings.max_info_bytes,
             on_finished=self._arrived.set,
         )
         cls = type(self.policy)
@@ -148,6 +161,8 @@ class ExternalEvaluator(PolicyEvaluator):
             cls.postprocess_trajectory is not PolicyGraph.postprocess_trajectory
             or cls.postprocess_trajectories is not PolicyGraph.postprocess_trajectories
         )
+        self._bind_episodes = bool(self.settings.token())
+        """With a token, episodes answer only the client that started them."""
         self.server: ExternalServer | None = None
         if worker_index > 0 or spec.input.num_shards == 0:
             self.server = ExternalServer(
@@ -157,6 +172,9 @@ class ExternalEvaluator(PolicyEvaluator):
                 token=self.settings.token(),
                 name=f"input 'external' of evaluator {worker_index}",
                 idle_timeout_s=self.settings.episode_timeout_s,
+                request_timeout_s=self.settings.request_timeout_s,
+                max_connections=self.settings.max_connections,
+                max_request_bytes=self.settings.max_request_bytes,
             )
 
     @property
@@ -338,31 +356,52 @@ class ExternalEvaluator(PolicyEvaluator):
         state = [np.asarray(s)[None] for s in self.acting.get_initial_state()]
         return act(self.acting, obs, self.policy.action_space, state).extra
 
-    def handle(self, command: str, episode_id: str | None, body: dict[str, Any]) -> Any:
+    def handle(
+        self,
+        command: str,
+        episode_id: str | None,
+        body: dict[str, Any],
+        client: str | None = None,
+    ) -> Any:
         """One client call (see :mod:`hierl.evaluators.external.server` for the routes).
+
+        ``client`` names the caller (the ``X-Hierl-Client`` header a PolicyClient sends):
+        with a token set, an episode is bound to the client that started it, and is
+        unknown (404) to every other (all clients share the token, so the token alone
+        cannot tell them apart).  Without a token anyone may call anything anyway.
 
         Raises:
             WireError: a missing or malformed field (HTTP 400, naming it).
             EpisodeError: an unknown episode (404), conflicting calls (409), too many
                 episodes or a busy evaluator (503).
         """
+        owner = client if self._bind_episodes else None
         if command == "events":
-            return self._events(body)
+            return self._events(body, client)
         if command == "start":
             episode_id = body.get("episode_id")
             if episode_id is not None and not isinstance(episode_id, str):
-                raise WireError("episode_id", f"expected a string or null, got {episode_id!r}")
+                raise WireError(
+                    "episode_id", f"expected a string or null, got {short_repr(episode_id)}"
+                )
+            if episode_id is not None and len(episode_id) > MAX_ID_CHARS:
+                raise WireError(
+                    "episode_id", f"{len(episode_id)} characters; at most {MAX_ID_CHARS}"
+                )
             training = body.get("training_enabled", True)
             if not isinstance(training, bool):
-                raise WireError("training_enabled", f"expected true or false, got {training!r}")
+                raise WireError(
+                    "training_enabled", f"expected true or false, got {short_repr(training)}"
+                )
             with self._holding():
-                return {"episode_id": self.episodes.start(episode_id, training)}
+                return {"episode_id": self.episodes.start(episode_id, training, owner)}
         if not isinstance(episode_id, str):
-            raise WireError("episode_id", f"expected a string, got {episode_id!r}")
+            raise WireError("episode_id", f"expected a string, got {short_repr(episode_id)}")
         reward = _number(body, "reward", required=command == "returns")
         if command == "action":
             obs = self._observation(body)
-            return {"action": encode(self._act(ActionRequest(episode_id, obs, reward)))}
+            request = ActionRequest(episode_id, obs, reward, client=owner)
+            return {"action": encode(self._act(request))}
         if command == "log_action":
             obs = self._observation(body)
             space = self.policy.action_space
@@ -371,26 +410,26 @@ class ExternalEvaluator(PolicyEvaluator):
             action = decode_observations([body["action"]], space, field="action")
             behaviour = self._behaviour(body)
             with self._holding():
-                self.episodes.log_action(episode_id, obs, action, reward, behaviour)
+                self.episodes.log_action(episode_id, obs, action, reward, behaviour, owner)
             return {}
         info = body.get("info") or {}
         if not isinstance(info, dict):
             raise WireError("info", f"expected a JSON object, got {type(info).__name__}")
         if command == "returns":
             with self._holding():
-                self.episodes.log_returns(episode_id, reward, info)
+                self.episodes.log_returns(episode_id, reward, info, owner)
             return {}
         if command == "end":
             obs = self._observation(body)
             truncated = body.get("truncated", False)
             if not isinstance(truncated, bool):
-                raise WireError("truncated", f"expected true or false, got {truncated!r}")
+                raise WireError("truncated", f"expected true or false, got {short_repr(truncated)}")
             with self._holding():
-                self.episodes.end(episode_id, obs, reward, truncated, info)
+                self.episodes.end(episode_id, obs, reward, truncated, info, owner)
             return {}
-        raise EpisodeError(404, f"unknown command {command!r}")
+        raise EpisodeError(404, f"unknown command {short_repr(command)}")
 
-    def _events(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _events(self, body: dict[str, Any], client: str | None) -> dict[str, Any]:
         """``POST /events``: several calls in order (a local-inference client's batch).
 
         Every call that can be applied is, whatever fails before it: the answer holds
@@ -403,9 +442,11 @@ class ExternalEvaluator(PolicyEvaluator):
             raise WireError("events", "expected a list of calls {'command', 'episode_id', ...}")
         batch_id = body.get("batch_id")
         if batch_id is not None and not isinstance(batch_id, str):
-            raise WireError("batch_id", f"expected a string or null, got {batch_id!r}")
+            raise WireError("batch_id", f"expected a string or null, got {short_repr(batch_id)}")
+        if batch_id is not None and len(batch_id) > MAX_ID_CHARS:
+            raise WireError("batch_id", f"{len(batch_id)} characters; at most {MAX_ID_CHARS}")
         if batch_id is None:
-            return self._apply_events(events)
+            return self._apply_events(events, client)
         with self._batches_lock:
             known = self._batches.get(batch_id)
             if known is None:
@@ -416,19 +457,20 @@ class ExternalEvaluator(PolicyEvaluator):
             known.done.wait()
             return known.answer
         try:
-            batch.answer = self._apply_events(events)
+            batch.answer = self._apply_events(events, client)
         finally:
             batch.done.set()
         return batch.answer
 
-    def _apply_events(self, events: list[Any]) -> dict[str, Any]:
+    def _apply_events(self, events: list[Any], client: str | None) -> dict[str, Any]:
         results: list[Any] = []
         failed: list[int] = []
         for i, event in enumerate(events):
             try:
                 if not isinstance(event, dict) or event.get("command") in ("events", None):
                     raise WireError("event", "expected a call {'command', 'episode_id', ...}")
-                results.append(self.handle(event["command"], event.get("episode_id"), event))
+                command = event["command"]
+                results.append(self.handle(command, event.get("episode_id"), event, client))
             except WireError as e:
                 message = str(e).split(": ", 1)[-1]
                 results.append({"error": message, "status": 400, "field": e.field})
@@ -454,15 +496,7 @@ class ExternalEvaluator(PolicyEvaluator):
             if self._extra_sizes is None:
                 with self._holding():
                     self._extra_sizes = {k: v[0].size for k, v in self._probe_extras().items()}
-            size = self._extra_sizes.get(field)
-            try:
-                array = np.asarray(inputs, dtype=np.float64)
-            except (TypeError, ValueError):
-                raise WireError(field, f"expected a list of {size} numbers") from None
-            if size is not None and (array.ndim != 1 or array.size != size):
-                raise WireError(field, f"expected {size} numbers, got shape {array.shape}")
-            if not np.isfinite(array).all():
-                raise WireError(field, "holds NaN or infinite values")
+            array = decode_floats(inputs, field, self._extra_sizes.get(field), np.float32)
             out[field] = array[None]
         return out
 
@@ -542,11 +576,5 @@ class _EventBatch:
 
 
 def _number(body: dict[str, Any], field: str, required: bool = False) -> float:
-    value = body.get(field)
-    if value is None:
-        if required:
-            raise WireError(field, "missing; expected a finite number")
-        return 0.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-        raise WireError(field, f"expected a finite number, got {value!r}")
-    return float(value)
+    """A reward or log-likelihood: stored in float32, so checked in float32."""
+    return decode_number(body.get(field), field, np.float32, required)

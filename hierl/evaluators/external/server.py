@@ -22,31 +22,33 @@ behaviour policy's ``action_logp`` and ``action_dist_inputs`` (local inference).
 ``{"error", "status", "field"?}``; ``failed`` lists their indices).  Errors answer
 ``{"error": message}`` (plus ``"field"`` for a bad value) with status 400 (bad JSON, a
 value that does not fit its space: the message names the field and the expected shape),
-401 (missing or wrong token; every route but ``/healthz`` needs it when set), 404
-(unknown route or episode), 409, 413, 503.
+401 (missing or wrong token; every route but ``/healthz`` needs it when set, and it is
+checked before the route), 404 (unknown route or episode; with a token, also another
+client's episode: see ``CLIENT_HEADER``), 408 (a body not received within
+``request_timeout_s``), 409, 411, 413 (a body, an episode's info or its steps past their
+limits), 503 (too many episodes or connections, or the evaluator is busy).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import ipaddress
 import json
 import logging
 import socket
 import sys
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from hierl.auth import TOKEN_ENV, bearer_matches
+from hierl.auth import CLIENT_HEADER, TOKEN_ENV, bearer_matches
 from hierl.evaluators.external.episodes import EpisodeError
-from hierl.evaluators.wire import WireError, encode
+from hierl.evaluators.wire import WireError, encode, loads
 
 logger = logging.getLogger(__name__)
-
-MAX_BODY_BYTES = 64 << 20
-"""Largest request body accepted (HTTP 413 above)."""
 
 EPISODE_COMMANDS = ("action", "log_action", "returns", "end")
 """The calls on one episode (``POST /episodes/<id>/<command>``)."""
@@ -56,9 +58,12 @@ class ExternalApp(Protocol):
     """What the server serves (an :class:`~hierl.evaluators.external.evaluator.
     ExternalEvaluator`)."""
 
-    def handle(self, command: str, episode_id: str | None, body: dict[str, Any]) -> Any:
-        """Run one call (``start``, an episode command or ``events``); raises WireError
-        or EpisodeError for bad calls."""
+    def handle(
+        self, command: str, episode_id: str | None, body: dict[str, Any], client: str | None
+    ) -> Any:
+        """Run one call (``start``, an episode command or ``events``) for ``client`` (the
+        ``X-Hierl-Client`` header, None without one); raises WireError or EpisodeError
+        for bad calls."""
 
     def describe(self) -> dict[str, Any]:
         """The ``GET /spec`` answer."""
@@ -78,6 +83,11 @@ class ExternalServer:
         name: who listens (error messages).
         idle_timeout_s: a connection that sends nothing for this long (an idle
             keep-alive, a slow or stalled client) is closed, freeing its thread.
+        request_timeout_s: once the first byte of a request arrives, the whole request
+            (line, headers, body) must arrive within this long (else 408 and closed).
+        max_connections: connections served at once; past it the idlest keep-alive one
+            is closed for the new one, or the new one gets 503 when none is idle.
+        max_request_bytes: larger bodies are refused (413) unread.
 
     Raises:
         OSError: the address cannot be bound (the message names it).
@@ -91,12 +101,20 @@ class ExternalServer:
         token: str | None = None,
         name: str = "external input",
         idle_timeout_s: float = 60.0,
+        request_timeout_s: float = 30.0,
+        max_connections: int = 1024,
+        max_request_bytes: int = 64 << 20,
     ):
-        handler = type(
-            "Handler", (_Handler,), {"app": app, "token": token, "timeout": idle_timeout_s}
-        )
+        settings = {
+            "app": app,
+            "token": token,
+            "timeout": idle_timeout_s,
+            "request_timeout_s": request_timeout_s,
+            "max_request_bytes": max_request_bytes,
+        }
+        handler = type("Handler", (_Handler,), settings)
         try:
-            self.httpd = _Server((host, port), handler)
+            self.httpd = _Server((host, port), handler, max_connections)
         except OSError as e:
             raise OSError(e.errno, f"{name} cannot listen on {host}:{port}: {e.strerror}") from e
         if not token and not _is_loopback(self.address[0]):
@@ -135,24 +153,95 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+class _DeadlineReader(io.RawIOBase):
+    """A connection's reads with two limits: ``idle_s`` for the first byte of a request
+    (an idle keep-alive connection) and, from that byte on, a deadline for the whole
+    request (:meth:`expect_request` starts the next one).  A client that trickles a
+    byte at a time can hold its thread no longer than ``request_s``."""
+
+    def __init__(self, sock: socket.socket, idle_s: float, request_s: float):
+        self.sock, self.idle_s, self.request_s = sock, idle_s, request_s
+        self.deadline: float | None = None
+        self.idle_since = time.monotonic()
+
+    def readable(self) -> bool:
+        return True
+
+    def expect_request(self) -> None:
+        """The next bytes begin a new request: idle until they arrive."""
+        self.deadline = None
+        self.idle_since = time.monotonic()
+
+    def begin_request(self) -> None:
+        """A request is under way (its deadline runs from its first byte, or now)."""
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.request_s
+
+    @property
+    def idle(self) -> bool:
+        """Waiting for a request (no request under way)."""
+        return self.deadline is None
+
+    def readinto(self, buffer: Any) -> int:
+        if self.deadline is None:
+            self.sock.settimeout(self.idle_s)
+        else:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"request not received within {self.request_s:g} s")
+            self.sock.settimeout(left)
+        n = self.sock.recv_into(buffer)
+        if n:
+            self.begin_request()
+        return n
+
+
 class _Server(ThreadingHTTPServer):
-    """A ThreadingHTTPServer that knows its open (keep-alive) connections."""
+    """A ThreadingHTTPServer that knows its open (keep-alive) connections and serves at
+    most ``max_connections`` of them (one thread each)."""
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]):
-        self.connections: set[socket.socket] = set()
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        max_connections: int = 1024,
+    ):
+        self.connections: dict[socket.socket, _DeadlineReader | None] = {}
+        self.max_connections = max_connections
         self._connections_lock = threading.Lock()
         super().__init__(address, handler)
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Start the connection's thread, making room for it first (see the class)."""
         with self._connections_lock:
-            self.connections.add(request)
+            if len(self.connections) >= self.max_connections:
+                idle = [(r.idle_since, c) for c, r in self.connections.items() if r and r.idle]
+                if not idle:
+                    _refuse(request, self.max_connections)
+                    self.shutdown_request(request)
+                    return
+                # CRUCIAL: connections that send nothing must not keep new clients out
+                _, oldest = min(idle, key=lambda pair: pair[0])
+                del self.connections[oldest]
+                with contextlib.suppress(OSError):
+                    oldest.shutdown(socket.SHUT_RDWR)
+            self.connections[request] = None
+        super().process_request(request, client_address)
+
+    def track(self, request: socket.socket, reader: _DeadlineReader) -> None:
+        """The connection's reader (whether it is idle), from its thread."""
+        with self._connections_lock:
+            if request in self.connections:
+                self.connections[request] = reader
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
             with self._connections_lock:
-                self.connections.discard(request)
+                self.connections.pop(request, None)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A connection that broke (a client that went away, or :meth:`close`) is not
@@ -172,6 +261,18 @@ class _Server(ThreadingHTTPServer):
                 conn.shutdown(socket.SHUT_RDWR)
 
 
+def _refuse(request: socket.socket, limit: int) -> None:
+    """Answer 503 on a connection that cannot be served (all of them are busy)."""
+    body = json.dumps({"error": f"{limit} connections are busy (max_connections); retry"})
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+    )
+    with contextlib.suppress(OSError):
+        request.settimeout(1.0)
+        request.sendall((head + body).encode())
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: one connection per client
     # CRUCIAL: headers and body go out in two writes; with Nagle's algorithm the second
@@ -181,11 +282,41 @@ class _Handler(BaseHTTPRequestHandler):
     app: ExternalApp
     token: str | None
     timeout: float  # CRUCIAL: set on the socket; without it an idle client holds a thread
+    request_timeout_s: float
+    max_request_bytes: int
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the socket's own reader, replaced by one with a deadline
+        self._reader = _DeadlineReader(self.connection, self.timeout, self.request_timeout_s)
+        self.rfile = io.BufferedReader(self._reader)
+        self.server.track(self.connection, self._reader)
+
+    def handle_one_request(self) -> None:
+        self._reader.expect_request()
+        super().handle_one_request()
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's protocol errors (a malformed request line, 431 for
+        too many or too long headers, 501) as JSON too, closing the connection."""
+        self.close_connection = True
+        if self.request_version == "HTTP/0.9":  # an unparsable request line: answer 1.1
+            self.request_version = self.protocol_version
+        phrase = message or self.responses.get(code, ("error",))[0]
+        self._error(code, phrase + (f": {explain}" if explain and not message else ""))
+
+    def parse_request(self) -> bool:
+        self._reader.begin_request()  # a request read from the buffer alone is under way too
+        return super().parse_request()
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("%s %s", self.address_string(), format % args)
 
     # -- routes -----------------------------------------------------------------------
+    def _client(self) -> str | None:
+        return self.headers.get(CLIENT_HEADER)
+
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path != "/healthz" and not self._authorized():
@@ -212,12 +343,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         parts = [urllib.parse.unquote(p) for p in self.path.split("?", 1)[0].split("/")[1:]]
         try:
+            client = self._client()
             if parts == ["episodes"]:
-                self._json(200, self.app.handle("start", None, body))
+                self._json(200, self.app.handle("start", None, body, client))
             elif len(parts) == 3 and parts[0] == "episodes" and parts[2] in EPISODE_COMMANDS:
-                self._json(200, self.app.handle(parts[2], parts[1], body))
+                self._json(200, self.app.handle(parts[2], parts[1], body, client))
             elif parts == ["events"]:
-                self._json(200, self.app.handle("events", None, body))
+                self._json(200, self.app.handle("events", None, body, client))
             else:
                 self._error(
                     404,
@@ -244,15 +376,28 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # a body of unknown length is left unread
             self._error(411, "a POST needs a Content-Length header")
             return None
-        if int(length) > MAX_BODY_BYTES:
+        if int(length) > self.max_request_bytes:
             self.close_connection = True
-            self._error(413, f"body of {length} bytes; at most {MAX_BODY_BYTES}")
+            self._error(413, f"body of {length} bytes; at most {self.max_request_bytes}", "body")
             return None
-        raw = self.rfile.read(int(length))
         try:
-            body = json.loads(raw or b"{}")
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            self._error(400, f"body is not valid JSON: {e}", field="body")
+            raw = self.rfile.read(int(length))
+        except TimeoutError:
+            self.close_connection = True
+            self._error(
+                408,
+                f"the request was not received within {self.request_timeout_s:g} s "
+                "(input_external.request_timeout_s)",
+                "body",
+            )
+            return None
+        if len(raw) < int(length):  # the client closed its side early
+            self.close_connection = True
+            return None
+        try:
+            body = loads(raw or b"{}")
+        except WireError as e:
+            self._error(400, str(e), field=e.field)
             return None
         if not isinstance(body, dict):
             self._error(400, f"body must be a JSON object, got {type(body).__name__}", "body")
@@ -285,6 +430,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(
         self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
     ) -> None:
+        # the answer gets its own time limit, whatever the request's reading left
+        self.connection.settimeout(self.request_timeout_s)
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))

@@ -44,6 +44,23 @@ class ExternalInputConfig:
     the variable: a token set here is stored in checkpoints with the rest of the config."""
     max_episodes: int = 10_000
     """Episodes open at once; starting one more is refused (HTTP 503)."""
+    max_episode_steps: int = 100_000
+    """Steps one episode may hold; a call that would open one more is refused (HTTP 413):
+    end the episode (``truncated=True``) and start another."""
+    max_info_bytes: int = 64 * 1024
+    """The JSON size of one episode's ``info`` (merged over its ``log_returns`` and
+    ``end_episode`` calls); a call that would pass it is refused (HTTP 413) and the
+    episode keeps its info."""
+    max_request_bytes: int = 64 * 1024 * 1024
+    """Request bodies larger than this are refused (HTTP 413) before they are read."""
+    request_timeout_s: float = 30.0
+    """Once a request's first byte arrives, its request line, headers and body must all
+    arrive within this long, or the connection is closed (HTTP 408 when the headers
+    were read): a client that trickles a request holds its thread no longer."""
+    max_connections: int = 1024
+    """Connections served at once (one thread each); when all are taken, the idlest
+    keep-alive connection is closed for a new one, or, if none is idle, the new one is
+    answered 503 and closed."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -53,9 +70,22 @@ class ExternalInputConfig:
                 f"config field 'input_external.episode_timeout_s' = {self.episode_timeout_s} "
                 "must be > 0"
             )
-        if self.max_episodes < 1:
+        for name, least in [
+            ("max_episodes", 1),
+            ("max_episode_steps", 1),
+            ("max_info_bytes", 2),
+            ("max_request_bytes", 1024),
+            ("max_connections", 1),
+        ]:
+            if getattr(self, name) < least:
+                raise ConfigError(
+                    f"config field 'input_external.{name}' = {getattr(self, name)} must be "
+                    f">= {least}"
+                )
+        if not self.request_timeout_s > 0:
             raise ConfigError(
-                f"config field 'input_external.max_episodes' = {self.max_episodes} must be >= 1"
+                f"config field 'input_external.request_timeout_s' = {self.request_timeout_s} "
+                "must be > 0"
             )
 
     def token(self) -> str | None:
