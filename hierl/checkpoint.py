@@ -7,9 +7,9 @@ A checkpoint is a directory holding two files:
 * ``arrays.npz`` — the arrays (``numpy.savez``; loaded with ``allow_pickle=False``).
 
 Loading never unpickles and never imports or runs code named in the file.  (A trainer
-rebuilt from a checkpoint's config imports the modules that config names, such as
-``callbacks: "module:Class"`` or ``model.custom_model: "module:function"``, as Ray Tune
-and RLlib import named classes; registered custom models must be registered again.)
+rebuilt from a checkpoint's config imports a module that config names, such as
+``callbacks: "module:Class"`` or ``model.custom_model: "module:function"``, only when
+the user allows it: see :mod:`hierl.algorithms.checkpoint_imports`.)
 
 Writing goes to a temporary sibling directory, fsyncs both files, then renames it into
 place, so a crash mid-write leaves any previous checkpoint at that path untouched.

@@ -221,7 +221,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             overrides.update(
                 output=args.output, batch_mode="complete_episodes", rollout_fragment_length=1
             )
-        trainer = Trainer.from_checkpoint(path, **{**ACTING_OVERRIDES, **overrides})
+        trainer = Trainer.from_checkpoint(
+            path, allow_imports=args.allow_import, **{**ACTING_OVERRIDES, **overrides}
+        )
     except (CheckpointError, ConfigError) as e:
         hint = ""
         if args.env is not None and isinstance(e, CheckpointError):
@@ -302,7 +304,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 f"algorithm {algo}; load it in Python with BaseTrainer.from_checkpoint and "
                 "export one of its trainers' policies with Trainer.export_policy"
             )
-        trainer = Trainer.from_checkpoint(path, **ACTING_OVERRIDES)
+        trainer = Trainer.from_checkpoint(path, allow_imports=args.allow_import, **ACTING_OVERRIDES)
     except (CheckpointError, ConfigError) as e:
         raise CLIError(str(e)) from None
     try:
@@ -334,6 +336,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             batch_wait_timeout_s=args.batch_wait_ms / 1000.0,
             auth_token=args.auth_token,
             ray_address=args.ray_address,
+            allow_imports=tuple(args.allow_import),
         )
         app = deploy(path, options)
     except (CheckpointError, ConfigError, ServeError) as e:
