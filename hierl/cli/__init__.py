@@ -69,12 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     except CLIError as e:
         print(f"{PROG}: error: {one_line(str(e))}", file=sys.stderr, flush=True)
         return 2
-    except Exception as e:
-        cause = user_error(e)  # the project's user-facing errors, also from Ray workers
-        if cause is None:
-            raise  # a bug: keep its traceback
-        print(f"{PROG}: error: {error_line(cause)}", file=sys.stderr, flush=True)
-        return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr, flush=True)
         return 130
@@ -84,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
         # devnull so the interpreter's final flush cannot fail again.
         _stdout_to_devnull()
         return 1
+    except Exception as e:
+        cause = user_error(e)  # the project's user-facing errors, also from Ray workers
+        if cause is None:
+            raise  # a bug: keep its traceback
+        print(f"{PROG}: error: {error_line(cause)}", file=sys.stderr, flush=True)
+        return 2
 
 
 def _stdout_to_devnull() -> None:
