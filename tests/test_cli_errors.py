@@ -228,3 +228,22 @@ def test_progress_shows_the_latest_evaluation_return_when_no_training_episode_en
     progress.update({**no_evaluation, "training_iteration": 4})  # between evaluations
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("iter 4 |") and "eval reward 26.9" in out[1]
+
+
+@pytest.mark.timeout(600)
+def test_a_tune_run_exits_cleanly(files):
+    experiment = {
+        "exp": {
+            "run": "PG",
+            "env": "CartPole-v1",
+            "num_samples": 2,
+            "stop": {"training_iteration": 2},
+            "config": {"train_batch_size": 200, "model": {"hiddens": [8]}},
+        }
+    }
+    path = files["root"] / "ok_experiment.yaml"
+    path.write_text(json.dumps(experiment))
+    proc = _cli(["tune", str(path), "--storage-path", "tune_ok"], files["root"])
+    assert proc.returncode == 0, proc.stderr
+    assert "best trials" in proc.stdout
+    assert not any(noise in proc.stderr for noise in NOISE), proc.stderr
