@@ -183,7 +183,8 @@ def _cli(args: list[str], cwd: Path, marker: Path) -> subprocess.CompletedProces
 @pytest.mark.parametrize("route", sorted(ROUTES))
 def test_cli_refuses_each_route_with_one_line(route, clean_checkpoint, tmp_path):
     """Run from the directory holding the modules, as ``python -m hierl.cli`` (which puts
-    that directory on sys.path): rollout and export refuse, naming setting and flag."""
+    that directory on sys.path): rollout, export and serve refuse, naming setting and
+    flag."""
     edit, setting, module = ROUTES[route]
     evil_dir = tmp_path / "evil"
     evil_dir.mkdir()
@@ -192,7 +193,11 @@ def test_cli_refuses_each_route_with_one_line(route, clean_checkpoint, tmp_path)
     evil_module(evil_dir, "callbacks", CALLBACKS_BODY)
     path = hostile(clean_checkpoint, evil_dir, edit)
     marker = tmp_path / "marker"
-    for command in (["rollout", str(path), "--episodes", "1"], ["export", str(path)]):
+    for command in (
+        ["rollout", str(path), "--episodes", "1"],
+        ["export", str(path)],
+        ["serve", str(path)],
+    ):
         proc = _cli(command, evil_dir, marker)
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
@@ -216,3 +221,21 @@ def test_python_m_does_not_import_from_the_current_directory(clean_checkpoint, t
     assert proc.returncode == 2, proc.stderr
     assert "cannot import module 'callbacks'" in proc.stderr
     assert "Traceback" not in proc.stderr and not marker.exists()
+
+
+def test_train_resume_refuses_a_module_named_by_the_checkpoint(tmp_path, capsys, evil_dir):
+    from hierl.cli import main
+
+    run = tmp_path / "run"
+    argv = ["train", "--algo", "PG", "--env", "CartPole-v1", "--no-curve", "-q"]
+    argv += ["--set", "train_batch_size=100", "--stop", "training_iteration=1"]
+    assert main([*argv, "--output-dir", str(run)]) == 0
+    (checkpoint,) = (run / "checkpoints").iterdir()
+    doc = json.loads((checkpoint / "checkpoint.json").read_text())
+    doc["config"]["callbacks"] = "callbacks:Evil"
+    (checkpoint / "checkpoint.json").write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--stop", "training_iteration=2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--allow-import callbacks" in err
+    assert not (tmp_path / "marker").exists()
