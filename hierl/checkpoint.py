@@ -4,8 +4,8 @@ A checkpoint is a directory holding two files:
 
 * ``checkpoint.json`` — format version, algorithm name, config and the state tree with
   every array replaced by a reference ``{"__array__": "<key>", "shape": [...], "dtype":
-  "<f4"}`` (the manifest; references without shape and dtype, as older hierl wrote
-  them, still load);
+  "<f4"}`` (the manifest, the dtype as the ``.npy`` header describes it; references
+  without shape and dtype, as older hierl wrote them, still load);
 * ``arrays.npz`` — the arrays (``numpy.savez``, uncompressed; loaded with
   ``allow_pickle=False``).
 
@@ -54,7 +54,8 @@ def _flatten(tree: Any, arrays: dict[str, np.ndarray], path: str) -> Any:
             raise CheckpointError(f"state entry '{path}' is an object array; not checkpointable")
         key = f"a{len(arrays)}"
         arrays[key] = tree
-        return {"__array__": key, "shape": list(tree.shape), "dtype": tree.dtype.str}
+        descr = np.lib.format.dtype_to_descr(tree.dtype)  # as the .npy header has it
+        return {"__array__": key, "shape": list(tree.shape), "dtype": descr}
     if isinstance(tree, np.generic):
         return tree.item()
     if isinstance(tree, dict):
@@ -132,11 +133,11 @@ def _expected(ref: dict[str, Any], meta_path: Path) -> tuple[tuple[int, ...], np
         isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
     ):
         raise CheckpointError(f"{bad}: shape {shape!r} is not a list of sizes >= 0")
-    if not isinstance(dtype, str):
-        raise CheckpointError(f"{bad}: dtype {dtype!r} is not a dtype string")
+    if not isinstance(dtype, (str, list)):
+        raise CheckpointError(f"{bad}: dtype {dtype!r} is not a .npy dtype description")
     try:
-        parsed = np.dtype(dtype)
-    except (TypeError, ValueError) as e:
+        parsed = np.lib.format.descr_to_dtype(dtype)
+    except (TypeError, ValueError, KeyError, IndexError) as e:
         raise CheckpointError(f"{bad}: dtype {dtype!r} is not a dtype ({e})") from e
     if parsed.hasobject:
         raise CheckpointError(f"{bad}: dtype {dtype!r} holds Python objects")
@@ -180,8 +181,8 @@ def _read_arrays(
                 raise CheckpointError(f"{where} holds Python objects; it is corrupt")
             if expected is not None and (shape, dtype) != expected:
                 raise CheckpointError(
-                    f"{where} has shape {shape} and dtype {dtype.str}, but the manifest says "
-                    f"{expected[0]} and {expected[1].str}; it is corrupt"
+                    f"{where} has shape {shape} and dtype {dtype}, but the manifest says "
+                    f"{expected[0]} and {expected[1]}; it is corrupt"
                 )
             size = math.prod(shape) * dtype.itemsize
             if size + header_size > min(info.compress_size, left):

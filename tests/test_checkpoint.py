@@ -389,3 +389,20 @@ def test_deeply_nested_checkpoint_json_is_one_clear_error(depth, tmp_path, capsy
     assert main(["export", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("hierl: error: ") and "nests deeper" in err
+
+
+def test_arrays_of_any_plain_dtype_round_trip_through_the_manifest(tmp_path):
+    from hierl.checkpoint import save_checkpoint
+
+    state = {
+        "structured": np.zeros(2, dtype=[("a", "<f4"), ("b", "<i8")]),
+        "big_endian": np.arange(3, dtype=">i2"),
+        "strings": np.array(["x", "yz"]),
+        "empty": [np.ones((2, 0)), np.bool_(True)],
+    }
+    path = save_checkpoint(tmp_path / "c", {}, state)
+    loaded = load_checkpoint(path)[1]
+    for key in ("structured", "big_endian", "strings"):
+        assert loaded[key].dtype == state[key].dtype
+        np.testing.assert_array_equal(loaded[key], state[key])
+    assert loaded["empty"][0].shape == (2, 0) and loaded["empty"][1] is True
