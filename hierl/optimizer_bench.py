@@ -474,6 +474,23 @@ def main(argv: Sequence[str] | None = None, parser_class: type | None = None) ->
     return run(parser.parse_args(argv), parser)
 
 
+def _check_algo_and_env(algo: str, env: str, parser: Any) -> None:
+    """``parser.error`` for an unknown ``--algo`` or ``--env``, before any strategy runs
+    (each would fail the same way)."""
+    from hierl.algorithms.registry import get_trainer_class
+    from hierl.config import ConfigError
+    from hierl.evaluators.env import resolve_env_creator
+
+    try:
+        get_trainer_class(algo)
+    except ConfigError as e:
+        parser.error(f"--algo: {e}")
+    try:
+        resolve_env_creator(env)
+    except ConfigError as e:
+        parser.error(f"--env: {e}")
+
+
 def run(args: Any, parser: Any) -> int:
     """Run the benchmark with parsed options (``hierl.optimizer_bench_options``);
     ``parser.error`` reports an unknown strategy name."""
@@ -488,6 +505,7 @@ def run(args: Any, parser: Any) -> int:
     unknown = [n for n in args.optimizers if n not in valid]
     if unknown:
         parser.error(f"--optimizers: unknown strategy {unknown[0]!r}; valid: {', '.join(valid)}")
+    _check_algo_and_env(args.algo, args.env, parser)
     out_dir = Path(args.output_dir)
 
     print(f"== strategies: {args.algo} on {args.env}, {args.evaluators} evaluators ==")

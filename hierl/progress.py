@@ -2,8 +2,10 @@
 
 On a terminal, :class:`TrainingProgress` redraws a small ``rich`` panel after every
 iteration: iteration, timesteps, episode return (min/max), episode length, throughput,
-time, and one bar per stop condition.  When stdout is not a terminal (CI logs, pipes)
-it prints one plain line per iteration instead, and in quiet mode it prints nothing.
+time, and one bar per stop condition.  Where an iteration finished no training episode
+(offline algorithms: BC, MARWIL, CQL), the latest evaluation episodes' return is shown.
+When stdout is not a terminal (CI logs, pipes) it prints one plain line per iteration
+instead, and in quiet mode it prints nothing.
 """
 
 from __future__ import annotations
@@ -56,15 +58,42 @@ def stop_fraction(value: Any, target: float) -> float:
     return min(1.0, max(0.0, value / target))
 
 
+EVAL_PREFIX = "evaluation/"
+"""Result keys of the evaluation run (``evaluation_interval``)."""
+
+
+def episode_stats(result: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """``(label, stats)``: the training episodes' return and length when the iteration
+    finished episodes, else the evaluation episodes' (offline algorithms such as BC,
+    MARWIL and CQL play none while training): ``stats`` has ``episode_reward_mean``,
+    ``_min``, ``_max`` and ``episode_len_mean``; ``label`` is ``"reward"`` or ``"eval
+    reward"``."""
+    if _is_number(result.get("episode_reward_mean")) or not _is_number(
+        result.get(f"{EVAL_PREFIX}episode_reward_mean")
+    ):
+        return "reward", result
+    keys = ("episode_reward_mean", "episode_reward_min", "episode_reward_max", "episode_len_mean")
+    return "eval reward", {k: result.get(f"{EVAL_PREFIX}{k}") for k in keys}
+
+
+def _is_number(value: Any) -> bool:
+    try:
+        return not math.isnan(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
 def format_line(result: Mapping[str, Any]) -> str:
-    """One plain progress line, e.g. ``iter 12 | t=6144 | reward 87.3 (min 12.0, ...``."""
+    """One plain progress line, e.g. ``iter 12 | t=6144 | reward 87.3 (min 12.0, ...``
+    (``eval reward`` when only the evaluation episodes have a return)."""
+    label, stats = episode_stats(result)
     return (
         f"iter {result.get('training_iteration', '?')} | "
         f"t={result.get('timesteps_total', '?')} | "
-        f"reward {format_number(result.get('episode_reward_mean'))} "
-        f"(min {format_number(result.get('episode_reward_min'))}, "
-        f"max {format_number(result.get('episode_reward_max'))}) | "
-        f"len {format_number(result.get('episode_len_mean'))} | "
+        f"{label} {format_number(stats.get('episode_reward_mean'))} "
+        f"(min {format_number(stats.get('episode_reward_min'))}, "
+        f"max {format_number(stats.get('episode_reward_max'))}) | "
+        f"len {format_number(stats.get('episode_len_mean'))} | "
         f"{format_number(result.get('sample_throughput'), '.0f')} steps/s | "
         f"{format_number(result.get('time_total_s'))}s"
     )
@@ -95,6 +124,7 @@ class TrainingProgress:
         self.use_live = bool(live) and not quiet
         self._live: Any = None
         self._last: Mapping[str, Any] | None = None
+        self._last_evaluation: dict[str, Any] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
     def __enter__(self) -> TrainingProgress:
@@ -127,7 +157,12 @@ class TrainingProgress:
 
     # -- updates -----------------------------------------------------------------------
     def update(self, result: Mapping[str, Any]) -> None:
-        """Show one iteration's result."""
+        """Show one iteration's result (with the latest evaluation's, if it had none)."""
+        evaluation = {k: v for k, v in result.items() if k.startswith(EVAL_PREFIX)}
+        if evaluation:
+            self._last_evaluation = evaluation
+        else:
+            result = {**result, **self._last_evaluation}
         self._last = result
         if self.quiet:
             return
@@ -159,11 +194,13 @@ class TrainingProgress:
         stats.add_column()
         stats.add_row("iteration", format_number(r.get("training_iteration"), "d"))
         stats.add_row("timesteps", format_number(r.get("timesteps_total"), "d"))
-        reward = format_number(r.get("episode_reward_mean"))
-        low = format_number(r.get("episode_reward_min"))
-        high = format_number(r.get("episode_reward_max"))
-        stats.add_row("episode_reward_mean", f"{reward}  (min {low}, max {high})")
-        stats.add_row("episode_len_mean", format_number(r.get("episode_len_mean")))
+        label, episodes = episode_stats(r)
+        prefix = EVAL_PREFIX if label != "reward" else ""
+        reward = format_number(episodes.get("episode_reward_mean"))
+        low = format_number(episodes.get("episode_reward_min"))
+        high = format_number(episodes.get("episode_reward_max"))
+        stats.add_row(f"{prefix}episode_reward_mean", f"{reward}  (min {low}, max {high})")
+        stats.add_row(f"{prefix}episode_len_mean", format_number(episodes.get("episode_len_mean")))
         stats.add_row("steps/s", format_number(r.get("sample_throughput"), ".0f"))
         stats.add_row("time", f"{format_number(r.get('time_total_s'))}s")
 

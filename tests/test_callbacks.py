@@ -14,6 +14,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from hierl.algorithms.es import ESTrainer
 from hierl.algorithms.pg import PGConfig, PGPolicy, PGTrainer
 from hierl.algorithms.trainer_base import BaseTrainer
+from hierl.checkpoint import CheckpointError
 from hierl.config import ConfigError
 from hierl.evaluators import (
     EpisodeCallbacks,
@@ -248,7 +249,9 @@ def test_string_callbacks_in_a_remote_evaluator_and_a_checkpoint(ray_session, tm
     assert "episodes_per_second" in result
     stored = json.loads((path / "checkpoint.json").read_text())["config"]
     assert stored["callbacks"] == EXAMPLE  # the name, never code
-    restored = BaseTrainer.from_checkpoint(path)
+    with pytest.raises(CheckpointError, match="--allow-import examples"):
+        BaseTrainer.from_checkpoint(path)  # loading imports nothing the user did not allow
+    restored = BaseTrainer.from_checkpoint(path, allow_imports=["examples"])
     try:
         assert restored.config.callbacks == EXAMPLE
         again = restored.train()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -268,3 +269,140 @@ def test_unsnapshotable_env_restores_with_a_warning(tmp_path):
         }
         with pytest.warns(UserWarning, match="resuming is not exact"):
             trainer.restore(tmp_path / "c")
+
+
+# -- hostile files: compression bombs, deep JSON ------------------------------------------
+BOMB_FLOATS = 25_000_000
+"""100 MB of float32 zeros: about 100 KB deflated."""
+
+
+def _npy_header(shape: tuple[int, ...], dtype: str = "<f4") -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": dtype, "fortran_order": False, "shape": shape}
+    )
+    return buf.getvalue()
+
+
+def _add_entry(npz: Path, name: str, shape: tuple[int, ...], nbytes: int, compress: int) -> None:
+    """Append ``name`` to ``npz``: a .npy header claiming ``shape`` and ``nbytes`` zeros."""
+    with (
+        zipfile.ZipFile(npz, "a", compression=compress) as zf,
+        zf.open(name, "w", force_zip64=True) as f,
+    ):
+        f.write(_npy_header(shape))
+        chunk = bytes(1 << 20)
+        for start in range(0, nbytes, len(chunk)):
+            f.write(chunk[: min(len(chunk), nbytes - start)])
+
+
+def _peak_bytes(load) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        load()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _small_checkpoint(path: Path) -> Path:
+    from hierl.checkpoint import save_checkpoint
+
+    return save_checkpoint(path, {"algorithm": "X"}, {"w": np.arange(6, dtype=np.float32)})
+
+
+def test_unreferenced_arrays_are_never_read(tmp_path):
+    path = _small_checkpoint(tmp_path / "c")
+    _add_entry(
+        path / ARRAYS_FILE, "bomb.npy", (BOMB_FLOATS,), 4 * BOMB_FLOATS, zipfile.ZIP_DEFLATED
+    )
+    assert (path / ARRAYS_FILE).stat().st_size < 1_000_000
+    state = {}
+    peak = _peak_bytes(lambda: state.update(load_checkpoint(path)[1]))
+    np.testing.assert_array_equal(state["w"], np.arange(6, dtype=np.float32))
+    assert peak < 10_000_000, f"loading took {peak} bytes"
+
+
+def _refer_to(path: Path, key: str, ref: dict) -> None:
+    doc = json.loads((path / META_FILE).read_text())
+    doc["state"][key] = ref
+    (path / META_FILE).write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    "ref, compress, match",
+    [
+        # the manifest agrees with the header, but the entry is compressed
+        ({"shape": [BOMB_FLOATS], "dtype": "<f4"}, zipfile.ZIP_DEFLATED, "compressed"),
+        # the header claims more than the manifest says
+        ({"shape": [4], "dtype": "<f4"}, zipfile.ZIP_STORED, r"manifest says \(4,\)"),
+        # an older reference (no manifest): the header claims more than is stored
+        ({}, zipfile.ZIP_STORED, "claims 100000000 bytes"),
+    ],
+    ids=["compressed", "header-over-manifest", "header-over-stored"],
+)
+def test_a_referenced_array_larger_than_stored_or_declared_is_refused(
+    ref, compress, match, tmp_path
+):
+    path = _small_checkpoint(tmp_path / "c")
+    stored = 4 * BOMB_FLOATS if compress == zipfile.ZIP_DEFLATED else 4096
+    _add_entry(path / ARRAYS_FILE, "bomb.npy", (BOMB_FLOATS,), stored, compress)
+    _refer_to(path, "bomb", {"__array__": "bomb", **ref})
+    errors = []
+
+    def load():
+        try:
+            load_checkpoint(path)
+        except CheckpointError as e:
+            errors.append(str(e))
+
+    assert _peak_bytes(load) < 10_000_000
+    assert len(errors) == 1 and str(path / ARRAYS_FILE) in errors[0]
+    assert re.search(match, errors[0]), errors[0]
+
+
+def test_several_referenced_arrays_within_the_file_load(tmp_path):
+    """The bounds refuse nothing the file really stores."""
+    path = _small_checkpoint(tmp_path / "c")
+    for i in range(3):
+        _add_entry(path / ARRAYS_FILE, f"big{i}.npy", (100_000,), 400_000, zipfile.ZIP_STORED)
+        _refer_to(path, f"big{i}", {"__array__": f"big{i}", "shape": [100_000], "dtype": "<f4"})
+    state = load_checkpoint(path)[1]  # what the file really stores loads
+    assert state["big2"].shape == (100_000,)
+
+
+@pytest.mark.parametrize("depth", [150, 100_000])
+def test_deeply_nested_checkpoint_json_is_one_clear_error(depth, tmp_path, capsys):
+    from hierl.cli import main
+
+    path = _small_checkpoint(tmp_path / "c")
+    deep = "[" * depth + "]" * depth
+    (path / META_FILE).write_text(
+        f'{{"format_version": 1, "kind": "hierl-trainer", "state": {deep}}}'
+    )
+    with pytest.raises(CheckpointError, match="nests deeper than 100 levels"):
+        load_checkpoint(path)
+    assert main(["export", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("hierl: error: ") and "nests deeper" in err
+
+
+def test_arrays_of_any_plain_dtype_round_trip_through_the_manifest(tmp_path):
+    from hierl.checkpoint import save_checkpoint
+
+    state = {
+        "structured": np.zeros(2, dtype=[("a", "<f4"), ("b", "<i8")]),
+        "big_endian": np.arange(3, dtype=">i2"),
+        "strings": np.array(["x", "yz"]),
+        "empty": [np.ones((2, 0)), np.bool_(True)],
+    }
+    path = save_checkpoint(tmp_path / "c", {}, state)
+    loaded = load_checkpoint(path)[1]
+    for key in ("structured", "big_endian", "strings"):
+        assert loaded[key].dtype == state[key].dtype
+        np.testing.assert_array_equal(loaded[key], state[key])
+    assert loaded["empty"][0].shape == (2, 0) and loaded["empty"][1] is True

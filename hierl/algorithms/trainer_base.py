@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -219,17 +219,32 @@ class BaseTrainer:
         return config
 
     @staticmethod
-    def from_checkpoint(checkpoint_dir: str | Path, **config_overrides: Any) -> BaseTrainer:
-        """Rebuild a trainer from a checkpoint alone (config read from it), then restore."""
+    def from_checkpoint(
+        checkpoint_dir: str | Path, *, allow_imports: Collection[str] = (), **config_overrides: Any
+    ) -> BaseTrainer:
+        """Rebuild a trainer from a checkpoint alone (config read from it), then restore.
+
+        Imports no module the stored config names (``callbacks``, ``model.custom_model``,
+        ``env`` as ``"module:name"``) unless ``allow_imports`` lists it (or its package),
+        it is registered in this process, or ``config_overrides`` replaces the setting
+        (see :mod:`hierl.algorithms.checkpoint_imports`).
+
+        Raises:
+            CheckpointError: the checkpoint is missing, corrupt, does not fit, or names a
+                module that is not allowed (``ImportRefusedError``).
+        """
+        from hierl.algorithms.checkpoint_imports import check_checkpoint_imports
         from hierl.algorithms.registry import get_trainer_class
 
         meta, state = load_checkpoint(checkpoint_dir)
         if meta.get("kind") != CHECKPOINT_KIND:
             raise CheckpointError(f"'{checkpoint_dir}' is not a hierl trainer checkpoint")
+        stored = meta.get("config") or {}
+        if not isinstance(stored, dict):
+            raise CheckpointError(f"checkpoint '{checkpoint_dir}' has a config that is not a dict")
+        check_checkpoint_imports(stored, allow_imports, checkpoint_dir, replaced=config_overrides)
         cls = get_trainer_class(str(meta.get("algorithm")))
-        config = cls.config_from_checkpoint(
-            dict(meta.get("config") or {}), dict(config_overrides), checkpoint_dir
-        )
+        config = cls.config_from_checkpoint(dict(stored), dict(config_overrides), checkpoint_dir)
         if config.get("env") is None:
             raise CheckpointError(
                 f"checkpoint '{checkpoint_dir}' was made with a callable env; pass env=... "

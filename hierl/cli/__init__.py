@@ -18,7 +18,9 @@ Examples::
     hierl config PPO --yaml > ppo.yaml
 
 User errors (bad arguments, unknown algorithm/env/config key, unreadable files, bad
-checkpoints) print one ``hierl: error: ...`` line to stderr and exit with status 2.
+checkpoints or logged data, also when raised in a Ray worker) print one ``hierl: error:
+...`` line to stderr and exit with status 2 (``common.USER_ERRORS``); other exceptions are
+bugs and keep their traceback.
 Heavy libraries (torch, ray, matplotlib) are imported only by the commands that need them.
 """
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 import os
 import sys
 
-from hierl.cli.common import PROG, CLIError, one_line
+from hierl.cli.common import PROG, CLIError, error_line, one_line, user_error
 from hierl.cli.parser import build_parser
 from hierl.cli.train import (
     default_output_dir,
@@ -76,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
         # devnull so the interpreter's final flush cannot fail again.
         _stdout_to_devnull()
         return 1
+    except Exception as e:
+        cause = user_error(e)  # the project's user-facing errors, also from Ray workers
+        if cause is None:
+            raise  # a bug: keep its traceback
+        print(f"{PROG}: error: {error_line(cause)}", file=sys.stderr, flush=True)
+        return 2
 
 
 def _stdout_to_devnull() -> None:

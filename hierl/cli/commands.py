@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,12 @@ from hierl.cli.common import (
     CLIError,
     Parser,
     algorithm_names,
+    error_line,
     is_number,
     one_line,
     resolve_checkpoint,
     trainer_class,
+    user_error,
 )
 
 
@@ -140,13 +143,38 @@ def cmd_tune(args: argparse.Namespace) -> int:
             spec.stop = dict(args.stop)
     ensure_ray(args.ray_address)
     done = []
-    for name, spec in experiments.items():
-        try:
-            results = run_experiment(name, spec, args.storage_path, verbose=args.verbose)
-        except ConfigError as e:  # e.g. a trial that can never be placed on this cluster
-            raise CLIError(str(e)) from None
-        done.append((name, spec, results))
+    with _trial_user_errors_without_traceback():
+        for name, spec in experiments.items():
+            try:
+                results = run_experiment(name, spec, args.storage_path, verbose=args.verbose)
+            except ConfigError as e:  # e.g. a trial that can never be placed on this cluster
+                raise CLIError(str(e)) from None
+            done.append((name, spec, results))
     return _print_best_trials(done)
+
+
+@contextlib.contextmanager
+def _trial_user_errors_without_traceback() -> Iterator[None]:
+    """Tune logs each failed trial's traceback: not for a user error (a corrupt input
+    file, a bad setting), which ``_print_best_trials`` reports in one line (as it
+    counts the failed trials, for which Tune logs a summary)."""
+    import logging
+
+    def keep(record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return error is None or user_error(error) is None
+
+    def not_summary(record: logging.LogRecord) -> bool:  # hierl prints its own
+        return not str(record.msg).startswith("Trials did not complete")
+
+    filters = [("ray.tune.execution.tune_controller", keep), ("ray.tune.tune", not_summary)]
+    for name, check in filters:
+        logging.getLogger(name).addFilter(check)
+    try:
+        yield
+    finally:
+        for name, check in filters:
+            logging.getLogger(name).removeFilter(check)
 
 
 def _print_best_trials(experiments: list[tuple[str, Any, Any]]) -> int:
@@ -160,9 +188,16 @@ def _print_best_trials(experiments: list[tuple[str, Any, Any]]) -> int:
     table = Table(title="best trials")
     for column in ("experiment", "trial", "status", "metric", "iterations", "timesteps", "config"):
         table.add_column(column)
-    failed = 0
+    failed, user_errors = 0, []
     for name, spec, results in experiments:
-        failed += sum(1 for r in results if r.error)
+        for result in results:
+            if result.error is None:
+                continue
+            failed += 1
+            cause = user_error(result.error)
+            if cause is not None:
+                trial = Path(str(result.path)).name if result.path else "?"
+                user_errors.append(f"experiment '{name}', trial {trial}: {error_line(cause)}")
         for row in summary_rows(name, spec, results):
             value = row[spec.metric]
             table.add_row(
@@ -178,9 +213,15 @@ def _print_best_trials(experiments: list[tuple[str, Any, Any]]) -> int:
     if not console.is_terminal:  # a log file: no need to squeeze the table into 80 columns
         console = Console(width=160)
     console.print(table)
-    if failed:
-        print(f"hierl: {failed} trial(s) failed; see Tune's error files above", file=sys.stderr)
-    return 1 if failed else 0
+    for line in user_errors:
+        print(f"{PROG}: error: {line}", file=sys.stderr)
+    if failed > len(user_errors):
+        print(
+            f"{PROG}: {failed - len(user_errors)} trial(s) failed; see Tune's error files above",
+            file=sys.stderr,
+        )
+        return 1
+    return 2 if failed else 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -221,7 +262,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             overrides.update(
                 output=args.output, batch_mode="complete_episodes", rollout_fragment_length=1
             )
-        trainer = Trainer.from_checkpoint(path, **{**ACTING_OVERRIDES, **overrides})
+        trainer = Trainer.from_checkpoint(
+            path, allow_imports=args.allow_import, **{**ACTING_OVERRIDES, **overrides}
+        )
     except (CheckpointError, ConfigError) as e:
         hint = ""
         if args.env is not None and isinstance(e, CheckpointError):
@@ -302,7 +345,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 f"algorithm {algo}; load it in Python with BaseTrainer.from_checkpoint and "
                 "export one of its trainers' policies with Trainer.export_policy"
             )
-        trainer = Trainer.from_checkpoint(path, **ACTING_OVERRIDES)
+        trainer = Trainer.from_checkpoint(path, allow_imports=args.allow_import, **ACTING_OVERRIDES)
     except (CheckpointError, ConfigError) as e:
         raise CLIError(str(e)) from None
     try:
@@ -334,6 +377,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             batch_wait_timeout_s=args.batch_wait_ms / 1000.0,
             auth_token=args.auth_token,
             ray_address=args.ray_address,
+            allow_imports=tuple(args.allow_import),
         )
         app = deploy(path, options)
     except (CheckpointError, ConfigError, ServeError) as e:

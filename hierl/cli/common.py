@@ -19,6 +19,53 @@ class CLIError(Exception):
     """A user error: reported as one ``hierl: error: ...`` line, exit status 2."""
 
 
+USER_ERRORS: dict[str, tuple[str, ...]] = {
+    "hierl.config": ("ConfigError",),
+    "hierl.checkpoint": ("CheckpointError",),
+    "hierl.evaluators.offline.schema": ("OfflineDataError",),
+    "hierl.evaluators.env_checks": ("EnvDataError",),
+    "hierl.export": ("ExportError",),
+    "hierl.serve.deployment": ("ServeError",),
+}
+"""The project's error types that mean "your settings or files are wrong" (module →
+class names; their subclasses too): every command reports them as one line.  Looked up
+in ``sys.modules`` only: an error of a module never imported cannot have been raised, and
+the CLI stays free of heavy imports."""
+
+
+def user_error(error: BaseException) -> BaseException | None:
+    """The user error (a :data:`USER_ERRORS` instance) that ``error`` is or that Ray
+    wrapped it around (a task's or actor's error, Ray Data's), else None: any other
+    exception is a bug and keeps its traceback."""
+    types = tuple(
+        getattr(sys.modules[module], name)
+        for module, names in USER_ERRORS.items()
+        if module in sys.modules
+        for name in names
+    )
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if type(current).__module__.split(".")[0] == "ray":  # a wrapper: look inside
+            inner = getattr(current, "cause", None)
+            current = inner if isinstance(inner, BaseException) else current.__cause__
+        elif isinstance(current, types):
+            return current
+        else:
+            return None
+    return None
+
+
+def error_line(error: BaseException) -> str:
+    """A user error's message as one line (a remote error's traceback text dropped)."""
+    text = str(error)
+    marker = text.find("Traceback (most recent call last)")
+    if marker > 0:  # e.g. Ray's "...RayTaskError(...) ... Traceback ..." of a wrapped cause
+        text = text[:marker]
+    return one_line(text)
+
+
 class Parser(argparse.ArgumentParser):
     """ArgumentParser that raises CLIError instead of printing usage and exiting."""
 

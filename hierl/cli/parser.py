@@ -26,6 +26,19 @@ from hierl.cli.common import (
 from hierl.cli.train import CURVE_FILE, TIMESTEPS_CAP, cmd_train, parse_set, parse_stop
 
 
+def add_allow_import(command: argparse.ArgumentParser) -> None:
+    """``--allow-import MODULE``: for the commands that rebuild a trainer from a checkpoint."""
+    command.add_argument(
+        "--allow-import",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="let the checkpoint's config import MODULE (or a module in that package) for "
+        "callbacks, model.custom_model or an env 'module:Id'; repeatable. Without it, a "
+        "checkpoint that names a module is refused",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``hierl`` argument parser with its subcommands."""
     parser = Parser(
@@ -150,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"do not plot {CURVE_FILE} (spares matplotlib's import, about 0.5 s)",
     )
     train.add_argument("--quiet", "-q", action="store_true", help="print only the final summary")
+    add_allow_import(train)
     train.set_defaults(func=cmd_train)
 
     rollout = sub.add_parser(
@@ -209,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
         "action_logp for off-policy estimation); actions are sampled, and the run's "
         "sub-envs may finish a few more than --episodes",
     )
+    add_allow_import(rollout)
     rollout.set_defaults(func=cmd_rollout)
 
     export = sub.add_parser(
@@ -240,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ID",
         help="the policy to export (multi-agent checkpoints; default: the default policy)",
     )
+    add_allow_import(export)
     export.set_defaults(func=cmd_export)
 
     lst = sub.add_parser(
@@ -315,6 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: $HIERL_SERVE_TOKEN; prefer it, a flag shows in the process list)",
     )
     srv.add_argument("--ray-address", metavar="ADDR", help="join this Ray cluster")
+    add_allow_import(srv)
     srv.set_defaults(func=cmd_serve)
 
     tune = sub.add_parser(

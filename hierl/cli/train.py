@@ -394,7 +394,7 @@ def _resume_train(args: argparse.Namespace) -> int:
     saved = _read_run_info(run_dir)
     overrides = {} if args.ray_address is None else {"ray_address": args.ray_address}
     try:
-        trainer = BaseTrainer.from_checkpoint(path, **overrides)
+        trainer = BaseTrainer.from_checkpoint(path, allow_imports=args.allow_import, **overrides)
     except (CheckpointError, ConfigError) as e:
         raise CLIError(f"cannot resume '{run_dir}': {e}") from None
     try:

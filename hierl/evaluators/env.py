@@ -62,6 +62,11 @@ def register_env(name: str, creator: EnvCreator) -> None:
     _REGISTRY.register(name, creator)
 
 
+def is_registered_env(name: str) -> bool:
+    """Whether ``name`` was given to :func:`register_env` (here or by this job's driver)."""
+    return _REGISTRY.get(name) is not None
+
+
 def resolve_env_creator(env: str | EnvCreator, preprocessor_pref: str = "deepmind") -> EnvCreator:
     """Turn a registered name, a Gymnasium id or a callable into an env creator.
 

@@ -88,7 +88,9 @@ class PolicyServer:
 
         torch.set_num_threads(max(1, round(options.num_cpus_per_replica)))
         self.options = options
-        self.policy = ServedPolicy.from_checkpoint(checkpoint, options.max_observations)
+        self.policy = ServedPolicy.from_checkpoint(
+            checkpoint, options.max_observations, options.allow_imports
+        )
         self._prefix = options.route_prefix.rstrip("/")
         self._token = options.auth_token.encode() if options.auth_token else None
         self.act_batch.set_max_batch_size(options.max_batch_size)
@@ -254,7 +256,7 @@ def deploy(
     path = Path(checkpoint).expanduser().resolve()
     # Fails here with the checkpoint's own error: a replica would fail the same way, but
     # Serve reports a replica's failure as a remote traceback in a string.
-    probe = ServedPolicy.from_checkpoint(path, options.max_observations)
+    probe = ServedPolicy.from_checkpoint(path, options.max_observations, options.allow_imports)
     try:
         spec = probe.spec()
     finally:

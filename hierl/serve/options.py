@@ -59,6 +59,9 @@ class ServeOptions(Config):
     variable, if set; ``""``: no token."""
     ray_address: str | None = None
     """Join this Ray cluster instead of starting a local instance."""
+    allow_imports: tuple[str, ...] = ()
+    """Modules the checkpoint's config may import (``callbacks``, ``model.custom_model``,
+    ``env`` as ``"module:name"``); others are refused (``hierl serve --allow-import``)."""
 
     def __post_init__(self) -> None:
         if self.auth_token is None:

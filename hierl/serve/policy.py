@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,10 @@ class ServedPolicy:
 
     @classmethod
     def from_checkpoint(
-        cls, checkpoint: str | Path, max_observations: int = MAX_BATCH
+        cls,
+        checkpoint: str | Path,
+        max_observations: int = MAX_BATCH,
+        allow_imports: Collection[str] = (),
     ) -> ServedPolicy:
         """Rebuild the checkpoint's trainer in this process (no remote evaluators) and
         serve its policies.  The run's ``input`` and ``output`` are left closed: serving
@@ -112,7 +115,8 @@ class ServedPolicy:
         Raises:
             CheckpointError: the checkpoint is missing, corrupt, does not fit its algorithm,
                 or is of a nested algorithm (a population, AlphaZero) that holds no single
-                trainer's policies.
+                trainer's policies, or its config names a module outside
+                ``allow_imports`` (see :mod:`hierl.algorithms.checkpoint_imports`).
         """
         from hierl.algorithms.registry import get_trainer_class
 
@@ -127,7 +131,7 @@ class ServedPolicy:
         # CRUCIAL: a replica acts but never samples: it must not open the run's input
         # (with "external", every replica would bind the same port; logged files need not
         # exist where replicas run) nor write output.
-        trainer = Trainer.from_checkpoint(path, **ACTING_OVERRIDES)
+        trainer = Trainer.from_checkpoint(path, allow_imports=allow_imports, **ACTING_OVERRIDES)
         return cls(trainer, max_observations, checkpoint=str(path))
 
     def _probe_extras(self, policy_id: str) -> tuple[str, ...]:

@@ -101,6 +101,15 @@ class OfflineEvaluator(PolicyEvaluator):
             postprocess=postprocess,
         )
 
+    def stop(self) -> None:
+        """Close the readers (a Ray dataset's iteration ends while Ray is up), then
+        what every evaluator stops."""
+        for reader in self.readers.values():
+            close = getattr(reader, "close", None)
+            if close is not None:
+                close()
+        super().stop()
+
     def _sample_now(self) -> SampleBatch:
         source = self.sources[int(self._rng.choice(len(self.sources), p=self.probs))]
         if source == SAMPLER:

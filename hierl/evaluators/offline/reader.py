@@ -14,10 +14,12 @@ cluster each evaluator reads its own share on its own node.
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import glob
 import logging
 import os
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -358,8 +360,24 @@ class RayDataInput:
         self._left: SampleBatch | None = None  # rows of the last block not handed out
         self.columns = _hierl_columns(dataset)
         """The dtypes and row shapes of a dataset of hierl's files (else empty)."""
+        self._close_at_exit = False
+
+    def close(self) -> None:
+        """End the current pass over the dataset (while Ray is up: Ray Data reports the
+        end of an iteration to Ray).  Reading again starts a new pass."""
+        it, self._it = self._it, None
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
 
     def _epoch_iterator(self) -> Iterator[dict[str, np.ndarray]]:
+        if not self._close_at_exit:
+            # CRUCIAL: registered after ray.init, so it runs before Ray's own exit hook
+            # (atexit is last in, first out): an iterator ended after Ray shut down
+            # prints Ray Data's "Ray is not initialized" traceback.
+            atexit.register(_close_reader, weakref.ref(self))
+            self._close_at_exit = True
+        self.close()
         return iter(
             self.dataset.iter_batches(
                 batch_size=self.batch_size,
@@ -418,6 +436,12 @@ class RayDataInput:
                 self._left = rows.slice(take, rows.count)
                 if self.postprocess is not None:
                     self._left = self.postprocess(self._left)
+
+
+def _close_reader(ref: weakref.ref[RayDataInput]) -> None:
+    reader = ref()
+    if reader is not None:
+        reader.close()
 
 
 def _hierl_columns(dataset: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import gymnasium as gym
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hierl.evaluators.offline.schema import batch_to_table
+from hierl.evaluators.offline.schema import OfflineDataError, batch_to_table
 from hierl.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 
 Compression = Literal["zstd", "snappy", "gzip", "lz4", "none"]
@@ -144,7 +144,12 @@ class OutputWriter:
         series = self._series.get(policy_id)
         if series is None:
             directory = self.path / policy_id if subdir else self.path
-            directory.mkdir(parents=True, exist_ok=True)
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as e:  # e.g. the path is a file: the user's setting is wrong
+                raise OfflineDataError(
+                    f"output '{directory}' cannot be used as a directory of Parquet files: {e}"
+                ) from e
             series = self._series[policy_id] = _Series(directory, self.prefix)
         series.add(table, self.max_file_size, self.compression)
         self.rows_written += batch.count
