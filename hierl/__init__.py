@@ -8,6 +8,7 @@ Public names are imported lazily, so ``import hierl`` (and ``hierl --help``) sta
 from __future__ import annotations
 
 from hierl._lazy import lazy_exports
+from hierl.algorithms.registry import trainer_class_exports
 
 __version__ = "0.1.0"
 
@@ -35,6 +36,8 @@ _EXPORTS = {
     "register_model": "hierl.models.registry",
     "register_optimizer": "hierl.optimizers",
     "register_trainer": "hierl.algorithms",
+    # every built-in trainer class, the one public import path: from hierl import PPOTrainer
+    **trainer_class_exports(),
 }
 
 __all__ = sorted(_EXPORTS)
