@@ -7,8 +7,9 @@ Public names are imported lazily, so ``import hierl`` (and ``hierl --help``) sta
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from hierl._lazy import lazy_exports
-from hierl.algorithms.registry import trainer_class_exports
 
 __version__ = "0.1.0"
 
@@ -36,11 +37,17 @@ _EXPORTS = {
     "register_model": "hierl.models.registry",
     "register_optimizer": "hierl.optimizers",
     "register_trainer": "hierl.algorithms",
-    # every built-in trainer class, the one public import path: from hierl import PPOTrainer
-    **trainer_class_exports(),
 }
 
 __all__ = sorted(_EXPORTS)
 
 
-__getattr__, __dir__ = lazy_exports("hierl", globals(), _EXPORTS)
+def _trainer_classes() -> Mapping[str, str]:
+    """Every built-in trainer class by name (``from hierl import PPOTrainer, BCTrainer``:
+    their one public import path), read from the trainer registry when first asked for."""
+    from hierl.algorithms.registry import trainer_class_exports
+
+    return trainer_class_exports()
+
+
+__getattr__, __dir__ = lazy_exports("hierl", globals(), _EXPORTS, more=_trainer_classes)
