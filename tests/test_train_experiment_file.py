@@ -105,7 +105,7 @@ def test_each_tuned_file_trains_one_iteration_from_hierl_train(path, tmp_path):
 
 EXPERIMENTS = """\
 small:
-  run: PG
+  run: pg  # any case, as --algo
   env: CartPole-v1
   stop: {training_iteration: 2}
   checkpoint_freq: 1

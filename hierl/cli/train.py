@@ -272,6 +272,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     """``hierl train``: a new run, or ``--resume`` of one."""
     if args.resume is not None:
         return _resume_train(args)
+    from hierl.algorithms.registry import canonical_name
     from hierl.config import ConfigError
 
     config: dict[str, Any] = {}
@@ -299,7 +300,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             "file, or --resume DIR to continue a run)"
         )
     cls = trainer_class(algo)
-    algo = cls.name or algo
+    algo = canonical_name(algo)  # an experiment's 'run: ppo' is PPO
     config = apply_overrides(config, args.overrides or [])
     if args.env is not None:
         config["env"] = args.env
