@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from hierl.algorithms.ppo import PPOPolicy, PPOTrainer
+from hierl import PPOTrainer
+from hierl.algorithms.ppo import PPOPolicy
 from hierl.evaluators import MultiAgentEnv, PolicySpec
 from hierl.models import MLP, ActorCritic, ModelConfig
 from hierl.postprocessing import compute_advantages

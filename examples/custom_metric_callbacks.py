@@ -20,7 +20,7 @@ seconds on 2 cores).
 
 import math
 
-from hierl.algorithms.ppo import PPOTrainer
+from hierl import PPOTrainer
 from hierl.evaluators import Episode, EpisodeCallbacks
 
 POLE_ANGLE = 2

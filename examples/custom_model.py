@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 import hierl
-from hierl.algorithms.ppo import PPOTrainer
+from hierl import PPOTrainer
 from hierl.models import ModelConfig, get_preprocessor
 
 

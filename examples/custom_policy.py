@@ -1,5 +1,9 @@
 """A new algorithm in ~30 lines: REINFORCE as a TorchPolicyGraph subclass.
 
+``ReinforcePolicy`` (normalised returns-to-go as advantages, no baseline) and
+``ReinforceTrainer`` are README's, statement for statement (tests/test_custom_algorithm.py
+checks it); the plain ``TrainerConfig`` lets it run under any strategy chosen by name.
+
 Run: ``python examples/custom_policy.py`` (CartPole-v1, about a minute on 2 cores).
 """
 
@@ -10,8 +14,6 @@ from hierl.postprocessing import discount_cumsum
 
 
 class ReinforcePolicy(TorchPolicyGraph):
-    """REINFORCE: normalised returns-to-go as advantages, no baseline."""
-
     def postprocess_trajectory(self, batch, other_agent_batches=None):
         returns = discount_cumsum(batch[SampleBatch.REWARDS], self.config.gamma)
         batch[SampleBatch.ADVANTAGES] = (returns - returns.mean()) / (returns.std() + 1e-8)

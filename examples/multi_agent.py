@@ -10,7 +10,7 @@ Run: ``python examples/multi_agent.py`` (about a minute on 2 cores).
 
 import numpy as np
 
-from hierl.algorithms.ppo import PPOTrainer
+from hierl import PPOTrainer
 from hierl.evaluators import PolicySpec, make_multi_agent
 
 MultiCartPole = make_multi_agent("CartPole-v1")

@@ -7,6 +7,8 @@ Public names are imported lazily, so ``import hierl`` (and ``hierl --help``) sta
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from hierl._lazy import lazy_exports
 
 __version__ = "0.1.0"
@@ -40,4 +42,12 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-__getattr__, __dir__ = lazy_exports("hierl", globals(), _EXPORTS)
+def _trainer_classes() -> Mapping[str, str]:
+    """Every built-in trainer class by name (``from hierl import PPOTrainer, BCTrainer``:
+    their one public import path), read from the trainer registry when first asked for."""
+    from hierl.algorithms.registry import trainer_class_exports
+
+    return trainer_class_exports()
+
+
+__getattr__, __dir__ = lazy_exports("hierl", globals(), _EXPORTS, more=_trainer_classes)

@@ -13,20 +13,31 @@ from typing import Any
 
 
 def lazy_exports(
-    package: str, namespace: dict[str, Any], exports: Mapping[str, str]
+    package: str,
+    namespace: dict[str, Any],
+    exports: Mapping[str, str],
+    more: Callable[[], Mapping[str, str]] | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for package ``package`` whose ``globals()`` are
     ``namespace``: each name of ``exports`` (name -> defining module) is imported on first
-    access and cached in ``namespace``."""
+    access and cached in ``namespace``.  ``more()`` gives further names the same way; it is
+    called only when a name is not in ``exports`` (or by ``dir()``), so the module that
+    lists them (e.g. the trainer registry) is not imported with the package."""
+
+    def modules() -> Mapping[str, str]:
+        return exports if more is None else {**more(), **exports}
 
     def __getattr__(name: str) -> Any:
-        if name in exports:
-            value = getattr(importlib.import_module(exports[name]), name)
+        module = exports.get(name) or (
+            None if more is None or name.startswith("__") else more().get(name)
+        )
+        if module is not None:
+            value = getattr(importlib.import_module(module), name)
             namespace[name] = value
             return value
         raise AttributeError(f"module '{package}' has no attribute '{name}'")
 
     def __dir__() -> list[str]:
-        return sorted([*namespace, *exports])
+        return sorted({*namespace, *modules()})
 
     return __getattr__, __dir__

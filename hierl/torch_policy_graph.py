@@ -566,10 +566,16 @@ class TorchPolicyGraph(PolicyGraph):
     ) -> tuple[list[np.ndarray], dict[str, float]]:
         """Gradients of the loss (clipped unless ``clip=False``) as numpy arrays.
 
-        They are in ``gradient_names()`` order.
+        They are in ``gradient_names()`` order; a parameter the loss does not reach (e.g.
+        the value head of a loss without a baseline) has a zero gradient.
         """
         stats = self._backward(batch, clip=clip)
-        grads = [p.grad.detach().cpu().numpy().copy() for p in self.model.parameters()]
+        grads = [
+            torch.zeros_like(p, device="cpu").numpy()
+            if p.grad is None
+            else p.grad.detach().cpu().numpy().copy()
+            for p in self.model.parameters()
+        ]
         return grads, stats
 
     def apply_gradients(self, gradients: list[np.ndarray], clip: bool = False) -> dict[str, float]:

@@ -65,8 +65,13 @@ def test_unsupported_and_unknown_optimizer_names():
     supported = PPOTrainer.config_class.supported_optimizers
     assert "apex" not in supported
     valid = ", ".join(supported)
-    with pytest.raises(ConfigError, match=f"'apex' is not supported by PPOConfig; valid: {valid}$"):
+    with pytest.raises(
+        ConfigError, match=f"'apex' is not supported by PPOConfig; valid: {valid} "
+    ) as info:
         PPOTrainer({**TINY, "optimizer": "apex"})
+    # ... and why, and how to allow it
+    assert "PPOConfig.supported_optimizers narrows the registered strategies" in str(info.value)
+    assert "subclass PPOConfig with supported_optimizers naming it" in str(info.value)
 
 
 def test_unknown_algorithm_suggests():

@@ -77,6 +77,12 @@ def register_trainer(name: str, cls: type) -> None:
     _CUSTOM[name] = cls
 
 
+def trainer_class_exports() -> dict[str, str]:
+    """Class name -> defining module of every built-in trainer: the public names
+    ``from hierl import PPOTrainer, BCTrainer, ...`` (read by ``hierl/__init__.py``)."""
+    return {path.split(":")[1]: path.split(":")[0] for path, _ in _TRAINERS.values()}
+
+
 def trainer_names() -> list[str]:
     """All registered algorithm names."""
     return sorted({*_TRAINERS, *_CUSTOM})

@@ -45,6 +45,7 @@ from hierl.optimizers import (
     OptimizerConfig,
     PolicyOptimizer,
     get_optimizer_class,
+    optimizer_names,
     optimizer_settings,
 )
 from hierl.policy_graph import LearnerStats, PolicyGraph, Weights
@@ -90,8 +91,12 @@ class TrainerConfig(BaseConfig):
     ``train_batch_size`` are aliases of ``optimizer_config.<key>`` (``resolve_aliases``).
     """
 
-    supported_optimizers: ClassVar[tuple[str, ...]] = ("local",)
-    """The optimizer names this algorithm runs on."""
+    supported_optimizers: ClassVar[tuple[str, ...] | None] = None
+    """The optimizer names this algorithm runs on.  None (the default): every registered
+    strategy, the policy's capabilities deciding (``Trainer`` refuses at construction a
+    strategy that cannot train its policy class, naming what is missing); an algorithm
+    narrows it to the strategies its loss is written for.  Read it through
+    ``optimizer_choices()``."""
     default_optimizer: ClassVar[str] = "local"
     """The optimizer used when ``optimizer`` is empty."""
     optimizer_defaults: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
@@ -128,7 +133,7 @@ class TrainerConfig(BaseConfig):
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     """Network settings (hiddens, activation, vf_share_layers, conv_filters...)."""
     optimizer: str = ""
-    """Policy optimizer by name (one of ``supported_optimizers``); empty: the algorithm's
+    """Policy optimizer by name (one of ``optimizer_choices()``); empty: the algorithm's
     ``default_optimizer``."""
     optimizer_config: dict | OptimizerConfig = dataclasses.field(default_factory=dict)
     """Settings of the chosen optimizer (its config class: e.g. ``{"num_towers": 2}`` for
@@ -288,15 +293,29 @@ class TrainerConfig(BaseConfig):
             raise ConfigError(f"optimizer_config of '{name}': {e}") from e
 
     @classmethod
+    def optimizer_choices(cls) -> tuple[str, ...]:
+        """The optimizer names this config accepts: ``supported_optimizers``, or every
+        registered strategy when it is None."""
+        if cls.supported_optimizers is None:
+            return tuple(optimizer_names())
+        return tuple(cls.supported_optimizers)
+
+    @classmethod
     def check_optimizer(cls, name: str) -> str:
         """The optimizer ``name`` stands for (empty: ``default_optimizer``); ConfigError
-        for an unknown name ("did you mean") or one this algorithm does not support."""
+        for an unknown name ("did you mean") or one this algorithm's
+        ``supported_optimizers`` leaves out, saying how to allow it."""
         name = name or cls.default_optimizer
-        if name not in cls.supported_optimizers:
+        choices = cls.optimizer_choices()
+        if name not in choices:
             get_optimizer_class(name)  # unknown names: "did you mean"
             raise ConfigError(
                 f"config field 'optimizer' = '{name}' is not supported by "
-                f"{cls.__name__}; valid: {', '.join(cls.supported_optimizers)}"
+                f"{cls.__name__}; valid: {', '.join(choices)} ({cls.__name__}."
+                "supported_optimizers narrows the registered strategies to those its "
+                f"loss is written for; to run '{name}', subclass {cls.__name__} with "
+                "supported_optimizers naming it, or set supported_optimizers = None to "
+                "allow every strategy the policy class can run)"
             )
         return name
 
@@ -367,7 +386,7 @@ class TrainerConfig(BaseConfig):
         cls, key: str, optimizer: str, own: set[str], opt_fields: frozenset[str]
     ) -> str:
         owners = [
-            n for n in cls.supported_optimizers if n != optimizer and key in optimizer_settings(n)
+            n for n in cls.optimizer_choices() if n != optimizer and key in optimizer_settings(n)
         ]
         hint = (
             f"; it is a setting of optimizer {', '.join(repr(n) for n in owners)}, not of "
@@ -572,7 +591,7 @@ class Trainer(BaseTrainer):
         flag, what = feature
         if getattr(get_optimizer_class(name), flag, False):
             return
-        supported = self.config_class.supported_optimizers
+        supported = self.config_class.optimizer_choices()
         ok = [n for n in supported if getattr(get_optimizer_class(n), flag, False)]
         raise ConfigError(
             f"config field 'optimizer' = '{name}' does not support {what}; valid for "
@@ -718,7 +737,7 @@ class Trainer(BaseTrainer):
             if why is None:
                 continue
             ok = []
-            for other in self.config_class.supported_optimizers:
+            for other in self.config_class.optimizer_choices():
                 try:
                     if missing(other, policy_class, config.optimizer_config_for(other)) is None:
                         ok.append(other)

@@ -62,7 +62,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     if opt_config is not None:
         print(
             f"  optimizer_config of '{config.optimizer}' ({type(opt_config).__name__}; supported "
-            f"optimizers: {', '.join(config_class.supported_optimizers)}), also as flat keys:"
+            f"optimizers: {', '.join(config_class.optimizer_choices())}), also as flat keys:"
         )
         _print_fields(opt_config.to_dict(), field_docs(type(opt_config)), "    ")
     return 0
@@ -81,7 +81,7 @@ def _config_yaml(algo: str, config: Any) -> str:
         notes["optimizer_config"] = (
             f"These are the settings of optimizer '{config.optimizer}' "
             f"({type(opt_config).__name__}); with another 'optimizer' (supported: "
-            f"{', '.join(type(config).supported_optimizers)}), delete them or give that "
+            f"{', '.join(type(config).optimizer_choices())}), delete them or give that "
             "optimizer's."
         )
     return config_yaml(config, title, notes)

@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
             '      --config \'{"train_batch_size": 2000, "lr": 3e-4}\' \\\n'
             "      --stop episode_reward_mean=475 --stop timesteps_total=500000 \\\n"
             "      --checkpoint-freq 10\n"
+            "  hierl train --algo PPO --env ALE/Pong-v5 --config examples/tuned/pong-ppo.yaml\n"
             "  hierl train --resume hierl_results/PPO_CartPole-v1_20250101-120000 \\\n"
             "      --stop timesteps_total=1e6\n\n"
             "Config sources apply in order: --config files/objects, then --set, then "
@@ -83,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--algo",
         type=algorithm,
         metavar="ALGO",
-        help=f"algorithm name, any case (one of: {algos}); required unless --resume",
+        help=f"algorithm name, any case (one of: {algos}); required unless --resume or "
+        "an experiment file in --config gives it",
     )
     train.add_argument(
         "--env",
@@ -98,7 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="algorithm config: a .json/.yaml/.yml file or an inline JSON object, "
         'e.g. \'{"lr": 0.001, "train_batch_size": 1000}\'; repeatable: merged in order, '
         "a later one overriding the keys it sets (nested dicts such as 'model' merged "
-        "key by key, lists replaced)",
+        "key by key, lists replaced). An experiment file (as for 'hierl tune', e.g. "
+        "examples/tuned/*.yaml) gives its experiment's algorithm, env, stop conditions, "
+        "checkpoint frequency and config; --algo, --env, --stop, --checkpoint-freq, "
+        "--seed, --set and later --config values override them",
+    )
+    train.add_argument(
+        "--experiment",
+        metavar="NAME",
+        help="the experiment to train from an experiment file that holds several",
     )
     train.add_argument(
         "--set",

@@ -24,6 +24,7 @@ from hierl.cli.common import (
     one_line,
     trainer_class,
 )
+from hierl.cli.experiment_file import is_experiment_file, train_experiment
 from hierl.files import atomic_write
 from hierl.loggers import RESULTS_FILE
 
@@ -271,17 +272,35 @@ def cmd_train(args: argparse.Namespace) -> int:
     """``hierl train``: a new run, or ``--resume`` of one."""
     if args.resume is not None:
         return _resume_train(args)
-    if args.algo is None:
-        raise CLIError(
-            "the following arguments are required: --algo (or --resume DIR to continue a run)"
-        )
+    from hierl.algorithms.registry import canonical_name
     from hierl.config import ConfigError
 
-    cls = trainer_class(args.algo)
-
     config: dict[str, Any] = {}
+    experiment = None
     for text in args.config or []:  # later --config values override earlier ones
-        config = merge_configs(config, load_config_arg(text))
+        loaded = load_config_arg(text)
+        if is_experiment_file(loaded):
+            if experiment is not None:
+                raise CLIError(
+                    f"--config {text!r} is a second experiment file (after experiment "
+                    f"'{experiment.name}'): give one, with other --config values for configs"
+                )
+            experiment = train_experiment(text, args.experiment)
+            loaded = experiment.config
+        config = merge_configs(config, loaded)
+    if args.experiment is not None and experiment is None:
+        raise CLIError(
+            f"--experiment {args.experiment!r} names an experiment of an experiment file: "
+            "pass the file with --config FILE"
+        )
+    algo = args.algo or (experiment.algo if experiment else None)
+    if algo is None:
+        raise CLIError(
+            "the following arguments are required: --algo (or --config with an experiment "
+            "file, or --resume DIR to continue a run)"
+        )
+    cls = trainer_class(algo)
+    algo = canonical_name(algo)  # an experiment's 'run: ppo' is PPO
     config = apply_overrides(config, args.overrides or [])
     if args.env is not None:
         config["env"] = args.env
@@ -308,8 +327,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.stop:
         stop, stop_note = dict(args.stop), ""
+    elif experiment is not None and experiment.stop:
+        stop, stop_note = experiment.stop, f"experiment '{experiment.name}'"
     else:
         stop, stop_note = default_stop(env)
+    checkpoint_freq = args.checkpoint_freq
+    if checkpoint_freq is None:
+        checkpoint_freq = experiment.checkpoint_freq if experiment is not None else 0
 
     if args.output_dir is not None:
         out_dir = Path(args.output_dir).expanduser()
@@ -322,11 +346,17 @@ def cmd_train(args: argparse.Namespace) -> int:
                 f"with 'hierl train --resume {out_dir}' or choose another --output-dir"
             )
     else:
-        out_dir = default_output_dir(args.algo, env)
+        out_dir = default_output_dir(algo, env)
 
-    title = f"{args.algo} on {env_name(env)}"
+    title = f"{algo} on {env_name(env)}"
     if not args.quiet:
         print(f"{PROG}: training {title}; output dir {out_dir.resolve()}", flush=True)
+        if experiment is not None and experiment.ignored:
+            print(
+                f"{PROG}: experiment '{experiment.name}': one run; its "
+                f"{', '.join(experiment.ignored)} apply with 'hierl tune'",
+                flush=True,
+            )
         note = f" ({stop_note})" if stop_note else ""
         print(f"stop when any of: {describe_stop(stop)}{note}", flush=True)
 
@@ -342,7 +372,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise CLIError(f"cannot create output dir '{out_dir}': {e.strerror or e}") from None
         _write_json(out_dir / PARAMS_FILE, trainer.config.to_dict())
 
-    return _run_training(trainer, args, stop, args.checkpoint_freq or 0, out_dir, title, [], start)
+    return _run_training(trainer, args, stop, checkpoint_freq, out_dir, title, [], start)
 
 
 def _resume_train(args: argparse.Namespace) -> int:
@@ -359,6 +389,7 @@ def _resume_train(args: argparse.Namespace) -> int:
         "--seed": args.seed,
         "--num-evaluators": args.num_evaluators,
         "--output-dir": args.output_dir,
+        "--experiment": args.experiment,
     }
     for flag, value in changing.items():
         if value is not None:

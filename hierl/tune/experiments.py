@@ -392,7 +392,7 @@ def resume_experiment(path: str | Path) -> tuple[str, ExperimentSpec, Any]:
 
 def summary_rows(name: str, spec: ExperimentSpec, results: Any, top: int = 3) -> list[dict]:
     """The best ``top`` trials of an experiment by its metric, as table rows."""
-    searched = _searched_keys(spec.config)
+    searched = searched_keys(spec.config)
     rows = []
     for result in results:
         metrics = result.metrics or {}
@@ -413,14 +413,15 @@ def summary_rows(name: str, spec: ExperimentSpec, results: Any, top: int = 3) ->
     return rows[:top]
 
 
-def _searched_keys(config: Mapping[str, Any], prefix: str = "") -> list[str]:
+def searched_keys(config: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The keys of ``config`` (nested ones as ``a/b``) whose values are search spaces."""
     keys = []
     for k, v in config.items():
         if isinstance(v, Mapping):
             if len(v) == 1 and next(iter(v)) in SEARCH_SPACES:
                 keys.append(prefix + k)
             else:
-                keys.extend(_searched_keys(v, f"{prefix}{k}/"))
+                keys.extend(searched_keys(v, f"{prefix}{k}/"))
     return keys
 
 
