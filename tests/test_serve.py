@@ -438,8 +438,9 @@ def test_cli_serve_prints_the_url_answers_and_stops_on_ctrl_c(ppo):
     port = free_port()
     env = {**os.environ, "HIERL_SERVE_TOKEN": TOKEN}
     argv = [sys.executable, "-m", "hierl.cli", "serve", str(ppo[1]), "--port", str(port)]
+    flags = ["--num-cpus", "0.25", "--body-timeout-s", "1"]
     proc = subprocess.Popen(
-        [*argv, "--num-cpus", "0.25"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+        [*argv, *flags], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
     )
     try:
         out = b""
@@ -455,6 +456,12 @@ def test_cli_serve_prints_the_url_answers_and_stops_on_ctrl_c(ppo):
         assert http(url + "/act", {"observation": [0.0] * 4})[0] == 401  # token from env
         status, answer = http(url + "/act", {"observation": [0.0] * 4}, token=TOKEN)
         assert status == 200 and answer["version"]["iteration"] == 1
+        # --body-timeout-s 1: a stalled body is cut after 1 s (the default waits 10 s)
+        head = f"POST /act HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(head.encode() + b'Content-Length: 100\r\n\r\n{"observ')
+            s.settimeout(6)
+            assert s.recv(4096).split()[1] == b"408"
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0
     finally:

@@ -365,6 +365,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from hierl.serve import ServeError, ServeOptions, deploy, serve_until_interrupted
 
     path = resolve_checkpoint(args.checkpoint)
+    # The limits' defaults live in ServeOptions alone: a flag left out keeps them.
+    limits = {
+        name: getattr(args, name)
+        for name in (
+            "body_timeout_s",
+            "request_timeout_s",
+            "max_body_reads_per_client",
+            "max_request_bytes",
+        )
+        if getattr(args, name) is not None
+    }
     try:
         options = ServeOptions(
             name=args.name,
@@ -378,6 +389,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             auth_token=args.auth_token,
             ray_address=args.ray_address,
             allow_imports=tuple(args.allow_import),
+            **limits,
         )
         app = deploy(path, options)
     except (CheckpointError, ConfigError, ServeError) as e:

@@ -340,6 +340,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="shared token: requests without 'Authorization: Bearer TOKEN' get 401 "
         "(default: $HIERL_SERVE_TOKEN; prefer it, a flag shows in the process list)",
     )
+    srv.add_argument(
+        "--body-timeout-s",
+        type=float,
+        metavar="S",
+        help="a request body must arrive whole within S seconds, else 408 (default 10)",
+    )
+    srv.add_argument(
+        "--request-timeout-s",
+        type=float,
+        metavar="S",
+        help="a request not answered within S seconds gets 503 (default 30)",
+    )
+    srv.add_argument(
+        "--max-body-reads-per-client",
+        type=positive_int,
+        metavar="N",
+        help="requests whose bodies are still arriving that one client address may have "
+        "at a replica (more: 429; default a third of the replica's 100 request slots)",
+    )
+    srv.add_argument(
+        "--max-request-bytes",
+        type=positive_int,
+        metavar="N",
+        help="larger request bodies are refused with 413 (default 16 MiB)",
+    )
     srv.add_argument("--ray-address", metavar="ADDR", help="join this Ray cluster")
     add_allow_import(srv)
     srv.set_defaults(func=cmd_serve)
