@@ -171,6 +171,12 @@ class TrainingProgress:
         else:
             print(format_line(result), flush=True)
 
+    @property
+    def last(self) -> Mapping[str, Any]:
+        """The latest result shown, with the latest evaluation's keys carried over
+        (empty before the first)."""
+        return self._last or {}
+
     def log(self, message: str) -> None:
         """Print a message (above the live panel when it is running); silent when quiet."""
         if self.quiet:

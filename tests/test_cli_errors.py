@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -169,6 +170,9 @@ def test_offline_cli_run_shows_the_evaluation_return_and_exits_cleanly(files):
     lines = [line for line in proc.stdout.splitlines() if line.startswith("iter ")]
     assert len(lines) == 2 and all("| eval reward " in line for line in lines), proc.stdout
     assert "n/a (min n/a" not in proc.stdout
+    done = [line for line in proc.stdout.splitlines() if " done (" in line]
+    assert len(done) == 1 and "evaluation/episode_reward_mean n/a" not in done[0], proc.stdout
+    assert re.search(r"evaluation/episode_reward_mean -?\d", done[0]), done[0]
     assert not any(noise in proc.stderr for noise in NOISE), proc.stderr
 
 

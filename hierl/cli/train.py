@@ -539,7 +539,7 @@ def _train_loop(
     the run's results so far, for the learning curve), checkpointing every
     ``checkpoint_freq`` iterations and at the end."""
     from hierl.loggers import ResultLogger
-    from hierl.progress import TrainingProgress, format_number
+    from hierl.progress import TrainingProgress, episode_stats, format_number
 
     reward_target = stop.get("episode_reward_mean")
     history = [{k: r.get(k) for k in CURVE_KEYS} for r in history]
@@ -588,9 +588,12 @@ def _train_loop(
         curve()
     last = history[-1] if history else {}
     timesteps = format_number(last.get("timesteps_total"), "d")
+    # offline algorithms play no training episodes: their evaluation return stands in
+    label, episodes = episode_stats(progress.last or last)
+    reward_key = "episode_reward_mean" if label == "reward" else "evaluation/episode_reward_mean"
     stats = (
         f"{trainer.iteration} iterations, {timesteps} timesteps, "
-        f"episode_reward_mean {format_number(last.get('episode_reward_mean'))}, "
+        f"{reward_key} {format_number(episodes.get('episode_reward_mean'))}, "
         f"{trainer.time_total_s:.1f}s"
     )
     if interrupted:
