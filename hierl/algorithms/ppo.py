@@ -14,7 +14,6 @@ excluded from every mean (policy, value, entropy, KL).
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,7 +29,6 @@ from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import (
     TensorBatch,
     TorchPolicyGraph,
-    check_finite_loss,
     standardize,
 )
 
@@ -136,13 +134,9 @@ class PPOPolicy(TorchPolicyGraph):
         ):
             return super().learn_on_batch(batch)
         total, stats, grads = numpy_ppo_grads(learner, self.config, batch)
-        if not math.isfinite(total):
-            check_finite_loss(torch.tensor(total), type(self).__name__, batch.count, batch)
         for param, grad in grads:
             param.grad = torch.from_numpy(grad)
-        out = {**stats, "total_loss": total, **self._clip_grads()}
-        self.optimizer.step()
-        return out
+        return self.step_if_finite({**stats, "total_loss": total, **self._clipped_norm()}, batch)
 
     def postprocess_trajectory(self, batch, other_agent_batches=None):
         """GAE; bootstraps from V(final obs) unless the segment ended in termination."""
