@@ -148,10 +148,6 @@ class MultiDeviceLearner:
                 f"minibatch_size={minibatch_size} is smaller than the number of towers ({k})"
             )
         self._sync_towers()
-        views = [self.policy] + [
-            tower_view(self.policy, m, d)
-            for m, d in zip(self.towers[1:], self.devices[1:], strict=True)
-        ]
         stats = UpdateStats()
         for _ in range(num_sgd_iter):
             if full_batch:
@@ -168,17 +164,22 @@ class MultiDeviceLearner:
                     for start, stop in minibatch_bounds(n, per_tower)
                 ]
             for tower_batches in minibatches:
-                stats.add(self._update(views, tower_batches))
+                stats.add(self._update(tower_batches))
         return {**stats.result(), "num_updates": stats.applied}
 
-    def _update(
-        self, views: list[Any], batches: Sequence[Mapping[str, torch.Tensor]]
-    ) -> dict[str, float]:
+    def _update(self, batches: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, float]:
         """One synchronous data-parallel step: tower grads → mean → clip → step (refused
-        if a loss or the averaged gradient is not finite) → copy.  The policy's
-        ``after_update`` sees the stats averaged over the towers, so a loss's running
-        state is updated once, from every tower's rows."""
+        if a loss or the averaged gradient is not finite) → copy.
+
+        CRUCIAL for losses with running state (MARWIL's ``c^2``): every tower evaluates
+        the loss on a view made now, so it reads the policy's state as the last update
+        left it, and the policy's ``after_update`` sees the stats averaged over the
+        towers, so the state moves once per update, from every tower's rows.
+        """
         policy = self.policy
+        views = [policy] + [
+            tower_view(policy, m, d) for m, d in zip(self.towers[1:], self.devices[1:], strict=True)
+        ]
         futures = [  # towers 1..K-1 in threads; none for K = 1, which is learn_on_batch
             self._thread_pool().submit(tower_backward, v, b, v.model.zero_grad)
             for v, b in zip(views[1:], batches[1:], strict=True)
