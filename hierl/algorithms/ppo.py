@@ -87,17 +87,12 @@ class PPOConfig(TrainerConfig):
 
 
 def clipped_surrogate_loss(
-    ratio: torch.Tensor,
-    advantages: torch.Tensor,
-    clip_param: float,
-    weights: torch.Tensor | None = None,
+    ratio: torch.Tensor, advantages: torch.Tensor, clip_param: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's ``-E[w min(r A, clip(r, 1 - eps, 1 + eps) A)]`` (``w`` = ``weights``, or 1)
-    and the fraction of rows whose ratio lies outside the clip range (no gradient)."""
+    """PPO's ``-E[min(r A, clip(r, 1 - eps, 1 + eps) A)]`` and the fraction of rows whose
+    ratio lies outside the clip range (no gradient)."""
     clipped = torch.clamp(ratio, 1 - clip_param, 1 + clip_param)
     surrogate = torch.min(ratio * advantages, clipped * advantages)
-    if weights is not None:
-        surrogate = weights * surrogate
     with torch.no_grad():
         clip_frac = ((ratio - 1).abs() > clip_param).float().mean()
     return -surrogate.mean(), clip_frac
