@@ -7,14 +7,19 @@ every evaluator normalises with the same statistics.
 
 Which observations are recorded is the samplers' rule, the same in every autoreset mode
 and in the multi-agent sampler: each observation a policy acts on, once; an episode's
-final observation is normalised (``update=False``) but not recorded.
+final observation is normalised (``update=False``) but not recorded.  Rows with a NaN or
+inf are never recorded (``MeanStdFilter.num_nonfinite_rows_skipped`` counts them): one
+would make the running statistics, and every later normalised observation, NaN for good.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 STD_EPSILON = 1e-8
 """Added to the standard deviation before dividing by it."""
@@ -83,6 +88,10 @@ def batch_moments(x: np.ndarray) -> tuple[int, np.ndarray, np.ndarray | float]:
     return len(x), mean, ((x - mean) ** 2).sum(axis=0)
 
 
+def _finite(moments: tuple) -> bool:
+    return bool(np.isfinite(moments[1]).all() and np.isfinite(moments[2]).all())
+
+
 class NoFilter:
     """Identity filter."""
 
@@ -130,6 +139,8 @@ class MeanStdFilter(NoFilter):
         self.clip = clip
         self.rs = RunningStat(shape)
         self.buffer = RunningStat(shape)
+        self.num_nonfinite_rows_skipped = 0
+        """Rows not recorded because they hold a NaN or inf (or overflow the moments)."""
 
     def __call__(self, x: np.ndarray, update: bool | np.ndarray = True) -> np.ndarray:
         """Normalise a batch ``x`` of shape ``(B, *shape)``, recording it first.
@@ -144,8 +155,8 @@ class MeanStdFilter(NoFilter):
             if mask.shape != (len(x),):
                 raise ValueError(f"update mask of shape {mask.shape} for {len(x)} rows")
             recorded = x[mask]
-        if len(recorded):
-            moments = batch_moments(recorded)  # once for both streams
+        moments = self._finite_moments(recorded) if len(recorded) else None
+        if moments is not None:  # once for both streams
             self.rs.merge_moments(*moments)
             self.buffer.merge_moments(*moments)
         out = x - self.rs.mean
@@ -155,6 +166,28 @@ class MeanStdFilter(NoFilter):
         np.minimum(out, self.clip, out=out)
         np.maximum(out, -self.clip, out=out)
         return out.astype(np.float32)
+
+    def _finite_moments(self, rows: np.ndarray) -> tuple | None:
+        """``batch_moments`` of the rows whose moments are finite (None if no row's
+        are); the others are counted and a warning is logged (1st, 2nd, 4th... time)."""
+        moments = batch_moments(rows)
+        if _finite(moments):  # the common case: one check on the (shape,) moments
+            return moments
+        keep = np.isfinite(np.asarray(rows, dtype=np.float64).reshape(len(rows), -1)).all(axis=1)
+        moments = batch_moments(rows[keep]) if keep.any() else None
+        if moments is not None and not _finite(moments):  # finite rows that overflow
+            keep[:], moments = False, None
+        skipped = int(len(keep) - keep.sum())
+        self.num_nonfinite_rows_skipped += skipped
+        count = self.num_nonfinite_rows_skipped
+        if count - skipped < 2 ** (count.bit_length() - 1):  # the count passed a power of 2
+            logger.warning(
+                "MeanStdFilter: %d observation rows with NaN or inf not recorded (%d so far); "
+                "the running statistics stay finite",
+                skipped,
+                count,
+            )
+        return moments
 
     def normalization(self) -> tuple[np.ndarray, np.ndarray, float]:
         """``(mean, std + STD_EPSILON, clip)`` of the running statistics (see
