@@ -88,10 +88,6 @@ def batch_moments(x: np.ndarray) -> tuple[int, np.ndarray, np.ndarray | float]:
     return len(x), mean, ((x - mean) ** 2).sum(axis=0)
 
 
-def _finite(moments: tuple) -> bool:
-    return bool(np.isfinite(moments[1]).all() and np.isfinite(moments[2]).all())
-
-
 class NoFilter:
     """Identity filter."""
 
@@ -155,10 +151,8 @@ class MeanStdFilter(NoFilter):
             if mask.shape != (len(x),):
                 raise ValueError(f"update mask of shape {mask.shape} for {len(x)} rows")
             recorded = x[mask]
-        moments = self._finite_moments(recorded) if len(recorded) else None
-        if moments is not None:  # once for both streams
-            self.rs.merge_moments(*moments)
-            self.buffer.merge_moments(*moments)
+        if len(recorded):
+            self._record(recorded)
         out = x - self.rs.mean
         out /= self.rs.std + STD_EPSILON
         # clip((x - mean) / std, -clip, clip) in place (np.clip's dispatch costs more
@@ -167,27 +161,36 @@ class MeanStdFilter(NoFilter):
         np.maximum(out, -self.clip, out=out)
         return out.astype(np.float32)
 
-    def _finite_moments(self, rows: np.ndarray) -> tuple | None:
-        """``batch_moments`` of the rows whose moments are finite (None if no row's
-        are); the others are counted and a warning is logged (1st, 2nd, 4th... time)."""
-        moments = batch_moments(rows)
-        if _finite(moments):  # the common case: one check on the (shape,) moments
-            return moments
+    def _record(self, rows: np.ndarray) -> None:
+        """Merge ``rows`` into both streams, leaving out those with a NaN or inf (all of
+        them if the merged statistics would still not be finite, e.g. overflow); those
+        are counted and a warning is logged each time the count passes a power of 2."""
+        if self._merge(batch_moments(rows)):  # the common case: one check, on (shape,)
+            return
         keep = np.isfinite(np.asarray(rows, dtype=np.float64).reshape(len(rows), -1)).all(axis=1)
-        moments = batch_moments(rows[keep]) if keep.any() else None
-        if moments is not None and not _finite(moments):  # finite rows that overflow
-            keep[:], moments = False, None
+        if not (keep.any() and self._merge(batch_moments(rows[keep]))):
+            keep[:] = False
         skipped = int(len(keep) - keep.sum())
         self.num_nonfinite_rows_skipped += skipped
         count = self.num_nonfinite_rows_skipped
-        if count - skipped < 2 ** (count.bit_length() - 1):  # the count passed a power of 2
+        if count - skipped < 2 ** (count.bit_length() - 1):
             logger.warning(
                 "MeanStdFilter: %d observation rows with NaN or inf not recorded (%d so far); "
                 "the running statistics stay finite",
                 skipped,
                 count,
             )
-        return moments
+
+    def _merge(self, moments: tuple) -> bool:
+        """Merge ``moments`` into both streams if the total statistics stay finite."""
+        old = self.rs.n, self.rs.mean, self.rs.m2
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.rs.merge_moments(*moments)
+        if np.isfinite(self.rs.mean).all() and np.isfinite(self.rs.m2).all():
+            self.buffer.merge_moments(*moments)
+            return True
+        self.rs.n, self.rs.mean, self.rs.m2 = old  # merge_moments made new arrays
+        return False
 
     def normalization(self) -> tuple[np.ndarray, np.ndarray, float]:
         """``(mean, std + STD_EPSILON, clip)`` of the running statistics (see
