@@ -74,6 +74,7 @@ class UpdateStats:
 
     def __init__(self) -> None:
         self._sums: dict[str, float] = {}
+        self._latest: dict[str, Any] = {}
         self.applied = 0
         """Updates applied so far."""
         self.skipped = 0
@@ -86,13 +87,18 @@ class UpdateStats:
             return
         self.applied += 1
         for key, value in stats.items():
-            if key != NONFINITE_GRADS_SKIPPED:
+            if key == NONFINITE_GRADS_SKIPPED:
+                continue
+            if isinstance(value, (int, float, np.number)):
                 self._sums[key] = self._sums.get(key, 0.0) + float(value)
+            else:  # not a number (a name, a list): the latest one
+                self._latest[key] = value
 
-    def result(self) -> dict[str, float]:
-        """The means over the applied updates, plus the skip count."""
+    def result(self) -> dict[str, Any]:
+        """The means over the applied updates (the latest value of a stat that is not a
+        number), plus the skip count."""
         means = {k: v / max(self.applied, 1) for k, v in self._sums.items()}
-        return {**means, NONFINITE_GRADS_SKIPPED: float(self.skipped)}
+        return {**means, **self._latest, NONFINITE_GRADS_SKIPPED: float(self.skipped)}
 
 
 @dataclasses.dataclass
