@@ -147,10 +147,16 @@ def step_if_finite(
     values: Mapping[str, Any],
     owner: str,
     batch: Mapping[str, Any] | None = None,
+    norm: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """Take ``optimizer``'s step only if the loss (``values["total_loss"]`` when present)
     and every gradient of ``params`` (already clipped) are finite: the one check every
     torch update path makes before it steps.
+
+    ``norm``, the global norm of the gradients before the caller clipped them, stands in
+    for :func:`grads_finite` (one pass over the gradients less): finite, every clipped
+    gradient is finite; not finite, some gradient was not, or their norm overflowed
+    float32, and the update is refused either way.
 
     Returns the update's stats as floats (``values`` read in one transfer) with
     :data:`~hierl.policy_graph.NONFINITE_GRADS_SKIPPED` 0; for a refused update only
@@ -158,7 +164,8 @@ def step_if_finite(
     they were, and a warning (``owner``, the loss, ``batch``'s column statistics) is
     logged on the 1st, 2nd, 4th, 8th... refusal of ``owner``.
     """
-    out = host_floats({**values, NONFINITE_GRADS_SKIPPED: grads_finite(params)})
+    finite = grads_finite(params) if norm is None else torch.isfinite(norm)
+    out = host_floats({**values, NONFINITE_GRADS_SKIPPED: finite})
     finite = out.pop(NONFINITE_GRADS_SKIPPED) == 1.0
     if finite and math.isfinite(out.get("total_loss", 0.0)):
         optimizer.step()
@@ -599,7 +606,9 @@ class TorchPolicyGraph(PolicyGraph):
         """This policy's optimizer step on the gradients in place, unless the loss or a
         gradient is not finite (:func:`step_if_finite`); an applied step then calls
         :meth:`after_update` with its stats.  Returns the stats."""
-        stats = step_if_finite(self.optimizer, self._params, values, type(self).__name__, batch)
+        owner, norm = type(self).__name__, values.get("grad_gnorm")
+        norm = norm if torch.is_tensor(norm) else None  # clipped here: its norm checks
+        stats = step_if_finite(self.optimizer, self._params, values, owner, batch, norm)
         if not stats[NONFINITE_GRADS_SKIPPED]:
             self.after_update(stats)
         return stats
@@ -647,7 +656,8 @@ class TorchPolicyGraph(PolicyGraph):
             # A copy: gradients from the object store are read-only, clipping writes.
             p.grad = torch.tensor(g, dtype=p.dtype, device=self.device).reshape(p.shape)
         values = self._clipped_norm() if clip else {}
-        return step_if_finite(self.optimizer, self._params, values, type(self).__name__)
+        norm = values.get("grad_gnorm")
+        return step_if_finite(self.optimizer, self._params, values, type(self).__name__, None, norm)
 
     def gradient_names(self) -> list[str]:
         """Weight names of the trainable parameters, in ``compute_gradients`` order."""
