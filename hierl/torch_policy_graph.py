@@ -21,6 +21,7 @@ from __future__ import annotations
 import abc
 import logging
 import math
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -138,7 +139,8 @@ def grads_finite(params: list[nn.Parameter]) -> torch.Tensor:
     return torch.isfinite(torch.stack(torch._foreach_norm(grads, math.inf))).all()
 
 
-_skips: dict[str, int] = {}
+_refusals: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = weakref.WeakKeyDictionary()
+"""Refused updates so far, per optimizer (so per policy)."""
 
 
 def step_if_finite(
@@ -162,7 +164,7 @@ def step_if_finite(
     :data:`~hierl.policy_graph.NONFINITE_GRADS_SKIPPED` 0; for a refused update only
     that count, 1: no step, so the weights and the optimizer moments stay exactly as
     they were, and a warning (``owner``, the loss, ``batch``'s column statistics) is
-    logged on the 1st, 2nd, 4th, 8th... refusal of ``owner``.
+    logged on the 1st, 2nd, 4th, 8th... refusal of ``optimizer``.
     """
     finite = grads_finite(params) if norm is None else torch.isfinite(norm)
     out = host_floats({**values, NONFINITE_GRADS_SKIPPED: finite})
@@ -171,7 +173,7 @@ def step_if_finite(
         optimizer.step()
         out[NONFINITE_GRADS_SKIPPED] = 0.0
         return out
-    count = _skips[owner] = _skips.get(owner, 0) + 1
+    count = _refusals[optimizer] = _refusals.get(optimizer, 0) + 1
     if count & (count - 1) == 0:
         stats = f"; batch statistics: {batch_statistics(batch)}" if batch is not None else ""
         logger.warning(
