@@ -165,7 +165,11 @@ class PolicyGraph(abc.ABC):
 
     @abc.abstractmethod
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
-        """One gradient step on ``batch``; returns learner statistics."""
+        """One gradient step on ``batch``; returns learner statistics.
+
+        A step whose loss or gradients are not finite must not be applied: return
+        ``{NONFINITE_GRADS_SKIPPED: 1.0}`` instead, with the policy left as it was
+        (``TorchPolicyGraph`` does, through ``step_if_finite``)."""
 
     def device_rows(self, batch: SampleBatch) -> Any:
         """``batch`` loaded where this policy learns, for minibatch SGD epochs to take
