@@ -219,9 +219,15 @@ def test_sharded_ps_sends_no_shard_of_a_non_finite_gradient():
         state, current = shard.get_optimizer_state(), shard.get_weights()
         np.testing.assert_array_equal(shard.apply_gradients(None), current)
         assert_same_tree(state, shard.get_optimizer_state())
+        before = trainer.get_policy().get_weights()  # through the optimizer's step
+        result = trainer.train()
+        assert result[f"learner/{NONFINITE_GRADS_SKIPPED}"] == 1.0
+        assert_same_tree(before, trainer.get_policy().get_weights())
+        assert_same_tree(before, trainer.optimizer.get_shard_weights())
         ev.sample = sample
-        trainer.train()  # the good gradients still flow
-        assert all(np.isfinite(w).all() for w in trainer.get_policy().get_weights().values())
+        result = trainer.train()  # the good gradients still flow
+        assert result[f"learner/{NONFINITE_GRADS_SKIPPED}"] == 0.0
+        assert moved(before, trainer.get_policy().get_weights())
 
 
 # -- learner thread (aso, apex) -----------------------------------------------------------
