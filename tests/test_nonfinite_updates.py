@@ -6,6 +6,7 @@ observation gives a finite loss and NaN gradients (issue 35)."""
 from __future__ import annotations
 
 import logging
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -234,10 +235,18 @@ def test_sharded_ps_sends_no_shard_of_a_non_finite_gradient():
 def test_learner_thread_counts_refusals_once():
     outcomes = iter([{"loss": 1.0, NONFINITE_GRADS_SKIPPED: 0.0}, SKIPPED])
     learner = LearnerThread(lambda tag, batch: (next(outcomes), None), inqueue_size=4)
-    learner._stats.add(next(outcomes))  # what run() does after each update
-    learner._stats.add(next(outcomes))
-    assert learner.pop_stats() == {"loss": 1.0, NONFINITE_GRADS_SKIPPED: 1.0}
-    assert learner.pop_stats() == {"loss": 1.0, NONFINITE_GRADS_SKIPPED: 0.0}  # nothing new
+    learner.start()
+    try:
+        for tag in range(2):
+            learner.inqueue.put((tag, SampleBatch({SampleBatch.OBS: np.zeros(4, np.float32)})))
+        deadline = time.monotonic() + 30
+        while learner.num_updates < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert learner.pop_stats() == {"loss": 1.0, NONFINITE_GRADS_SKIPPED: 1.0}
+        assert learner.pop_stats() == {"loss": 1.0, NONFINITE_GRADS_SKIPPED: 0.0}  # none new
+        learner.check()
+    finally:
+        learner.stop()
 
 
 @pytest.mark.parametrize("trainer_class", [IMPALATrainer, APPOTrainer])
