@@ -135,8 +135,9 @@ class MultiDeviceLearner:
         epoch's last minibatch, a larger one is its own).  ``minibatch_size <= 0`` or
         ``>=`` the rows loaded means one full-batch update per epoch (no permutation is
         drawn), exactly like ``minibatch_sgd``.  Stats have ``minibatch_sgd``'s keys: the
-        loss stats and ``total_loss`` (averaged over towers) and ``grad_gnorm`` when the
-        policy clips gradients.
+        loss stats and ``total_loss`` (averaged over towers and applied updates),
+        ``grad_gnorm`` when the policy clips gradients, ``num_updates`` applied and
+        ``num_nonfinite_grads_skipped`` refused.
         """
         if not self._shards:
             raise RuntimeError("MultiDeviceLearner.optimize called before load()")
