@@ -315,7 +315,7 @@ def marwil_policy(**config) -> MARWILPolicy:
 
 
 def test_marwil_refusal_leaves_its_advantage_normaliser_alone():
-    policy = marwil_policy()
+    policy = marwil_policy(moving_average_sqd_adv_norm_update_rate=0.1)
     batch = marwil_batch()
     policy.learn_on_batch(batch)
     before = policy.get_state()

@@ -67,10 +67,13 @@ def test_appo_target_network_ratio_is_rllibs_clamped_mu_over_pi_t_times_pi_over_
 
 
 # -- MARWIL ---------------------------------------------------------------------------------
-def marwil_policy() -> MARWILPolicy:
+def marwil_policy(rate: float) -> MARWILPolicy:
+    """A MARWIL policy whose ``c^2`` moves at ``rate`` per update."""
     torch.manual_seed(0)
     space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
-    config = MARWILConfig.from_dict({"model": {"hiddens": [16]}})
+    config = MARWILConfig.from_dict(
+        {"model": {"hiddens": [16]}, "moving_average_sqd_adv_norm_update_rate": rate}
+    )
     return MARWILPolicy(space, gym.spaces.Discrete(2), config)
 
 
@@ -94,9 +97,9 @@ def moved_norm(policy: MARWILPolicy, batch: SB, start: float) -> float:
 
 
 def test_marwil_advantage_outlier_is_clipped_in_the_exponent_and_moves_c2_once():
-    # 128 rows (MARWIL's minibatch) with one advantage of ~1e4: beta A / c ~ 112 > 88.7,
-    # where float32 exp overflows.
-    policy = marwil_policy()
+    # 128 rows (MARWIL's minibatch) with one advantage of ~1e4: at c^2's update rate 1e-2,
+    # beta A / c ~ 112 > 88.7, where float32 exp overflows.
+    policy = marwil_policy(1e-2)
     batch = marwil_batch(128)
     batch[SB.VALUE_TARGETS][7] = 1e4
     expected = moved_norm(policy, batch, policy.ma_sqd_adv_norm)
@@ -112,7 +115,7 @@ def test_marwil_advantage_outlier_is_clipped_in_the_exponent_and_moves_c2_once()
 
 @pytest.mark.parametrize("num_towers", [1, 2])
 def test_marwil_c2_under_multi_gpu_moves_once_from_every_towers_rows(num_towers):
-    policy = marwil_policy()
+    policy = marwil_policy(0.1)  # moves visibly per update
     batch = marwil_batch(128)
     expected = moved_norm(policy, batch, policy.ma_sqd_adv_norm)  # all 128 rows
     learner = MultiDeviceLearner(policy, num_towers=num_towers)
