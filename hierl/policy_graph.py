@@ -58,6 +58,49 @@ class GlobalVars:
     schedule, DDPG's uniform-random warm-up (``random_timesteps``)."""
 
 
+NONFINITE_GRADS_SKIPPED = "num_nonfinite_grads_skipped"
+"""Learner stat, one name in every update path: the updates refused because the loss or
+a gradient (after clipping) was NaN or inf.  Such an update leaves the weights, the
+optimizer moments and any loss state (MARWIL's ``c^2``) as they were, and training goes
+on.  Every update reports it (0 or 1); :class:`UpdateStats` sums it where the other
+stats are averaged."""
+
+
+class UpdateStats:
+    """Learner stats accumulated over updates: each stat's mean over the updates that
+    were applied, and :data:`NONFINITE_GRADS_SKIPPED` summed over all of them (a skipped
+    update reports nothing else).  The one way every optimizer and the trainer combine
+    the stats of several updates."""
+
+    def __init__(self) -> None:
+        self._sums: dict[str, float] = {}
+        self._latest: dict[str, Any] = {}
+        self.applied = 0
+        """Updates applied so far."""
+        self.skipped = 0
+        """Updates refused for a non-finite loss or gradient."""
+
+    def add(self, stats: Mapping[str, Any]) -> None:
+        """Record one update's stats (as ``learn_on_batch`` returns them)."""
+        if stats.get(NONFINITE_GRADS_SKIPPED):
+            self.skipped += int(stats[NONFINITE_GRADS_SKIPPED])
+            return
+        self.applied += 1
+        for key, value in stats.items():
+            if key == NONFINITE_GRADS_SKIPPED:
+                continue
+            if isinstance(value, (int, float, np.number)):
+                self._sums[key] = self._sums.get(key, 0.0) + float(value)
+            else:  # not a number (a name, a list): the latest one
+                self._latest[key] = value
+
+    def result(self) -> dict[str, Any]:
+        """The means over the applied updates (the latest value of a stat that is not a
+        number), plus the skip count."""
+        means = {k: v / max(self.applied, 1) for k, v in self._sums.items()}
+        return {**means, **self._latest, NONFINITE_GRADS_SKIPPED: float(self.skipped)}
+
+
 @dataclasses.dataclass
 class LearnResult:
     """What one update on a replayed batch returns (see ``learn_on_replay_batch``)."""
@@ -122,7 +165,11 @@ class PolicyGraph(abc.ABC):
 
     @abc.abstractmethod
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
-        """One gradient step on ``batch``; returns learner statistics."""
+        """One gradient step on ``batch``; returns learner statistics.
+
+        A step whose loss or gradients are not finite must not be applied: return
+        ``{NONFINITE_GRADS_SKIPPED: 1.0}`` instead, with the policy left as it was
+        (``TorchPolicyGraph`` does, through ``step_if_finite``)."""
 
     def device_rows(self, batch: SampleBatch) -> Any:
         """``batch`` loaded where this policy learns, for minibatch SGD epochs to take

@@ -199,17 +199,24 @@ def compute_n_step(batch: SampleBatch, n: int, gamma: float) -> SampleBatch:
     return out
 
 
-def trajectory_ends(eps_id: np.ndarray, t: np.ndarray | None = None) -> np.ndarray:
-    """Boolean mask of the last row of each run of consecutive steps of one episode.
+def trajectory_ends(
+    eps_id: np.ndarray, t: np.ndarray | None = None, agent_index: np.ndarray | None = None
+) -> np.ndarray:
+    """Boolean mask of the last row of each run of consecutive steps of one agent in one
+    episode.
 
-    A run ends where the episode id changes or, given the per-row timestep ``t``, where
-    the next row is not the next step (two pieces of one episode that a shuffle made
-    adjacent are two runs).  The last row always ends a run.
+    A run ends where the episode id or, given ``agent_index``, the agent changes (two
+    agents of one multi-agent episode are two trajectories), or, given the per-row
+    timestep ``t``, where the next row is not the next step (two pieces of one episode
+    that a shuffle made adjacent are two runs).  The last row always ends a run.
     """
     eps_id = np.asarray(eps_id)
     ends = np.ones(len(eps_id), dtype=bool)
     if len(eps_id):
         ends[:-1] = eps_id[1:] != eps_id[:-1]
+        if agent_index is not None:
+            agent_index = np.asarray(agent_index)
+            ends[:-1] |= agent_index[1:] != agent_index[:-1]
         if t is not None:
             t = np.asarray(t)
             ends[:-1] |= t[1:] != t[:-1] + 1

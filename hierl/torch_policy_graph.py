@@ -19,7 +19,9 @@ Everything framework-specific (devices, tensors, optimizer moments) stays in thi
 from __future__ import annotations
 
 import abc
+import logging
 import math
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -31,12 +33,14 @@ from torch import nn
 from hierl.devices import host_floats, to_device
 from hierl.models.networks import ModelConfig, make_actor_critic, make_custom_model
 from hierl.models.numpy_acting import NumpyActor
-from hierl.policy_graph import GlobalVars, PolicyGraph, Weights
+from hierl.policy_graph import NONFINITE_GRADS_SKIPPED, GlobalVars, PolicyGraph, Weights
 from hierl.postprocessing import segment_ends
 from hierl.sample_batch import SampleBatch
 from hierl.utils import piecewise_linear
 
 TensorBatch = dict[str, torch.Tensor]
+
+logger = logging.getLogger(__name__)
 
 
 class LazyRows(Mapping):
@@ -124,20 +128,64 @@ def batch_statistics(batch: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def check_finite_loss(
-    loss: torch.Tensor, what: str, rows: int, batch: Mapping[str, Any] | None = None
-) -> None:
-    """FloatingPointError (before any optimizer step) if ``loss`` is NaN or inf.
+def grads_finite(params: list[nn.Parameter]) -> torch.Tensor:
+    """Whether every gradient of ``params`` is finite: a 0-dim bool tensor on their device
+    (read it with the update's other stats, one transfer).  The per-tensor max-abs (one
+    foreach kernel) is NaN or inf exactly when a gradient holds one; unlike a norm it
+    cannot overflow."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.ones((), dtype=torch.bool)
+    return torch.isfinite(torch.stack(torch._foreach_norm(grads, math.inf))).all()
 
-    With ``batch``, the message adds its columns' statistics (obs, rewards, advantages...)
-    to show which inputs caused it.
+
+_refusals: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = weakref.WeakKeyDictionary()
+"""Refused updates so far, per optimizer (so per policy)."""
+
+
+def step_if_finite(
+    optimizer: torch.optim.Optimizer,
+    params: list[nn.Parameter],
+    values: Mapping[str, Any],
+    owner: str,
+    batch: Mapping[str, Any] | None = None,
+    norm: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """Take ``optimizer``'s step only if the loss (``values["total_loss"]`` when present)
+    and every gradient of ``params`` (already clipped) are finite: the one check every
+    torch update path makes before it steps.
+
+    ``norm``, the global norm of the gradients before the caller clipped them, stands in
+    for :func:`grads_finite` (one pass over the gradients less): finite, every clipped
+    gradient is finite; not finite, some gradient was not, or their norm overflowed
+    float32, and the update is refused either way.
+
+    Returns the update's stats as floats (``values`` read in one transfer) with
+    :data:`~hierl.policy_graph.NONFINITE_GRADS_SKIPPED` 0; for a refused update only
+    that count, 1: no step, so the weights and the optimizer moments stay exactly as
+    they were, and a warning (``owner``, the loss, ``batch``'s column statistics) is
+    logged on the 1st, 2nd, 4th, 8th... refusal of ``optimizer``.
     """
-    if not torch.isfinite(loss):
+    finite = grads_finite(params) if norm is None else torch.isfinite(norm)
+    out = host_floats({**values, NONFINITE_GRADS_SKIPPED: finite})
+    finite = out.pop(NONFINITE_GRADS_SKIPPED) == 1.0
+    if finite and math.isfinite(out.get("total_loss", 0.0)):
+        optimizer.step()
+        out[NONFINITE_GRADS_SKIPPED] = 0.0
+        return out
+    count = _refusals[optimizer] = _refusals.get(optimizer, 0) + 1
+    if count & (count - 1) == 0:
         stats = f"; batch statistics: {batch_statistics(batch)}" if batch is not None else ""
-        raise FloatingPointError(
-            f"{what}: loss is {loss.item()} on a batch of {rows} rows; weights left "
-            f"unchanged{stats}"
+        logger.warning(
+            "%s: update refused (%d so far): loss %s, gradients %s; weights and optimizer "
+            "state left unchanged%s",
+            owner,
+            count,
+            out.get("total_loss", "n/a"),
+            "finite" if finite else "not finite",
+            stats,
         )
+    return {NONFINITE_GRADS_SKIPPED: 1.0}
 
 
 def standardize(advantages: torch.Tensor) -> torch.Tensor:
@@ -530,7 +578,9 @@ class TorchPolicyGraph(PolicyGraph):
             return None
         return LazyRows(self.to_tensors(batch), device=self.device)
 
-    def _backward(self, batch: SampleBatch, clip: bool = True) -> dict[str, float]:
+    def _backward(self, batch: SampleBatch, clip: bool = True) -> dict[str, Any]:
+        """Loss and gradients of ``batch`` (clipped unless ``clip=False``); the loss
+        stats, ``total_loss`` and ``grad_gnorm`` as tensors, not yet read."""
         if self.is_recurrent and SampleBatch.SEQ_LENS not in batch:
             batch = SampleBatch(batch).chop_into_sequences(self.max_seq_len)
         loss, stats = self.loss(self.to_tensors(batch))
@@ -540,10 +590,7 @@ class TorchPolicyGraph(PolicyGraph):
         norm = self._clip_grad_norm() if clip else None
         if norm is not None:
             values["grad_gnorm"] = norm
-        out = host_floats(values)
-        if not math.isfinite(out["total_loss"]):  # raised before any optimizer step
-            check_finite_loss(loss, type(self).__name__, batch.count, batch)
-        return out
+        return values
 
     def _clip_grad_norm(self) -> torch.Tensor | None:
         """Clip the gradients' global norm to ``config.grad_clip``; the norm before
@@ -551,15 +598,34 @@ class TorchPolicyGraph(PolicyGraph):
         clip = getattr(self.config, "grad_clip", None)
         return clip_grad_norm(self._params, clip) if clip else None
 
-    def _clip_grads(self) -> dict[str, float]:
+    def _clipped_norm(self) -> dict[str, torch.Tensor]:
         norm = self._clip_grad_norm()
-        return {} if norm is None else {"grad_gnorm": float(norm)}
+        return {} if norm is None else {"grad_gnorm": norm}
+
+    def step_if_finite(
+        self, values: Mapping[str, Any], batch: Mapping[str, Any] | None = None
+    ) -> dict[str, float]:
+        """This policy's optimizer step on the gradients in place, unless the loss or a
+        gradient is not finite (:func:`step_if_finite`); an applied step then calls
+        :meth:`after_update` with its stats.  Returns the stats."""
+        owner, norm = type(self).__name__, values.get("grad_gnorm")
+        norm = norm if torch.is_tensor(norm) else None  # clipped here: its norm checks
+        stats = step_if_finite(self.optimizer, self._params, values, owner, batch, norm)
+        if not stats[NONFINITE_GRADS_SKIPPED]:
+            self.after_update(stats)
+        return stats
+
+    def after_update(self, stats: Mapping[str, float]) -> None:
+        """Called after each applied update of ``learn_on_batch`` (and ``multi_gpu``'s,
+        with the stats averaged over its towers), never after a refused one.  A loss
+        with running state commits it here, from the stats its ``loss`` reported
+        (MARWIL's ``c^2``), so a refused update leaves that state alone and every tower's
+        rows count.  Default: nothing."""
 
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
-        """Compute the loss on ``batch``, clip gradients and take one optimizer step."""
-        stats = self._backward(batch)
-        self.optimizer.step()
-        return stats
+        """Compute the loss on ``batch``, clip gradients and take one optimizer step
+        (refused, and reported, if the loss or a gradient is not finite)."""
+        return self.step_if_finite(self._backward(batch), batch)
 
     def compute_gradients(
         self, batch: SampleBatch, clip: bool = True
@@ -567,9 +633,16 @@ class TorchPolicyGraph(PolicyGraph):
         """Gradients of the loss (clipped unless ``clip=False``) as numpy arrays.
 
         They are in ``gradient_names()`` order; a parameter the loss does not reach (e.g.
-        the value head of a loss without a baseline) has a zero gradient.
+        the value head of a loss without a baseline) has a zero gradient.  A non-finite
+        loss or gradient is returned as it is, with the stat
+        :data:`~hierl.policy_graph.NONFINITE_GRADS_SKIPPED` 1 (0 otherwise):
+        ``apply_gradients`` refuses such gradients.
         """
-        stats = self._backward(batch, clip=clip)
+        values = self._backward(batch, clip=clip)
+        values[NONFINITE_GRADS_SKIPPED] = ~grads_finite(self._params)
+        stats = host_floats(values)
+        if not math.isfinite(stats["total_loss"]):
+            stats[NONFINITE_GRADS_SKIPPED] = 1.0
         grads = [
             torch.zeros_like(p, device="cpu").numpy()
             if p.grad is None
@@ -579,7 +652,8 @@ class TorchPolicyGraph(PolicyGraph):
         return grads, stats
 
     def apply_gradients(self, gradients: list[np.ndarray], clip: bool = False) -> dict[str, float]:
-        """Load ``gradients`` into the parameters' ``.grad`` and take one optimizer step.
+        """Load ``gradients`` into the parameters' ``.grad`` and take one optimizer step
+        (refused, and reported, if one of them is not finite after clipping).
 
         ``clip=True`` clips their global norm to ``config.grad_clip`` first.
         """
@@ -589,9 +663,9 @@ class TorchPolicyGraph(PolicyGraph):
         for p, g in zip(params, gradients, strict=True):
             # A copy: gradients from the object store are read-only, clipping writes.
             p.grad = torch.tensor(g, dtype=p.dtype, device=self.device).reshape(p.shape)
-        stats = self._clip_grads() if clip else {}
-        self.optimizer.step()
-        return stats
+        values = self._clipped_norm() if clip else {}
+        norm = values.get("grad_gnorm")
+        return step_if_finite(self.optimizer, self._params, values, type(self).__name__, None, norm)
 
     def gradient_names(self) -> list[str]:
         """Weight names of the trainable parameters, in ``compute_gradients`` order."""

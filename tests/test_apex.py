@@ -150,8 +150,9 @@ def test_learner_thread_learns_returns_priorities_and_averages_stats():
         np.testing.assert_array_equal(outs[2].td_error, np.full(4, 23.0))
         np.testing.assert_array_equal(outs[0].indexes, np.arange(4))
         assert learner.num_updates == 3 and learner.num_rows_trained == 12
-        assert learner.pop_stats() == {"loss": 2.0}  # mean of 1, 2, 3
-        assert learner.pop_stats() == {"loss": 2.0}  # no new updates: the same again
+        done = {"loss": 2.0, "num_nonfinite_grads_skipped": 0.0}
+        assert learner.pop_stats() == done  # mean of 1, 2, 3; none refused
+        assert learner.pop_stats() == done  # no new updates: the same again
         learner.check()
     finally:
         learner.stop()

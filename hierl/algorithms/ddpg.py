@@ -43,16 +43,17 @@ from hierl.algorithms.off_policy import OffPolicyConfig
 from hierl.algorithms.trainer import Trainer, same_defaults
 from hierl.models.networks import MLP, ModelConfig, check_default_model
 from hierl.models.preprocessors import get_preprocessor
-from hierl.policy_graph import LearnResult, PolicyGraph, Weights
+from hierl.policy_graph import NONFINITE_GRADS_SKIPPED, LearnResult, PolicyGraph, Weights
 from hierl.postprocessing import N_STEP_DISCOUNTS, compute_n_step
 from hierl.sample_batch import SampleBatch as SB
 from hierl.torch_policy_graph import (
-    check_finite_loss,
+    clip_grad_norm,
     load_module_weights,
     load_optimizer_state,
     make_adam,
     module_weights,
     optimizer_state,
+    step_if_finite,
     writable_array,
 )
 
@@ -401,17 +402,26 @@ class DDPGPolicy(PolicyGraph):
             per_row = (q - target) ** 2
         return (weights * per_row).mean()
 
-    def _clip(self, module: nn.Module) -> dict[str, float]:
+    def _clip(self, module: nn.Module, prefix: str) -> dict[str, torch.Tensor]:
         clip = getattr(self.config, "grad_clip", None)
         if not clip:
             return {}
-        return {"grad_gnorm": float(nn.utils.clip_grad_norm_(module.parameters(), clip))}
+        return {f"{prefix}_grad_gnorm": clip_grad_norm(list(module.parameters()), clip)}
+
+    def _step(self, which: str, values: dict[str, Any], batch: SB) -> dict[str, float]:
+        """The ``critic`` or ``actor`` optimizer's step, refused if a gradient it would
+        apply is not finite (``step_if_finite``)."""
+        optimizer = getattr(self, f"{which}_optimizer")
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        return step_if_finite(optimizer, params, values, f"DDPGPolicy {which}", batch)
 
     def learn_on_replay_batch(self, batch: SB) -> LearnResult:
         """One critic update; every ``policy_delay``-th also the actor and the targets.
 
         The critic loss is weighted by ``PRIO_WEIGHTS`` when present; ``td_error`` is
-        ``Q_1(s, a) - y`` before the update.
+        ``Q_1(s, a) - y`` before the update.  A step whose gradients are not finite is
+        refused (``num_nonfinite_grads_skipped`` 1): a refused critic step ends the
+        update there (no actor step, no priorities: ``td_error`` None).
         """
         tb = self._tensors(batch)
         obs, u = tb[SB.OBS], tb["u"]
@@ -419,22 +429,25 @@ class DDPGPolicy(PolicyGraph):
         weights = tb.get(SB.PRIO_WEIGHTS, torch.ones_like(target))
         qs = [critic(obs, u) for critic in self.model.critics()]
         critic_loss = sum(self._critic_loss(q, target, weights) for q in qs)
-        check_finite_loss(critic_loss, "DDPG critic", batch.count)
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
-        stats = {f"critic_{k}": v for k, v in self._clip(self.model.critic).items()}
+        values = self._clip(self.model.critic, "critic")
         if self.model.critic2 is not None:
-            stats.update({f"critic2_{k}": v for k, v in self._clip(self.model.critic2).items()})
-        self.critic_optimizer.step()
+            values.update(self._clip(self.model.critic2, "critic2"))
+        stats = self._step("critic", values, batch)
+        if stats[NONFINITE_GRADS_SKIPPED]:
+            return LearnResult(stats, None)
         self.num_updates += 1
         if self.num_updates % self.config.policy_delay == 0:
             # The actor climbs the first critic, just updated (TD3's order).
             actor_loss = -self.model.critic(obs, self.model.actor(obs)).mean()
             self.actor_optimizer.zero_grad(set_to_none=True)
             actor_loss.backward()
-            stats.update({f"actor_{k}": v for k, v in self._clip(self.model.actor).items()})
-            self.actor_optimizer.step()
-            self.last_actor_loss = float(actor_loss.detach())
+            values = {**self._clip(self.model.actor, "actor"), "actor_loss": actor_loss.detach()}
+            actor_stats = self._step("actor", values, batch)
+            if not actor_stats[NONFINITE_GRADS_SKIPPED]:
+                self.last_actor_loss = actor_stats.pop("actor_loss")
+            stats.update(actor_stats)  # counts a refused actor step
             self.update_target(self.config.tau)
         td = (qs[0] - target).detach()
         stats.update(

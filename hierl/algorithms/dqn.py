@@ -38,7 +38,13 @@ from hierl.evaluators import PolicyEvaluator
 from hierl.models.distributions import Categorical
 from hierl.models.networks import MLP, ModelConfig, check_default_model, make_torso
 from hierl.models.preprocessors import is_image_space
-from hierl.policy_graph import GlobalVars, LearnerStats, LearnResult, Weights
+from hierl.policy_graph import (
+    NONFINITE_GRADS_SKIPPED,
+    GlobalVars,
+    LearnerStats,
+    LearnResult,
+    Weights,
+)
 from hierl.postprocessing import N_STEP_DISCOUNTS, compute_n_step
 from hierl.sample_batch import SampleBatch as SB
 from hierl.torch_policy_graph import TensorBatch, TorchPolicyGraph
@@ -259,8 +265,11 @@ class DQNPolicy(TorchPolicyGraph):
         }
 
     def learn_on_replay_batch(self, batch: SB) -> LearnResult:
-        """One update; ``td_error`` is each row's TD error before it (new priorities)."""
+        """One update; ``td_error`` is each row's TD error before it (new priorities),
+        None when the update was refused (a non-finite loss or gradient)."""
         stats = self.learn_on_batch(batch)
+        if stats.get(NONFINITE_GRADS_SKIPPED):
+            return LearnResult(stats, None)
         return LearnResult(stats, self._last_td_error)
 
     @torch.no_grad()

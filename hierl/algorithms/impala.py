@@ -8,9 +8,12 @@ and values on the batch and corrects with truncated importance weights
 (``hierl.postprocessing.vtrace``).
 
 APPO (RLlib's asynchronous PPO): PPO's clipped surrogate (Schulman et al. 2017) on
-V-trace advantages, over the same pipeline; optionally the ratio is taken against a
-target network refreshed every ``target_network_update_freq`` updates instead of the
-behaviour policy, with the target/behaviour importance weight clipped to [0, 2].
+V-trace advantages, over the same pipeline; optionally against a target network
+``pi_t`` refreshed every ``target_network_update_freq`` updates: V-trace then evaluates
+``pi_t`` and the surrogate's ratio is RLlib's (``appo_torch_learner``)
+``clamp(mu / pi_t, 0, 2) * pi / mu``, clipped like PPO's inside the min, so the
+behaviour/target correction enters once (V-trace's advantages already carry
+``min(1, pi_t / mu)``).
 
 Both need, per sampled step, the behaviour policy's ``action_logp`` (and APPO's KL term
 its ``action_dist_inputs``): a policy class whose ``compute_actions`` does not return them
@@ -32,6 +35,7 @@ from hierl.algorithms.trainer import Trainer, TrainerConfig
 from hierl.config import ConfigError
 from hierl.devices import to_device
 from hierl.optimizers import PolicyOptimizer
+from hierl.policy_graph import NONFINITE_GRADS_SKIPPED
 from hierl.postprocessing import VTrace, trajectory_ends, vtrace
 from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import (
@@ -126,6 +130,7 @@ class IMPALAPolicy(TorchPolicyGraph):
     """The ``compute_actions`` extras the loss reads (checked when the trainer is built)."""
     host_columns = (  # read on the host (run ends) or at a few rows (V after each run)
         SampleBatch.EPS_ID,
+        SampleBatch.AGENT_INDEX,
         SampleBatch.T,
         SampleBatch.TERMINATEDS,
         SampleBatch.NEW_OBS,
@@ -141,9 +146,12 @@ class IMPALAPolicy(TorchPolicyGraph):
         """V-trace over the batch's trajectory runs (consecutive steps of an episode),
         bootstrapped from the current V(NEW_OBS) after each run that did not terminate."""
         cfg = self.config
+
+        def host(column: str) -> np.ndarray | None:
+            return batch[column].cpu().numpy() if column in batch else None
+
         ends = trajectory_ends(
-            batch[SampleBatch.EPS_ID].cpu().numpy(),
-            batch[SampleBatch.T].cpu().numpy() if SampleBatch.T in batch else None,
+            host(SampleBatch.EPS_ID), host(SampleBatch.T), host(SampleBatch.AGENT_INDEX)
         )
         terminated = batch[SampleBatch.TERMINATEDS].cpu().numpy().astype(bool)
         rows = np.flatnonzero(ends & ~terminated)
@@ -212,25 +220,32 @@ class APPOPolicy(IMPALAPolicy):
         self, batch: TensorBatch, dist: Any, values: torch.Tensor
     ) -> tuple[torch.Tensor, VTrace, dict[str, Any]]:
         """Clipped surrogate on V-trace advantages (+ KL penalty), against the target
-        network when there is one, else against the behaviour policy."""
+        network when there is one, else against the behaviour policy.
+
+        With a target network ``pi_t`` the ratio is RLlib's APPO ratio
+        ``clamp(mu / pi_t, 0, 2) * pi / mu`` (``pi / pi_t`` unless ``pi_t`` and the
+        behaviour policy ``mu`` differ by more than a factor 2), inside the clipped
+        surrogate.
+        """
         cfg = self.config
         logp = dist.logp(batch[SampleBatch.ACTIONS])
         behaviour_logp = batch[SampleBatch.ACTION_LOGP]
+        ratio = torch.exp(logp - behaviour_logp)  # pi / mu
         if self.target_model is None:
             ref_inputs = batch[SampleBatch.ACTION_DIST_INPUTS]
-            ref_logp, is_ratio = behaviour_logp, None
             targets = self.vtrace_targets(batch, logp, values)
-        else:  # V-trace and the ratio for the target network's policy
+        else:  # V-trace for the target network's policy
             with torch.no_grad():
                 ref_inputs = self.model_outputs(batch, self.target_model)[0]
             ref_logp = self.dist_class(ref_inputs).logp(batch[SampleBatch.ACTIONS])
-            is_ratio = torch.exp(ref_logp - behaviour_logp).clamp(0.0, 2.0)
             targets = self.vtrace_targets(batch, ref_logp, values)
-        ratio = torch.exp(logp - ref_logp)
+            # CRUCIAL: the mu -> pi_t correction enters once, in the ratio, clipped to
+            # [0, 2] (RLlib's appo_torch_learner), not as a second factor on the surrogate.
+            ratio = torch.exp(behaviour_logp - ref_logp).clamp(0.0, 2.0) * ratio
         advantages = targets.pg_advantages
         if cfg.normalize_advantages:
             advantages = standardize(advantages)
-        loss, clip_frac = clipped_surrogate_loss(ratio, advantages, cfg.clip_param, is_ratio)
+        loss, clip_frac = clipped_surrogate_loss(ratio, advantages, cfg.clip_param)
         with torch.set_grad_enabled(cfg.kl_coeff > 0):
             kl = self.dist_class(ref_inputs).kl(dist).mean()
         if cfg.kl_coeff > 0:
@@ -238,8 +253,11 @@ class APPOPolicy(IMPALAPolicy):
         return loss, targets, {"kl": kl.detach(), "clip_frac": clip_frac}
 
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
-        """One update; refresh the target network every ``target_network_update_freq``."""
+        """One update; refresh the target network every ``target_network_update_freq``
+        applied updates."""
         stats = super().learn_on_batch(batch)
+        if stats[NONFINITE_GRADS_SKIPPED]:
+            return stats
         self.num_learner_updates += 1
         freq = self.config.target_network_update_freq
         if self.target_model is not None and self.num_learner_updates % freq == 0:

@@ -4,7 +4,16 @@ Wang et al. 2018, "Exponentially Weighted Imitation Learning for Batched Histori
 Data" (NeurIPS): maximise ``E[exp(beta * A(s, a) / c) log pi(a|s)]`` over logged
 ``(s, a)`` pairs, where ``A = R - V(s)`` is the logged discounted return minus a learned
 value function and ``c`` a running root-mean-square of ``A`` (RLlib's normaliser:
-``c^2 <- c^2 + rate * (mean(A^2) - c^2)``).  ``beta = 0`` is behaviour cloning (BC).
+``c^2 <- c^2 + rate * (mean(A^2) - c^2)``, moved by each batch before it weighs it, as in
+RLlib).  ``beta = 0`` is behaviour cloning (BC).
+
+Two departures from RLlib's MARWIL, both only where it fails: the exponent
+``beta * A / c`` is clipped at ``max_weight_exponent`` (20) before ``exp``: RLlib does not
+clip, and one advantage outlier (~1e4) then overflows float32 to an inf weight; AWR
+(Peng et al. 2019, §5) and d3rlpy's AWR clip the weight itself, at 20.  And ``c^2`` is
+committed only when the update is applied (``after_update``): a refused update (a
+non-finite loss or gradient) leaves it as it was, and under ``multi_gpu`` it moves once
+per update, from the rows of every tower.
 
 Both train from ``input`` (logged data, :mod:`hierl.evaluators.offline`); the returns
 are computed as the data is read (``postprocess_inputs``; episodes cut by a fragment
@@ -32,21 +41,36 @@ MARWIL_SGD = {"train_batch_size": 2000, "num_sgd_iter": 1, "sgd_minibatch_size":
 
 @dataclasses.dataclass
 class MARWILConfig(TrainerConfig):
-    """MARWIL settings: RLlib's defaults (beta 1, lr 1e-4, 2000-row batches)."""
+    """MARWIL settings: RLlib's defaults (beta 1, 2000-row batches, ``c^2`` starting at 100
+    and moving at 1e-8 per update) except the learning rate, 1e-3 where RLlib has 1e-4
+    (see ``lr`` for why)."""
 
     supported_optimizers = MARWIL_OPTIMIZERS
     optimizer_defaults = same_defaults(MARWIL_OPTIMIZERS, **MARWIL_SGD)
 
     lr: float = 1e-3
-    """Learning rate (Adam)."""
+    """Learning rate (Adam).  RLlib's MARWIL has 1e-4, with which the learning test
+    (``tests/test_offline_learning.py``: a sampled return of 200 from expert plus random
+    CartPole data within 400k rows read) fails: best 97.3 at 400k rows on seed 0
+    (2026-11-27); with 1e-3 it reaches 200 after 40k-120k rows on seeds 0-4
+    (``tests/LEARNING.md``)."""
     beta: float = 1.0
     """Advantage weighting temperature; 0 is behaviour cloning."""
     vf_loss_coeff: float = 1.0
     """Weight of the value function's squared error (unused when beta is 0)."""
     moving_average_sqd_adv_norm_start: float = 100.0
     """Initial value of the running mean of squared advantages."""
-    moving_average_sqd_adv_norm_update_rate: float = 1e-2
-    """Its update rate per batch."""
+    moving_average_sqd_adv_norm_update_rate: float = 1e-8
+    """Its update rate per update (RLlib's default: ``c`` stays near its start, 10).  A
+    faster rate makes ``c`` track the data's RMS advantage; 1e-2 (hierl's default before
+    2026-11-27) moved ``c`` from 14 to 80 over 100 batches and needed 110k-210k rows on
+    the learning test's seeds 0-4 where 1e-8 needs 40k-120k."""
+    max_weight_exponent: float = 20.0
+    """The exponent ``beta * A / c`` is clipped to at most this before ``exp`` (weights
+    <= e^20 ~ 4.9e8): float32 ``exp`` overflows past 88.7, so one outlier advantage would
+    make an inf weight and a NaN gradient.  High enough to leave ordinary data alone
+    (CartPole's discounted returns stay under 100 and ``c`` starts at 10); AWR's clip
+    at weight 20 would be ``log(20) ~ 3.0`` here."""
     postprocess_inputs: bool = True
     """Compute the discounted returns as logged data is read."""
 
@@ -54,6 +78,7 @@ class MARWILConfig(TrainerConfig):
         super().__post_init__()
         self.check("beta", self.beta >= 0, "must be >= 0")
         self.check("vf_loss_coeff", self.vf_loss_coeff >= 0, "must be >= 0")
+        self.check("max_weight_exponent", self.max_weight_exponent > 0, "must be > 0")
 
 
 @dataclasses.dataclass
@@ -89,7 +114,8 @@ class MARWILPolicy(TorchPolicyGraph):
 
     def loss(self, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, Any]]:
         """``-E[w log pi(a|s)] + vf_loss_coeff * E[(V(s) - R)^2] / 2`` with
-        ``w = exp(beta * (R - V(s)) / c)`` (``w = 1`` for BC)."""
+        ``w = exp(min(beta * (R - V(s)) / c, max_weight_exponent))`` (``w = 1`` for BC),
+        ``c^2`` moved by this batch first (committed by :meth:`after_update`)."""
         cfg = self.config
         dist_inputs, values = self.model_outputs(batch)
         logp = self.dist_class(dist_inputs).logp(batch[SampleBatch.ACTIONS])
@@ -100,21 +126,34 @@ class MARWILPolicy(TorchPolicyGraph):
         else:
             returns = batch[SampleBatch.VALUE_TARGETS]
             adv = returns - values.detach()
-            self.ma_sqd_adv_norm += cfg.moving_average_sqd_adv_norm_update_rate * (
-                float((adv**2).mean()) - self.ma_sqd_adv_norm
-            )
-            weights = torch.exp(cfg.beta * adv / (1e-8 + self.ma_sqd_adv_norm**0.5))
+            sqd_adv_mean = float((adv**2).mean())
+            norm = self._moved_norm(sqd_adv_mean)  # not stored: see after_update
+            # CRUCIAL: clip the exponent, not the weight: exp overflows float32 past 88.7.
+            exponent = (cfg.beta * adv / (1e-8 + norm**0.5)).clamp(max=cfg.max_weight_exponent)
+            weights = torch.exp(exponent)
             policy_loss = -(weights * logp).mean()
             vf_loss = 0.5 * ((values - returns) ** 2).mean()
             total = policy_loss + cfg.vf_loss_coeff * vf_loss
             stats = {
                 "vf_loss": vf_loss.detach(),
                 "mean_weight": weights.mean(),
-                "ma_sqd_adv_norm": self.ma_sqd_adv_norm,
+                "ma_sqd_adv_norm": norm,
+                "sqd_adv_mean": sqd_adv_mean,
             }
         stats["policy_loss"] = policy_loss.detach()
         stats["logp_mean"] = logp.detach().mean()
         return total, stats
+
+    def _moved_norm(self, sqd_adv_mean: float) -> float:
+        """``c^2 + rate * (mean(A^2) - c^2)``: the normaliser moved by one update."""
+        rate = self.config.moving_average_sqd_adv_norm_update_rate
+        return self.ma_sqd_adv_norm + rate * (sqd_adv_mean - self.ma_sqd_adv_norm)
+
+    def after_update(self, stats: Mapping[str, float]) -> None:
+        """Commit ``c^2`` from the applied update's ``mean(A^2)`` (under ``multi_gpu``
+        the mean over every tower's rows)."""
+        if "sqd_adv_mean" in stats:
+            self.ma_sqd_adv_norm = self._moved_norm(stats["sqd_adv_mean"])
 
     def get_state(self) -> dict[str, Any]:
         """Weights, optimizer state and the advantage normaliser."""

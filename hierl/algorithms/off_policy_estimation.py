@@ -10,7 +10,10 @@ mu_k`` and
   episodes that reach step ``t`` (biased, consistent, far lower variance).
 
 Each reports the mean over episodes (``v_target``), its standard error, the logged
-discounted return (``v_behavior``) and ``v_gain = v_target / v_behavior``.
+discounted return (``v_behavior``), ``v_delta = v_target - v_behavior`` (> 0: the
+target policy is estimated better, whatever the sign of the returns) and ``v_gain =
+v_target / v_behavior`` (RLlib's figure; it reads > 1 for a *worse* policy when the
+returns are negative, so compare policies by ``v_delta``).
 """
 
 from __future__ import annotations
@@ -112,6 +115,7 @@ def _figures(
         "v_target": float(v_target.mean()),
         "v_target_std_err": std_err,
         "v_behavior": v_behavior,
+        "v_delta": float(v_target.mean()) - v_behavior,
         "v_gain": float(v_target.mean()) / v_behavior if v_behavior else math.nan,
         "episodes": n,
     }

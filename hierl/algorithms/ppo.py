@@ -14,7 +14,6 @@ excluded from every mean (policy, value, entropy, KL).
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,7 +29,6 @@ from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import (
     TensorBatch,
     TorchPolicyGraph,
-    check_finite_loss,
     standardize,
 )
 
@@ -89,17 +87,12 @@ class PPOConfig(TrainerConfig):
 
 
 def clipped_surrogate_loss(
-    ratio: torch.Tensor,
-    advantages: torch.Tensor,
-    clip_param: float,
-    weights: torch.Tensor | None = None,
+    ratio: torch.Tensor, advantages: torch.Tensor, clip_param: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's ``-E[w min(r A, clip(r, 1 - eps, 1 + eps) A)]`` (``w`` = ``weights``, or 1)
-    and the fraction of rows whose ratio lies outside the clip range (no gradient)."""
+    """PPO's ``-E[min(r A, clip(r, 1 - eps, 1 + eps) A)]`` and the fraction of rows whose
+    ratio lies outside the clip range (no gradient)."""
     clipped = torch.clamp(ratio, 1 - clip_param, 1 + clip_param)
     surrogate = torch.min(ratio * advantages, clipped * advantages)
-    if weights is not None:
-        surrogate = weights * surrogate
     with torch.no_grad():
         clip_frac = ((ratio - 1).abs() > clip_param).float().mean()
     return -surrogate.mean(), clip_frac
@@ -136,13 +129,9 @@ class PPOPolicy(TorchPolicyGraph):
         ):
             return super().learn_on_batch(batch)
         total, stats, grads = numpy_ppo_grads(learner, self.config, batch)
-        if not math.isfinite(total):
-            check_finite_loss(torch.tensor(total), type(self).__name__, batch.count, batch)
         for param, grad in grads:
             param.grad = torch.from_numpy(grad)
-        out = {**stats, "total_loss": total, **self._clip_grads()}
-        self.optimizer.step()
-        return out
+        return self.step_if_finite({**stats, "total_loss": total, **self._clipped_norm()}, batch)
 
     def postprocess_trajectory(self, batch, other_agent_batches=None):
         """GAE; bootstraps from V(final obs) unless the segment ended in termination."""

@@ -48,7 +48,7 @@ from hierl.optimizers import (
     optimizer_names,
     optimizer_settings,
 )
-from hierl.policy_graph import LearnerStats, PolicyGraph, Weights
+from hierl.policy_graph import NONFINITE_GRADS_SKIPPED, LearnerStats, PolicyGraph, Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 from hierl.utils import seed_everything
 
@@ -523,7 +523,7 @@ def _use_driver_cpus(num_cpus: float) -> None:
 
 def _mean_stats(stats: list[LearnerStats]) -> LearnerStats:
     """Per policy and stat, the mean over the optimizer steps of an iteration that
-    reported it."""
+    reported it; the refused updates (``NONFINITE_GRADS_SKIPPED``) are summed."""
     out: LearnerStats = {}
     for pid in dict.fromkeys(p for s in stats for p in s):
         reported = [s[pid] for s in stats if pid in s]
@@ -531,7 +531,10 @@ def _mean_stats(stats: list[LearnerStats]) -> LearnerStats:
         for key in dict.fromkeys(k for s in reported for k in s):
             values = [s[key] for s in reported if key in s]
             numeric = all(isinstance(v, (int, float, np.number)) for v in values)
-            out[pid][key] = float(np.mean(values)) if numeric else values[-1]
+            if key == NONFINITE_GRADS_SKIPPED:
+                out[pid][key] = float(np.sum(values))
+            else:
+                out[pid][key] = float(np.mean(values)) if numeric else values[-1]
     return out
 
 

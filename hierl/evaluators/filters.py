@@ -7,14 +7,19 @@ every evaluator normalises with the same statistics.
 
 Which observations are recorded is the samplers' rule, the same in every autoreset mode
 and in the multi-agent sampler: each observation a policy acts on, once; an episode's
-final observation is normalised (``update=False``) but not recorded.
+final observation is normalised (``update=False``) but not recorded.  Rows with a NaN or
+inf are never recorded (``MeanStdFilter.num_nonfinite_rows_skipped`` counts them): one
+would make the running statistics, and every later normalised observation, NaN for good.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 STD_EPSILON = 1e-8
 """Added to the standard deviation before dividing by it."""
@@ -130,6 +135,8 @@ class MeanStdFilter(NoFilter):
         self.clip = clip
         self.rs = RunningStat(shape)
         self.buffer = RunningStat(shape)
+        self.num_nonfinite_rows_skipped = 0
+        """Rows not recorded because they hold a NaN or inf (or overflow the moments)."""
 
     def __call__(self, x: np.ndarray, update: bool | np.ndarray = True) -> np.ndarray:
         """Normalise a batch ``x`` of shape ``(B, *shape)``, recording it first.
@@ -145,9 +152,7 @@ class MeanStdFilter(NoFilter):
                 raise ValueError(f"update mask of shape {mask.shape} for {len(x)} rows")
             recorded = x[mask]
         if len(recorded):
-            moments = batch_moments(recorded)  # once for both streams
-            self.rs.merge_moments(*moments)
-            self.buffer.merge_moments(*moments)
+            self._record(recorded)
         out = x - self.rs.mean
         out /= self.rs.std + STD_EPSILON
         # clip((x - mean) / std, -clip, clip) in place (np.clip's dispatch costs more
@@ -155,6 +160,37 @@ class MeanStdFilter(NoFilter):
         np.minimum(out, self.clip, out=out)
         np.maximum(out, -self.clip, out=out)
         return out.astype(np.float32)
+
+    def _record(self, rows: np.ndarray) -> None:
+        """Merge ``rows`` into both streams, leaving out those with a NaN or inf (all of
+        them if the merged statistics would still not be finite, e.g. overflow); those
+        are counted and a warning is logged each time the count passes a power of 2."""
+        if self._merge(batch_moments(rows)):  # the common case: one check, on (shape,)
+            return
+        keep = np.isfinite(np.asarray(rows, dtype=np.float64).reshape(len(rows), -1)).all(axis=1)
+        if not (keep.any() and self._merge(batch_moments(rows[keep]))):
+            keep[:] = False
+        skipped = int(len(keep) - keep.sum())
+        self.num_nonfinite_rows_skipped += skipped
+        count = self.num_nonfinite_rows_skipped
+        if count - skipped < 2 ** (count.bit_length() - 1):
+            logger.warning(
+                "MeanStdFilter: %d observation rows with NaN or inf not recorded (%d so far); "
+                "the running statistics stay finite",
+                skipped,
+                count,
+            )
+
+    def _merge(self, moments: tuple) -> bool:
+        """Merge ``moments`` into both streams if the total statistics stay finite."""
+        old = self.rs.n, self.rs.mean, self.rs.m2
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.rs.merge_moments(*moments)
+        if np.isfinite(self.rs.mean).all() and np.isfinite(self.rs.m2).all():
+            self.buffer.merge_moments(*moments)
+            return True
+        self.rs.n, self.rs.mean, self.rs.m2 = old  # merge_moments made new arrays
+        return False
 
     def normalization(self) -> tuple[np.ndarray, np.ndarray, float]:
         """``(mean, std + STD_EPSILON, clip)`` of the running statistics (see

@@ -25,7 +25,7 @@ from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, single_polic
 from hierl.optimizers.failures import handle_failed_task
 from hierl.optimizers.registry import register_optimizer
 from hierl.optimizers.task_pool import TaskPool
-from hierl.policy_graph import GlobalVars, LearnerStats
+from hierl.policy_graph import GlobalVars, LearnerStats, UpdateStats
 
 
 @dataclasses.dataclass
@@ -91,6 +91,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
         self.pool = TaskPool(self.config.max_in_flight_per_evaluator)
         self.num_gradients_applied = 0
         self.num_weight_syncs = 0
+        self._step_stats = UpdateStats()
 
     def _done(self, grads: int, steps: int) -> bool:
         if self.config.grads_per_step:
@@ -100,9 +101,9 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
     def _apply(self, result: GradientResult) -> None:
         self.timer("sample").push(result.sample_s)
         self.timer("grad").push(result.grad_s)
-        with self.timer("learn"):
-            self.local_evaluator.apply_gradients(result.grads)
-        self.learner_stats = single_policy_stats(result.stats)
+        with self.timer("learn"):  # refused (and counted) if not finite
+            applied = self.local_evaluator.apply_gradients(result.grads)
+        self._step_stats.add({**result.stats, **(applied or {})})
         self.num_gradients_applied += 1
         self.num_updates += 1
         self.num_steps_sampled += result.count
@@ -118,8 +119,10 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
                 fresh = None
 
     def step(self) -> LearnerStats:
-        """Apply gradients until the step's quota (see ``grads_per_step``)."""
+        """Apply gradients until the step's quota (see ``grads_per_step``); the stats
+        are their mean (``UpdateStats``)."""
         start_grads, start_steps = self.num_gradients_applied, self.num_steps_sampled
+        self._step_stats = UpdateStats()
 
         def done() -> bool:
             return self._done(
@@ -130,6 +133,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
             while not done():
                 self._apply(sample_and_compute_gradients(self.local_evaluator))
             self.evaluators.set_global_vars(self.global_vars())
+            self.learner_stats = single_policy_stats(self._step_stats.result())
             return self.learner_stats
 
         import ray
@@ -156,6 +160,7 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
                     self.num_weight_syncs += len(refresh)
                 self._launch(weights, tuple(refresh))
         self.evaluators.set_global_vars(self.global_vars())
+        self.learner_stats = single_policy_stats(self._step_stats.result())
         return self.learner_stats
 
     def stats(self) -> dict[str, float]:

@@ -25,11 +25,12 @@ import dataclasses
 import queue
 import threading
 import time
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from hierl.optimizers.timers import TimerStat
+from hierl.policy_graph import NONFINITE_GRADS_SKIPPED, UpdateStats
 from hierl.sample_batch import SampleBatch
 
 LearnFn = Callable[[Any, SampleBatch], tuple[Mapping[str, float], Any]]
@@ -102,8 +103,7 @@ class LearnerThread(threading.Thread):
         self._active = threading.Event()
         self._active.set()
         self._stopped = threading.Event()
-        self._stat_sums: dict[str, float] = defaultdict(float)
-        self._stat_count = 0
+        self._stats = UpdateStats()
         self._last_stats: dict[str, float] = {}
 
     # -- thread body -------------------------------------------------------------------
@@ -127,9 +127,7 @@ class LearnerThread(threading.Thread):
                         stats, output = self.learn(tag, batch)
                     self.num_updates += 1
                     self.num_rows_trained += batch.count
-                    for k, v in stats.items():
-                        self._stat_sums[k] += float(v)
-                    self._stat_count += 1
+                    self._stats.add(stats)
                 del batch  # CRUCIAL: release the batch before blocking on the queue
                 if output is not None:
                     self._put_out(output)
@@ -216,16 +214,20 @@ class LearnerThread(threading.Thread):
                 return out
 
     def pop_stats(self) -> dict[str, float]:
-        """Learner statistics averaged over the updates since the last call.
+        """Learner statistics averaged over the updates since the last call
+        (:class:`~hierl.policy_graph.UpdateStats`: refused updates counted, not averaged).
 
-        Without new updates, the previous average is returned again ({} before any).
+        Without new updates, the previous average is returned again ({} before any),
+        with no refused updates.
         """
         with self.lock:
-            if self._stat_count:
-                self._last_stats = {k: v / self._stat_count for k, v in self._stat_sums.items()}
-                self._stat_sums.clear()
-                self._stat_count = 0
-            return dict(self._last_stats)
+            if self._stats.applied or self._stats.skipped:
+                self._last_stats = self._stats.result()
+                self._stats = UpdateStats()
+                return dict(self._last_stats)
+            if not self._last_stats:
+                return {}
+            return {**self._last_stats, NONFINITE_GRADS_SKIPPED: 0.0}
 
     @property
     def num_pending(self) -> int:

@@ -4,12 +4,11 @@ optimizers that run epochs: ``local``, ``multi_gpu``, ``allreduce`` and ``auto``
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
 
 import numpy as np
 
 from hierl.optimizers.base import OptimizerConfig
-from hierl.policy_graph import PolicyGraph
+from hierl.policy_graph import PolicyGraph, UpdateStats
 from hierl.sample_batch import SampleBatch, minibatch_bounds
 
 
@@ -47,13 +46,13 @@ def minibatch_sgd(
     A policy on an accelerator gets the batch in device memory once
     (``policy.device_rows``) and its minibatches as views there, with the same
     permutations, so the updates are the ones the host path makes.
-    The stats include ``num_updates``, the number of updates made.
+    The stats include ``num_updates``, the number of updates applied, and
+    ``num_nonfinite_grads_skipped``, the number refused (``UpdateStats``).
     """
     batch.decompress_if_needed()
     rows = policy.device_rows(batch)  # loaded on the policy's accelerator once, or None
     full = minibatch_size <= 0 or minibatch_size >= batch.count
-    totals: dict[str, float] = defaultdict(float)
-    updates = 0
+    stats = UpdateStats()
     for _ in range(num_sgd_iter):
         if full:
             minibatches = [batch if rows is None else rows]
@@ -64,7 +63,5 @@ def minibatch_sgd(
             bounds = minibatch_bounds(batch.count, minibatch_size)
             minibatches = [rows.take(perm[start:stop]) for start, stop in bounds]
         for mb in minibatches:
-            for k, v in policy.learn_on_batch(mb).items():
-                totals[k] += v
-            updates += 1
-    return {**{k: v / max(updates, 1) for k, v in totals.items()}, "num_updates": updates}
+            stats.add(policy.learn_on_batch(mb))
+    return {**stats.result(), "num_updates": stats.applied}

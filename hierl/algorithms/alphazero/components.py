@@ -31,7 +31,7 @@ from hierl.algorithms.alphazero.games import (
 from hierl.algorithms.alphazero.mcts import MCTS, MCTSPlayer, uniform_evaluator
 from hierl.algorithms.alphazero.policy import MCTS_POLICY, AlphaZeroPolicy
 from hierl.evaluators.policy_evaluator import PolicyEvaluator
-from hierl.policy_graph import Weights
+from hierl.policy_graph import UpdateStats, Weights
 from hierl.sample_batch import SampleBatch
 from hierl.utils import seed_everything
 
@@ -145,10 +145,10 @@ class AlphaZeroLearner(_NetworkActor):
         """SGD over ``batch`` in minibatches of ``train_batch_size``; return the
         candidate's weights and mean learner stats."""
         size = self.config.train_batch_size
-        stats: list[dict[str, float]] = []
+        stats = UpdateStats()
         for start in range(0, batch.count - size + 1, size):
-            stats.append(self.policy.learn_on_batch(batch.slice(start, start + size)))
-        mean = {k: float(np.mean([s[k] for s in stats])) for k in stats[0]} if stats else {}
+            stats.add(self.policy.learn_on_batch(batch.slice(start, start + size)))
+        mean = stats.result() if stats.applied or stats.skipped else {}
         mean["num_updates"] = float(self.policy.num_updates)
         return self.policy.get_weights(), mean
 

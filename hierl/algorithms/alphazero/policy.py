@@ -28,15 +28,15 @@ from torch import nn
 from hierl.algorithms.alphazero.games import BoardGame, game_of_env
 from hierl.algorithms.alphazero.mcts import MCTS, select_actions, visit_policy
 from hierl.evaluators.env import EnvContext, resolve_env_creator
-from hierl.policy_graph import PolicyGraph, Weights
+from hierl.policy_graph import NONFINITE_GRADS_SKIPPED, PolicyGraph, Weights
 from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import (
-    check_finite_loss,
     load_module_weights,
     load_optimizer_state,
     make_adam,
     module_weights,
     optimizer_state,
+    step_if_finite,
 )
 
 MCTS_POLICY = "mcts_policy"
@@ -234,16 +234,20 @@ class AlphaZeroPolicy(PolicyGraph):
         return total, stats
 
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
-        """One Adam step on the AlphaZero loss."""
+        """One Adam step on the AlphaZero loss (refused, and counted, if the loss or a
+        gradient is not finite)."""
         self.model.train()
         total, stats = self.loss(batch)
-        check_finite_loss(total, "AlphaZero", batch.count)
         self.optimizer.zero_grad()
         total.backward()
-        self.optimizer.step()
+        params = list(self.model.parameters())
+        out = step_if_finite(
+            self.optimizer, params, {"total_loss": total.detach(), **stats}, "AlphaZero", batch
+        )
         self.model.eval()
-        self.num_updates += 1
-        return {"total_loss": total.item(), **stats}
+        if not out[NONFINITE_GRADS_SKIPPED]:
+            self.num_updates += 1
+        return out
 
     # -- weights and state -------------------------------------------------------------
     def get_weights(self) -> Weights:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -30,8 +29,8 @@ import numpy as np
 from hierl.evaluators import PolicyEvaluator
 from hierl.optimizers.allreduce import collective
 from hierl.optimizers.allreduce.replica_state import weights_digest
-from hierl.policy_graph import GlobalVars
-from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+from hierl.policy_graph import GlobalVars, UpdateStats
+from hierl.sample_batch import SampleBatch
 
 
 @dataclasses.dataclass
@@ -106,9 +105,10 @@ def learn_on_shard(
     its own batch, shuffled with ``np.random.default_rng([seed, rank])``.  Outside a
     group this is plain minibatch SGD.  This is the function to time for SGD throughput.
 
-    Raises:
-        FloatingPointError: on every rank, if any rank's loss or the averaged gradient is
-            not finite (weights stay unchanged and identical everywhere).
+    An update whose averaged gradient is not finite (a NaN or inf loss or gradient on
+    any rank makes it so) is refused on every rank alike: weights and optimizer moments
+    stay unchanged and identical everywhere, the stats count it
+    (``num_nonfinite_grads_skipped``) and the epochs go on.
     """
     start = time.perf_counter()
     world, rank = collective.world_size(), collective.rank()
@@ -123,43 +123,29 @@ def learn_on_shard(
         batch = batch.slice(0, rows)
     local_size = math.ceil(sgd_minibatch_size / world) if sgd_minibatch_size > 0 else 0
     rng = np.random.default_rng(None if seed is None else [seed, rank])
-    totals: dict[str, float] = defaultdict(float)
-    updates = 0
+    totals = UpdateStats()
     for _ in range(num_sgd_iter if rows > 0 else 0):
         if local_size <= 0 or local_size >= rows:
             minibatches: Iterable[SampleBatch] = [batch]
         else:
             minibatches = batch.minibatches(local_size, shuffle=True, rng=rng)
         for mb in minibatches:
-            error: FloatingPointError | None = None
-            try:
-                grads, stats = evaluator.compute_gradients(mb, clip=False)
-            except FloatingPointError as e:
-                # Still take part in the allreduce (with NaNs) so no rank is left waiting.
-                error, stats = e, {}
-                weights = evaluator.get_weights()[DEFAULT_POLICY_ID]
-                names = evaluator.policy.gradient_names()
-                grads = [np.full(weights[n].shape, np.nan) for n in names]
+            # A non-finite gradient still takes part in the allreduce (no rank is left
+            # waiting); the mean is then not finite on every rank, and every rank's
+            # apply_gradients refuses it.
+            grads, stats = evaluator.compute_gradients(mb, clip=False)
             t0 = time.perf_counter()
             grads = collective.allreduce_mean(grads)
             comm_s += time.perf_counter() - t0
             calls += world > 1
-            if error is not None or not all(np.isfinite(g).all() for g in grads):
-                cause = error or "a loss or gradient on another rank was not finite"
-                raise FloatingPointError(
-                    f"allreduce rank {rank}/{world}: averaged gradient of update {updates} is "
-                    f"not finite ({cause}); weights left unchanged on every rank"
-                )
             # CRUCIAL: clip the *averaged* gradient: it is the same on every rank and
             # equals clipping the single-process gradient of the union of the minibatches.
             stats.update(evaluator.apply_gradients(grads, clip=True))
-            for k, v in stats.items():
-                totals[k] += float(v)
-            updates += 1
+            totals.add(stats)
     return ShardResult(
-        stats={k: v / max(updates, 1) for k, v in totals.items()},
+        stats=totals.result(),
         rows_trained=rows,
-        num_updates=updates,
+        num_updates=totals.applied,
         num_allreduce_calls=calls,
         learn_s=time.perf_counter() - learn_start,
         allreduce_s=comm_s,

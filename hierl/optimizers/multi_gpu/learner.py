@@ -29,7 +29,6 @@ copies) lives in :mod:`hierl.optimizers.multi_gpu.towers`.
 from __future__ import annotations
 
 import copy
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -45,6 +44,7 @@ from hierl.optimizers.multi_gpu.towers import (
     tower_backward,
     tower_view,
 )
+from hierl.policy_graph import NONFINITE_GRADS_SKIPPED, UpdateStats
 from hierl.sample_batch import SampleBatch, minibatch_bounds
 from hierl.torch_policy_graph import LazyRows, TensorBatch, TorchPolicyGraph
 
@@ -135,8 +135,9 @@ class MultiDeviceLearner:
         epoch's last minibatch, a larger one is its own).  ``minibatch_size <= 0`` or
         ``>=`` the rows loaded means one full-batch update per epoch (no permutation is
         drawn), exactly like ``minibatch_sgd``.  Stats have ``minibatch_sgd``'s keys: the
-        loss stats and ``total_loss`` (averaged over towers) and ``grad_gnorm`` when the
-        policy clips gradients.
+        loss stats and ``total_loss`` (averaged over towers and applied updates),
+        ``grad_gnorm`` when the policy clips gradients, ``num_updates`` applied and
+        ``num_nonfinite_grads_skipped`` refused.
         """
         if not self._shards:
             raise RuntimeError("MultiDeviceLearner.optimize called before load()")
@@ -148,12 +149,7 @@ class MultiDeviceLearner:
                 f"minibatch_size={minibatch_size} is smaller than the number of towers ({k})"
             )
         self._sync_towers()
-        views = [self.policy] + [
-            tower_view(self.policy, m, d)
-            for m, d in zip(self.towers[1:], self.devices[1:], strict=True)
-        ]
-        totals: dict[str, float] = defaultdict(float)
-        updates = 0
+        stats = UpdateStats()
         for _ in range(num_sgd_iter):
             if full_batch:
                 minibatches: list[Sequence[Mapping[str, torch.Tensor]]] = [self._shards]
@@ -169,40 +165,41 @@ class MultiDeviceLearner:
                     for start, stop in minibatch_bounds(n, per_tower)
                 ]
             for tower_batches in minibatches:
-                for key, value in self._update(views, tower_batches).items():
-                    totals[key] += value
-                updates += 1
-        averages = {key: value / max(updates, 1) for key, value in totals.items()}
-        return {**averages, "num_updates": updates}
+                stats.add(self._update(tower_batches))
+        return {**stats.result(), "num_updates": stats.applied}
 
-    def _update(
-        self, views: list[Any], batches: Sequence[Mapping[str, torch.Tensor]]
-    ) -> dict[str, float]:
-        """One synchronous data-parallel step: tower grads → mean → clip → step → copy."""
+    def _update(self, batches: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, float]:
+        """One synchronous data-parallel step: tower grads → mean → clip → step (refused
+        if a loss or the averaged gradient is not finite) → copy.
+
+        CRUCIAL for losses with running state (MARWIL's ``c^2``): every tower evaluates
+        the loss on a view made now, so it reads the policy's state as the last update
+        left it, and the policy's ``after_update`` sees the stats averaged over the
+        towers, so the state moves once per update, from every tower's rows.
+        """
         policy = self.policy
+        views = [policy] + [
+            tower_view(policy, m, d) for m, d in zip(self.towers[1:], self.devices[1:], strict=True)
+        ]
         futures = [  # towers 1..K-1 in threads; none for K = 1, which is learn_on_batch
             self._thread_pool().submit(tower_backward, v, b, v.model.zero_grad)
             for v, b in zip(views[1:], batches[1:], strict=True)
         ]
         results = [tower_backward(policy, batches[0], policy.optimizer.zero_grad)]
         results += [f.result() for f in futures]
-        losses = [float(loss) for loss, _ in results]
-        if not all(np.isfinite(losses)):
-            raise FloatingPointError(
-                f"{type(policy).__name__}: tower losses are {losses}; weights left unchanged"
-            )
         if len(views) > 1:  # master .grad = mean of the towers' (equal slice sizes)
             average_grads(self.policy.model, self.towers[1:])
-        stats: dict[str, float] = defaultdict(float)
-        for _, tower_stats in results:
-            for key, value in tower_stats.items():
-                stats[key] += float(value) / len(results)
-        stats["total_loss"] = sum(losses) / len(losses)
-        stats.update(policy._clip_grads())
-        policy.optimizer.step()
-        if len(views) > 1:
+        values: dict[str, Any] = {}
+        for loss, tower_stats in results:  # means over the towers (equal slice sizes)
+            for key, value in {**tower_stats, "total_loss": loss}.items():
+                if torch.is_tensor(value):  # read with the master's stats, one transfer
+                    value = value.detach().to(policy.device, non_blocking=True)
+                values[key] = values.get(key, 0.0) + value / len(results)
+        values.update(policy._clipped_norm())
+        stats = policy.step_if_finite(values)
+        if len(views) > 1 and not stats[NONFINITE_GRADS_SKIPPED]:
             self._sync_towers()
-        return dict(stats)
+        return stats
 
     def _sync_towers(self) -> None:
         """Copy the master's parameters and buffers into every other tower."""

@@ -60,8 +60,9 @@ def tower_view(policy: TorchPolicyGraph, model: nn.Module, device: torch.device)
 
     ``policy.loss`` reads ``self.model``; evaluating it on a view (rather than swapping
     ``policy.model`` back and forth) lets towers run concurrently in threads.  Views are
-    rebuilt for each ``optimize`` call so they see current non-weight attributes (e.g.
-    PPO's adaptive ``kl_coeff``); the loss must therefore not mutate the policy.
+    rebuilt for each update so they see current non-weight attributes (e.g. PPO's
+    adaptive ``kl_coeff``, MARWIL's ``c^2``); the loss must therefore not mutate the
+    policy: running state moves in ``after_update``, on the policy itself.
     """
     view = copy.copy(policy)
     view.model = model

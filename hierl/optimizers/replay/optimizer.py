@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,7 +30,7 @@ from hierl.evaluators import PolicyEvaluator
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, single_policy_stats
 from hierl.optimizers.registry import register_optimizer
 from hierl.optimizers.replay.prioritized import make_replay_buffer
-from hierl.policy_graph import LearnerStats, TDErrors
+from hierl.policy_graph import LearnerStats, TDErrors, UpdateStats
 from hierl.sample_batch import SampleBatch
 
 
@@ -198,7 +197,7 @@ class ReplayOptimizer(PolicyOptimizer):
         """``num_updates`` replayed batches, each learned on and re-prioritized."""
         cfg = self.config
         policy = self.local_evaluator.policy
-        totals: dict[str, float] = defaultdict(float)
+        totals = UpdateStats()
         beta = self.beta
         for _ in range(num_updates):
             with self.timer("replay"):
@@ -211,12 +210,11 @@ class ReplayOptimizer(PolicyOptimizer):
                         batch[SampleBatch.BATCH_INDEXES],
                         np.abs(result.td_error) + cfg.prioritized_replay_eps,
                     )
-            for k, v in result.stats.items():
-                totals[k] += v
+            totals.add(result.stats)
         self.num_updates += num_updates
         self.num_steps_replayed += num_updates * cfg.train_batch_size
         self.num_steps_trained += num_updates * cfg.train_batch_size
-        return {k: v / num_updates for k, v in totals.items()}
+        return totals.result()
 
     def stats(self) -> dict[str, float]:
         """Adds ``num_updates``, ``num_steps_replayed``, beta and ``buffer_*`` statistics."""

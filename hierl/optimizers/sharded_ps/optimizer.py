@@ -29,7 +29,6 @@ local evaluator computes the gradients and in-process shards apply them.
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
 from typing import Any
 
 import numpy as np
@@ -42,7 +41,7 @@ from hierl.optimizers.sharded_ps.gradient_pipeline import GradientPipeline
 from hierl.optimizers.sharded_ps.param_server import GradientInfo, compute_gradient_shards
 from hierl.optimizers.sharded_ps.shard_group import ShardGroup
 from hierl.optimizers.sharded_ps.sharding import ShardSpec
-from hierl.policy_graph import GlobalVars, LearnerStats
+from hierl.policy_graph import GlobalVars, LearnerStats, UpdateStats
 
 
 @dataclasses.dataclass
@@ -139,15 +138,14 @@ class ShardedPSOptimizer(PolicyOptimizer):
     def _scheduled_lr(self) -> float:
         return self.local_evaluator.policy.learning_rate(self.num_steps_sampled)
 
-    def _record(self, info: GradientInfo, totals: dict[str, float]) -> None:
+    def _record(self, info: GradientInfo, totals: UpdateStats) -> None:
         self.num_gradients_applied += 1
         self.num_updates += 1
         self.num_steps_sampled += info.count
         self.num_steps_trained += info.count
         self.timer("sample").push(info.sample_time_s)
         self.timer("grad").push(info.grad_time_s)
-        for k, v in info.stats.items():
-            totals[k] += v
+        totals.add(info.stats)
 
     def _step_done(self, grads: int, rows: int) -> bool:
         if self.config.grads_per_step > 0:
@@ -175,7 +173,7 @@ class ShardedPSOptimizer(PolicyOptimizer):
         if self.servers.local_changed(current):
             self._push_to_shards(current)
         self.servers.set_lr(self._scheduled_lr())
-        totals: dict[str, float] = defaultdict(float)
+        totals = UpdateStats()
         grads, rows = 0, 0
         with self.timer("learn"):
             while not self._step_done(grads, rows):
@@ -185,10 +183,10 @@ class ShardedPSOptimizer(PolicyOptimizer):
             if self._remote and self.servers.local_version != self.servers.version:
                 self.servers.pull()  # the K latest weight shards, fetched once per step
             self.evaluators.set_global_vars(self.global_vars())
-        self.learner_stats = single_policy_stats({k: v / grads for k, v in totals.items()})
+        self.learner_stats = single_policy_stats(totals.result())
         return self.learner_stats
 
-    def _next_local(self, totals: dict[str, float]) -> GradientInfo:
+    def _next_local(self, totals: UpdateStats) -> GradientInfo:
         """In-process: gradient on the local evaluator → shards → weights back into it."""
         *grad_shards, info = compute_gradient_shards(
             self.local_evaluator, self.spec, self.global_vars()
@@ -199,7 +197,7 @@ class ShardedPSOptimizer(PolicyOptimizer):
         self._record(info, totals)
         return info
 
-    def _next_remote(self, totals: dict[str, float]) -> GradientInfo:
+    def _next_remote(self, totals: UpdateStats) -> GradientInfo:
         """Wait for one gradient, route its shards to the servers, relaunch its evaluator."""
         done = self.tasks.next(self.global_vars(), self.timer)
         with self.timer("apply"):

@@ -20,7 +20,7 @@ import torch
 
 from hierl.evaluators import PolicyEvaluator
 from hierl.optimizers.sharded_ps.sharding import ShardSpec
-from hierl.policy_graph import GlobalVars
+from hierl.policy_graph import NONFINITE_GRADS_SKIPPED, GlobalVars
 from hierl.sample_batch import DEFAULT_POLICY_ID
 
 ADAM_MOMENTS = ("exp_avg", "exp_avg_sq")
@@ -68,8 +68,14 @@ class ParameterShard:
             )
         return value
 
-    def apply_gradients(self, grad_shard: np.ndarray) -> np.ndarray:
-        """One Adam step with ``grad_shard``; returns the new weights of this shard."""
+    def apply_gradients(self, grad_shard: np.ndarray | None) -> np.ndarray:
+        """One Adam step with ``grad_shard``; returns the new weights of this shard.
+
+        None (a gradient its evaluator found not finite, ``compute_gradient_shards``):
+        no step, the weights and moments stay as they are.
+        """
+        if grad_shard is None:
+            return self.get_weights()
         start = time.perf_counter()
         self.param.grad = self._tensor(grad_shard, "gradient shard")
         self.optimizer.step()
@@ -184,7 +190,8 @@ def compute_gradient_shards(
 ) -> tuple[Any, ...]:
     """Evaluator-side task: [load weight shards] → sample → clipped gradients → K shards.
 
-    Returns ``(*gradient_shards, GradientInfo)``.  Run remotely as
+    Returns ``(*gradient_shards, GradientInfo)``; every shard None when the loss or a
+    gradient is not finite (``NONFINITE_GRADS_SKIPPED`` in the info's stats).  Run remotely as
     ``evaluator.apply.options(num_returns=K + 1).remote(compute_gradient_shards, ...)``
     so that each gradient shard is its own object ref, and pass the weight shards as
     top-level refs so Ray moves them from the shard actors straight to the evaluator.
@@ -197,4 +204,7 @@ def compute_gradient_shards(
     sampled = time.perf_counter()
     grads, stats = evaluator.compute_gradients(batch, clip=True)
     info = GradientInfo(batch.count, stats, sampled - start, time.perf_counter() - sampled)
+    if stats.get(NONFINITE_GRADS_SKIPPED):  # refused: no shard takes a step
+        info.stats = {NONFINITE_GRADS_SKIPPED: 1.0}
+        return (*[None] * spec.num_shards, info)
     return (*spec.split(grads), info)
