@@ -18,6 +18,7 @@ import torch
 from hierl.algorithms.registry import get_trainer_class
 from hierl.optimizers.multi_gpu.learner import MultiDeviceLearner
 from hierl.optimizers.sgd import minibatch_sgd
+from hierl.policy_graph import NONFINITE_GRADS_SKIPPED
 from hierl.sample_batch import SampleBatch
 from tests import atari_env
 
@@ -93,6 +94,31 @@ def test_one_update_on_the_gpu_matches_the_cpu(algo: str) -> None:
     finally:
         cpu.stop()
         gpu.stop()
+
+
+@pytest.mark.parametrize("algo", sorted(CONFIGS))
+def test_a_non_finite_update_is_refused_on_the_gpu(algo: str) -> None:
+    """An inf observation on the device: no step (weights and optimizer state equal bit
+    for bit), the refusal counted, and the next batch trains (issue 35)."""
+    trainer = get_trainer_class(algo)({**CONFIGS[algo], "num_gpus": 1})
+    try:
+        policy = trainer.get_policy()
+        batch = trainer.local_evaluator.sample()
+        learn = getattr(policy, "learn_on_replay_batch", None) or policy.learn_on_batch
+        learn(copy.deepcopy(batch))  # Adam has moments
+        before = policy.get_state()
+        bad = copy.deepcopy(batch)
+        bad[SampleBatch.OBS] = np.array(bad[SampleBatch.OBS], dtype=np.float32)
+        bad[SampleBatch.OBS].reshape(bad.count, -1)[3, 0] = np.inf
+        out = learn(bad)
+        stats = getattr(out, "stats", out)
+        assert stats == {NONFINITE_GRADS_SKIPPED: 1.0}
+        after = policy.get_state()
+        torch.testing.assert_close(after, before, rtol=0, atol=0, equal_nan=True)
+        stats = learn(copy.deepcopy(batch))
+        assert getattr(stats, "stats", stats)[NONFINITE_GRADS_SKIPPED] == 0.0
+    finally:
+        trainer.stop()
 
 
 @pytest.mark.parametrize("algo", ["PPO", "APPO"])
