@@ -232,8 +232,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
+    from hierl.algorithms.playback import RolloutOptions, log_episodes, rollout
     from hierl.algorithms.registry import get_trainer_class
-    from hierl.algorithms.rollout import RolloutOptions, log_episodes, rollout
     from hierl.algorithms.trainer import ACTING_OVERRIDES, Trainer
     from hierl.checkpoint import CheckpointError, load_checkpoint
     from hierl.config import ConfigError
