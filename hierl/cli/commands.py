@@ -69,7 +69,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def _config_yaml(algo: str, config: Any) -> str:
-    from hierl.config_yaml import config_yaml
+    from hierl.cli.config_yaml import config_yaml
 
     title = (
         f"{algo} config ({type(config).__name__}): every key with its default. Edit and run "
@@ -226,7 +226,7 @@ def _print_best_trials(experiments: list[tuple[str, Any, Any]]) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """``hierl bench optimizers ...``: the optimizer microbenchmarks."""
-    from hierl.optimizer_bench import run
+    from hierl.bench.optimizers import run
 
     return run(args, Parser(prog=f"{PROG} bench optimizers"))
 

@@ -416,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tune.set_defaults(func=cmd_tune)
 
-    from hierl.optimizer_bench_options import add_arguments as add_bench_arguments
+    from hierl.bench.options import add_arguments as add_bench_arguments
 
     bench = sub.add_parser(
         "bench",

@@ -180,7 +180,7 @@ def default_stop(env: Any) -> tuple[dict[str, float], str]:
 
 
 def describe_stop(stop: Mapping[str, float]) -> str:
-    from hierl.progress import format_target
+    from hierl.cli.progress import format_target
 
     return ", ".join(f"{k} >= {format_target(v)}" for k, v in stop.items())
 
@@ -205,7 +205,7 @@ def check_stop_keys(stop: Mapping[str, float], result: Mapping[str, Any]) -> Non
 
 def reached_stop(stop: Mapping[str, float], result: Mapping[str, Any]) -> str | None:
     """The first condition ``result[key] >= target`` that holds, described; else None."""
-    from hierl.progress import format_target
+    from hierl.cli.progress import format_target
 
     for key, target in stop.items():
         try:
@@ -538,8 +538,8 @@ def _train_loop(
     """Train until a stop condition holds or Ctrl-C, logging every result (``history``:
     the run's results so far, for the learning curve), checkpointing every
     ``checkpoint_freq`` iterations and at the end."""
+    from hierl.cli.progress import TrainingProgress, episode_stats, format_number
     from hierl.loggers import ResultLogger
-    from hierl.progress import TrainingProgress, episode_stats, format_number
 
     reward_target = stop.get("episode_reward_mean")
     history = [{k: r.get(k) for k in CURVE_KEYS} for r in history]
