@@ -95,3 +95,30 @@ def test_bench_records_find_the_repository():
 
     assert (report.REPO_ROOT / "pyproject.toml").is_file()
     assert (report.REPO_ROOT / "hierl" / "bench" / "report.py").is_file()
+
+
+def test_the_parser_is_assembled_from_one_function_per_subcommand():
+    """Each ``add_<name>_command`` adds exactly the subcommand ``name`` and sits in the
+    module of that subcommand's handler; ``build_parser`` only assembles them."""
+    import argparse
+    import inspect
+
+    from hierl.cli.common import Parser
+    from hierl.cli.parser import SUBCOMMANDS, build_parser
+
+    names = []
+    for add_command in SUBCOMMANDS:
+        sub = Parser(prog="hierl").add_subparsers(dest="command")
+        command = add_command(sub)
+        assert list(sub.choices) == [
+            add_command.__name__.removeprefix("add_").removesuffix("_command")
+        ]
+        names.extend(sub.choices)
+        handler = command.get_default("func")
+        assert handler.__name__ == f"cmd_{names[-1]}"
+        assert inspect.getmodule(handler) is inspect.getmodule(add_command)
+    (subparsers,) = [
+        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ]
+    assert list(subparsers.choices) == names
+    assert names == ["train", "rollout", "export", "list", "config", "serve", "tune", "bench"]
