@@ -1,7 +1,7 @@
 """Shared helpers for the benchmark scripts: result records, bar charts, CPU accounting.
 
 ``record(name, config, figures)`` writes ``benchmarks/results/<name>.json`` with
-``hierl.bench_report.write_record`` (git commit, date, machine, config, figures);
+``hierl.bench.report.write_record`` (git commit, date, machine, config, figures);
 ``bar_png`` is re-exported from there.
 ``CpuMeter`` tells how many CPU cores given processes, and the rest of the machine, used
 during a span: on a small shared machine the background load explains noisy figures.
@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 import psutil
 
-from hierl.bench_report import bar_png, write_record
+from hierl.bench.report import bar_png, write_record
 from hierl.sample_batch import SampleBatch
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Microbenchmark every named policy optimizer (RLlib ICML 2018 §5, Table 3).
 
-The same as ``hierl bench optimizers``; see ``hierl/optimizer_bench.py`` for what is
+The same as ``hierl bench optimizers``; see ``hierl/bench/optimizers.py`` for what is
 measured.  Results: ``benchmarks/results/optimizers.json`` and two PNG charts.
 
 Usage::
@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hierl.optimizer_bench import main
+from hierl.bench.optimizers import main
 
 if __name__ == "__main__":
     results = Path(__file__).resolve().parent / "results"

@@ -24,7 +24,7 @@ from hierl.cli import (
     parse_stop,
     reached_stop,
 )
-from hierl.progress import TrainingProgress, format_line, stop_fraction
+from hierl.cli.progress import TrainingProgress, format_line, stop_fraction
 
 pytestmark = pytest.mark.timeout(120)
 

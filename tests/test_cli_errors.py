@@ -16,8 +16,8 @@ import pytest
 
 from hierl.algorithms.pg import PGTrainer
 from hierl.cli import main
+from hierl.cli.progress import TrainingProgress, format_line
 from hierl.config import ConfigError
-from hierl.progress import TrainingProgress, format_line
 
 REPO = Path(__file__).resolve().parent.parent
 NOISE = ("Traceback", "Exception ignored", "SystemExit", "Ray is not initialized")

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
+from hierl.bench.optimizers import DriverTraffic, payload_bytes
 from hierl.cli import main
-from hierl.optimizer_bench import DriverTraffic, payload_bytes
 from hierl.sample_batch import SampleBatch
 
 

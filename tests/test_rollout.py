@@ -10,7 +10,7 @@ import pytest
 from conftest import free_port
 
 from hierl.algorithms.pg import PGTrainer
-from hierl.algorithms.rollout import RolloutError, RolloutOptions, rollout
+from hierl.algorithms.playback import RolloutError, RolloutOptions, rollout
 from hierl.cli import main
 from hierl.evaluators import make_multi_agent, register_env
 

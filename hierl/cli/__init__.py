@@ -1,8 +1,9 @@
 """The ``hierl`` command line: train an algorithm, roll out a checkpoint, list algorithms.
 
-``parser`` declares every command and option, ``train`` runs ``hierl train`` (configs,
-stop conditions, logs, ``--resume``), ``commands`` the others; each calls into the
-package.
+``parser`` declares every command and option (one function per subcommand), ``train``
+runs ``hierl train`` (configs, stop conditions, logs, ``--resume``; ``progress`` is its
+display), ``commands`` the others (``config_yaml`` writes ``hierl config --yaml``); each
+calls into the package.
 
 Examples::
 

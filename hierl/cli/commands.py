@@ -1,5 +1,6 @@
 """The ``hierl`` commands besides ``train``: ``list``, ``config``, ``tune``, ``bench``,
-``rollout``, ``export`` and ``serve``."""
+``rollout``, ``export`` and ``serve``; each ``add_<name>_command`` (its options and help,
+assembled by :func:`hierl.cli.parser.build_parser`) sits just above its ``cmd_<name>``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import contextlib
 import json
 import sys
+import textwrap
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,14 +17,31 @@ from hierl.cli.common import (
     PROG,
     CLIError,
     Parser,
+    add_allow_import,
+    algorithm,
     algorithm_names,
     error_line,
     is_number,
     one_line,
+    positive_int,
     resolve_checkpoint,
     trainer_class,
     user_error,
 )
+from hierl.cli.train import parse_stop
+
+
+def add_list_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``hierl list`` (its options, help and handler) to the subcommands ``sub``."""
+    lst = sub.add_parser(
+        "list",
+        help="list algorithms",
+        description="List the registered algorithms with their default policy optimizer "
+        "and a one-line description.",
+    )
+    lst.add_argument("--names", action="store_true", help="only the names, one per line")
+    lst.set_defaults(func=cmd_list)
+    return lst
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -47,6 +66,25 @@ def _default_optimizer(name: str) -> str:
     return getattr(config_class, "default_optimizer", None) or "-"
 
 
+def add_config_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``hierl config`` (its options, help and handler) to the subcommands ``sub``."""
+    cfg = sub.add_parser(
+        "config",
+        help="show an algorithm's config keys",
+        description="Show the config keys of an algorithm with their defaults and meaning "
+        "(for 'hierl train --config').",
+    )
+    cfg.add_argument("algo", type=algorithm, metavar="ALGO", help="algorithm name (any case)")
+    cfg.add_argument(
+        "--yaml",
+        action="store_true",
+        help="print a complete YAML config file (every key with its default, its "
+        "documentation as a comment) to edit and pass to 'hierl train --config FILE'",
+    )
+    cfg.set_defaults(func=cmd_config)
+    return cfg
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     from hierl.config import field_docs
 
@@ -69,7 +107,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def _config_yaml(algo: str, config: Any) -> str:
-    from hierl.config_yaml import config_yaml
+    from hierl.cli.config_yaml import config_yaml
 
     title = (
         f"{algo} config ({type(config).__name__}): every key with its default. Edit and run "
@@ -94,6 +132,57 @@ def _print_fields(values: dict[str, Any], docs: dict[str, str], indent: str) -> 
         print(f"{indent}{key} = {json.dumps(value, default=str)}")
         if docs.get(key):
             print(f"{indent}    {one_line(docs[key])}")
+
+
+def add_tune_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``hierl tune`` (its options, help and handler) to the subcommands ``sub``."""
+    tune = sub.add_parser(
+        "tune",
+        help="run Ray Tune experiments from a YAML file",
+        description=textwrap.fill(
+            "Run the experiments of a YAML experiment file with Ray Tune (search spaces, "
+            "ASHA/HyperBand/PBT schedulers, checkpoints), showing Tune's progress, then a "
+            "table of the best trials of each experiment. Every experiment is checked "
+            "before the first trial starts. Format: see hierl/tune/experiments.py and "
+            "examples/tune/.",
+            width=79,
+        ),
+    )
+    tune.add_argument(
+        "file", nargs="?", metavar="FILE", help="experiment file (.yaml); not with --resume"
+    )
+    tune.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the interrupted Tune experiment in DIR (STORAGE_PATH/NAME, as "
+        "'hierl tune' printed it): unfinished trials resume from their last checkpoints, "
+        "errored ones too (Tune's Tuner.restore; DIR must be trusted: Tune unpickles its "
+        "experiment state)",
+    )
+    tune.add_argument(
+        "--storage-path",
+        metavar="DIR",
+        help="where Tune writes results and checkpoints (default: ~/ray_results)",
+    )
+    tune.add_argument(
+        "--experiment",
+        action="append",
+        metavar="NAME",
+        help="run only this experiment of the file (repeatable)",
+    )
+    tune.add_argument(
+        "--stop",
+        action="append",
+        type=parse_stop,
+        metavar="KEY=VALUE",
+        help="replace every experiment's stop conditions (repeatable), e.g. training_iteration=5",
+    )
+    tune.add_argument("--ray-address", metavar="ADDR", help="join this Ray cluster")
+    tune.add_argument(
+        "--verbose", type=int, default=1, choices=[0, 1, 2], help="Tune's progress output"
+    )
+    tune.set_defaults(func=cmd_tune)
+    return tune
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -224,16 +313,97 @@ def _print_best_trials(experiments: list[tuple[str, Any, Any]]) -> int:
     return 2 if failed else 0
 
 
+def add_bench_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``hierl bench`` (its options, help and handler) to the subcommands ``sub``."""
+    from hierl.bench.options import add_arguments as add_bench_arguments
+
+    bench = sub.add_parser(
+        "bench",
+        help="microbenchmarks (pick a policy optimizer for your hardware)",
+        description="Run a microbenchmark: 'optimizers' drives every policy optimizer with "
+        "the same trainer and reports samples/s, updates/s and driver traffic, then the "
+        "SGD throughput of Table 3 and the async optimizer's driver overhead.",
+    )
+    bench.add_argument("target", choices=["optimizers"], help="what to benchmark")
+    add_bench_arguments(bench)
+    bench.set_defaults(func=cmd_bench)
+    return bench
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """``hierl bench optimizers ...``: the optimizer microbenchmarks."""
-    from hierl.optimizer_bench import run
+    from hierl.bench.optimizers import run
 
     return run(args, Parser(prog=f"{PROG} bench optimizers"))
 
 
+def add_rollout_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``hierl rollout`` (its options, help and handler) to the subcommands ``sub``."""
+    rollout = sub.add_parser(
+        "rollout",
+        help="run a trained policy from a checkpoint",
+        description=(
+            "Load a checkpoint written by 'hierl train' and run episodes with its policy, "
+            "printing each episode's return and the mean. CHECKPOINT may also be a run's "
+            "output dir or its checkpoints/ dir (the latest checkpoint is used)."
+        ),
+    )
+    rollout.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint directory")
+    rollout.add_argument(
+        "--episodes",
+        type=positive_int,
+        metavar="N",
+        help="episodes to run (default 10 unless --steps is given)",
+    )
+    rollout.add_argument(
+        "--steps",
+        type=positive_int,
+        metavar="N",
+        help="stop after N env steps in all, cutting the last episode short (with "
+        "--episodes: whichever limit comes first; single-agent envs)",
+    )
+    rollout.add_argument(
+        "--render", action="store_true", help="show the env on screen (render_mode='human')"
+    )
+    rollout.add_argument(
+        "--video-dir",
+        metavar="DIR",
+        help="record every episode as an mp4 file in DIR (gymnasium RecordVideo; needs "
+        "pip install 'hierl[render]')",
+    )
+    rollout.add_argument(
+        "--env",
+        metavar="ENV",
+        help="play this env instead of the checkpoint's (same observation and action "
+        "spaces); the checkpoint's env_config is dropped",
+    )
+    rollout.add_argument(
+        "--env-config",
+        metavar="JSON",
+        help='env keyword arguments merged over the env_config, e.g. \'{"max_episode_steps": '
+        "100}'",
+    )
+    rollout.add_argument(
+        "--explore",
+        action="store_true",
+        help="sample actions stochastically (default: deterministic/greedy actions)",
+    )
+    rollout.add_argument("--seed", type=int, metavar="S", help="seed for the env and actions")
+    rollout.add_argument(
+        "--output",
+        metavar="DIR",
+        help="write whole episodes to DIR as logged data (Parquet, with each action's "
+        "action_logp for off-policy estimation); actions are sampled, and the run's "
+        "sub-envs may finish a few more than --episodes",
+    )
+    add_allow_import(rollout)
+    rollout.set_defaults(func=cmd_rollout)
+    return rollout
+
+
 def cmd_rollout(args: argparse.Namespace) -> int:
+    from hierl.algorithms.playback import RolloutOptions, log_episodes, rollout
     from hierl.algorithms.registry import get_trainer_class
-    from hierl.algorithms.rollout import RolloutOptions, log_episodes, rollout
     from hierl.algorithms.trainer import ACTING_OVERRIDES, Trainer
     from hierl.checkpoint import CheckpointError, load_checkpoint
     from hierl.config import ConfigError
@@ -325,6 +495,42 @@ def _print_episode(number: int, total: float, length: int, note: str = "") -> No
     print(f"episode {number}: return {total:.2f}, length {length}{note}", flush=True)
 
 
+def add_export_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``hierl export`` (its options, help and handler) to the subcommands ``sub``."""
+    export = sub.add_parser(
+        "export",
+        help="export a checkpoint's policy as TorchScript or ONNX for serving without hierl",
+        description=(
+            "Write the greedy policy of a checkpoint as a self-contained model (observation "
+            "preprocessing, filter and action selection folded in) plus policy.json, which "
+            "says how to call it. CHECKPOINT may also be a run's output dir or its "
+            "checkpoints/ dir (the latest checkpoint is used). Loading it needs only torch "
+            "(TorchScript) or onnxruntime (ONNX); see hierl.export."
+        ),
+    )
+    export.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint directory")
+    export.add_argument(
+        "--format",
+        default="torchscript",
+        metavar="FORMAT",
+        help="torchscript (policy.pt) or onnx (policy.onnx, needs pip install "
+        "'hierl[export]'); default torchscript",
+    )
+    export.add_argument(
+        "--output",
+        metavar="DIR",
+        help="directory to write (default: CHECKPOINT_FORMAT beside the checkpoint)",
+    )
+    export.add_argument(
+        "--policy-id",
+        metavar="ID",
+        help="the policy to export (multi-agent checkpoints; default: the default policy)",
+    )
+    add_allow_import(export)
+    export.set_defaults(func=cmd_export)
+    return export
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from hierl.algorithms.registry import get_trainer_class
     from hierl.algorithms.trainer import ACTING_OVERRIDES, Trainer
@@ -357,6 +563,87 @@ def cmd_export(args: argparse.Namespace) -> int:
     for written in exported.paths:
         print(written.resolve(), flush=True)
     return 0
+
+
+def add_serve_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``hierl serve`` (its options, help and handler) to the subcommands ``sub``."""
+    srv = sub.add_parser(
+        "serve",
+        help="serve a checkpoint's policy over HTTP (Ray Serve)",
+        description=(
+            "Deploy the policy of a checkpoint as a Ray Serve application and block until "
+            "Ctrl-C: POST /act (observations -> actions, dynamically batched), GET /spec "
+            "(spaces, algorithm, iteration, weights hash), GET /healthz. A trainer with "
+            "serve_deployment={'app': NAME} pushes new weights to it. CHECKPOINT may also be "
+            "a run's output dir or its checkpoints/ dir (the latest checkpoint is used)."
+        ),
+    )
+    srv.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint directory")
+    srv.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0: every interface)",
+    )
+    srv.add_argument("--port", type=positive_int, default=8000, help="HTTP port (default 8000)")
+    srv.add_argument("--name", default="hierl", help="Serve application name (default hierl)")
+    srv.add_argument(
+        "--route-prefix", default="/", metavar="PREFIX", help="URL prefix of the app (default /)"
+    )
+    srv.add_argument(
+        "--replicas", type=positive_int, default=1, metavar="N", help="replicas (default 1)"
+    )
+    srv.add_argument(
+        "--num-cpus", type=float, default=1.0, metavar="C", help="CPUs per replica (default 1)"
+    )
+    srv.add_argument(
+        "--max-batch-size",
+        type=positive_int,
+        default=32,
+        metavar="N",
+        help="requests batched into one forward pass (default 32; 1: no batching)",
+    )
+    srv.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=5.0,
+        metavar="MS",
+        help="how long a batch waits for more requests (default 5)",
+    )
+    srv.add_argument(
+        "--auth-token",
+        metavar="TOKEN",
+        help="shared token: requests without 'Authorization: Bearer TOKEN' get 401 "
+        "(default: $HIERL_SERVE_TOKEN; prefer it, a flag shows in the process list)",
+    )
+    srv.add_argument(
+        "--body-timeout-s",
+        type=float,
+        metavar="S",
+        help="a request body must arrive whole within S seconds, else 408 (default 10)",
+    )
+    srv.add_argument(
+        "--request-timeout-s",
+        type=float,
+        metavar="S",
+        help="a request not answered within S seconds gets 503 (default 30)",
+    )
+    srv.add_argument(
+        "--max-body-reads-per-client",
+        type=positive_int,
+        metavar="N",
+        help="requests whose bodies are still arriving that one client address may have "
+        "at a replica (more: 429; default a third of the replica's 100 request slots)",
+    )
+    srv.add_argument(
+        "--max-request-bytes",
+        type=positive_int,
+        metavar="N",
+        help="larger request bodies are refused with 413 (default 16 MiB)",
+    )
+    srv.add_argument("--ray-address", metavar="ADDR", help="join this Ray cluster")
+    add_allow_import(srv)
+    srv.set_defaults(func=cmd_serve)
+    return srv
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

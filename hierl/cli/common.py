@@ -171,3 +171,16 @@ def check_env(env: Any, preprocessor_pref: str) -> None:
         resolve_env_creator(env, preprocessor_pref)
     except ValueError as e:
         raise CLIError(str(e)) from None
+
+
+def add_allow_import(command: argparse.ArgumentParser) -> None:
+    """``--allow-import MODULE``: for the commands that rebuild a trainer from a checkpoint."""
+    command.add_argument(
+        "--allow-import",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="let the checkpoint's config import MODULE (or a module in that package) for "
+        "callbacks, model.custom_model or an env 'module:Id'; repeatable. Without it, a "
+        "checkpoint that names a module is refused",
+    )

@@ -9,6 +9,7 @@ import math
 import os
 import re
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -18,9 +19,13 @@ from hierl.cli.common import (
     CHECKPOINTS_DIR,
     PROG,
     CLIError,
+    add_allow_import,
+    algorithm,
+    algorithm_names,
     check_env,
     env_name,
     is_number,
+    non_negative_int,
     one_line,
     trainer_class,
 )
@@ -180,7 +185,7 @@ def default_stop(env: Any) -> tuple[dict[str, float], str]:
 
 
 def describe_stop(stop: Mapping[str, float]) -> str:
-    from hierl.progress import format_target
+    from hierl.cli.progress import format_target
 
     return ", ".join(f"{k} >= {format_target(v)}" for k, v in stop.items())
 
@@ -205,7 +210,7 @@ def check_stop_keys(stop: Mapping[str, float], result: Mapping[str, Any]) -> Non
 
 def reached_stop(stop: Mapping[str, float], result: Mapping[str, Any]) -> str | None:
     """The first condition ``result[key] >= target`` that holds, described; else None."""
-    from hierl.progress import format_target
+    from hierl.cli.progress import format_target
 
     for key, target in stop.items():
         try:
@@ -266,6 +271,137 @@ def write_learning_curve(
         ax.legend(loc="best")
     fig.tight_layout()
     return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
+
+
+def add_train_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``hierl train`` (its options, help and handler) to the subcommands ``sub``."""
+    algos = ", ".join(algorithm_names())
+    train = sub.add_parser(
+        "train",
+        help="train an algorithm on an environment",
+        description=textwrap.fill(
+            "Train an algorithm until a stop condition holds, logging every iteration to "
+            "OUTPUT_DIR/result.jsonl, progress.csv and TensorBoard event files (named as "
+            "Ray Tune names them: tensorboard --logdir OUTPUT_DIR), saving checkpoints and "
+            "a learning curve. Ctrl-C stops training cleanly after saving a final "
+            "checkpoint; --resume OUTPUT_DIR continues a run from its last complete "
+            "checkpoint (after Ctrl-C, a crash or a kill).",
+            width=79,
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            f"algorithms: {algos}\n"
+            "config keys of an algorithm: hierl config ALGO\n\n"
+            "example:\n"
+            "  hierl train --algo PPO --env CartPole-v1 \\\n"
+            '      --config \'{"train_batch_size": 2000, "lr": 3e-4}\' \\\n'
+            "      --stop episode_reward_mean=475 --stop timesteps_total=500000 \\\n"
+            "      --checkpoint-freq 10\n"
+            "  hierl train --algo PPO --env ALE/Pong-v5 --config examples/tuned/pong-ppo.yaml\n"
+            "  hierl train --resume hierl_results/PPO_CartPole-v1_20250101-120000 \\\n"
+            "      --stop timesteps_total=1e6\n\n"
+            "Config sources apply in order: --config files/objects, then --set, then "
+            "--env/--seed/\n--num-evaluators.\n"
+            "Without --stop, training stops when episode_reward_mean reaches the env's "
+            f"reward_threshold\n(if it has one) or timesteps_total reaches {TIMESTEPS_CAP}."
+        ),
+    )
+    train.add_argument(
+        "--algo",
+        type=algorithm,
+        metavar="ALGO",
+        help=f"algorithm name, any case (one of: {algos}); required unless --resume or "
+        "an experiment file in --config gives it",
+    )
+    train.add_argument(
+        "--env",
+        metavar="ENV",
+        help="Gymnasium env id (e.g. CartPole-v1) or a name given to hierl.register_env; "
+        "overrides 'env' in --config",
+    )
+    train.add_argument(
+        "--config",
+        action="append",
+        metavar="FILE|JSON",
+        help="algorithm config: a .json/.yaml/.yml file or an inline JSON object, "
+        'e.g. \'{"lr": 0.001, "train_batch_size": 1000}\'; repeatable: merged in order, '
+        "a later one overriding the keys it sets (nested dicts such as 'model' merged "
+        "key by key, lists replaced). An experiment file (as for 'hierl tune', e.g. "
+        "examples/tuned/*.yaml) gives its experiment's algorithm, env, stop conditions, "
+        "checkpoint frequency and config; --algo, --env, --stop, --checkpoint-freq, "
+        "--seed, --set and later --config values override them",
+    )
+    train.add_argument(
+        "--experiment",
+        metavar="NAME",
+        help="the experiment to train from an experiment file that holds several",
+    )
+    train.add_argument(
+        "--set",
+        action="append",
+        type=parse_set,
+        dest="overrides",
+        metavar="KEY=VALUE",
+        help="set one config key after --config, a dotted path into nested keys; VALUE is "
+        "read as YAML (numbers, true/false, null, [lists], strings), e.g. "
+        "--set model.hiddens=[32,32] --set lr=1e-3 (repeatable)",
+    )
+    train.add_argument(
+        "--stop",
+        action="append",
+        type=parse_stop,
+        metavar="KEY=VALUE",
+        help="stop when result[KEY] >= VALUE (repeatable; stops when ANY condition holds), "
+        "e.g. episode_reward_mean=475, timesteps_total=1e6, training_iteration=100, "
+        "time_total_s=600",
+    )
+    train.add_argument(
+        "--num-evaluators",
+        type=non_negative_int,
+        metavar="N",
+        help="remote sampling actors (0: sample in this process, no Ray); "
+        "overrides 'num_evaluators' in --config",
+    )
+    train.add_argument(
+        "--output-dir",
+        metavar="DIR",
+        help="where results, checkpoints and the learning curve go "
+        "(default: ./hierl_results/ALGO_ENV_YYYYmmdd-HHMMSS/)",
+    )
+    train.add_argument(
+        "--checkpoint-freq",
+        type=non_negative_int,
+        metavar="K",
+        help="also checkpoint every K iterations (default 0: only at the end; with "
+        "--resume: the run's own)",
+    )
+    train.add_argument(
+        "--seed", type=int, metavar="S", help="random seed; overrides 'seed' in --config"
+    )
+    train.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the run in output dir DIR from its last complete checkpoint, with "
+        "its saved config (a corrupt last checkpoint: the one before), appending to its "
+        "logs after dropping the rows logged after that checkpoint; stop conditions count "
+        "from the start of the run. Only --stop (e.g. to extend the run), "
+        "--checkpoint-freq, --ray-address, --no-curve and --quiet may be given with it",
+    )
+    train.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="join this Ray cluster (e.g. 10.0.0.1:6379) instead of starting a local one; "
+        "overrides 'ray_address' in --config",
+    )
+    train.add_argument(
+        "--no-curve",
+        action="store_true",
+        help=f"do not plot {CURVE_FILE} (spares matplotlib's import, about 0.5 s)",
+    )
+    train.add_argument("--quiet", "-q", action="store_true", help="print only the final summary")
+    add_allow_import(train)
+    train.set_defaults(func=cmd_train)
+    return train
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -538,8 +674,8 @@ def _train_loop(
     """Train until a stop condition holds or Ctrl-C, logging every result (``history``:
     the run's results so far, for the learning curve), checkpointing every
     ``checkpoint_freq`` iterations and at the end."""
+    from hierl.cli.progress import TrainingProgress, episode_stats, format_number
     from hierl.loggers import ResultLogger
-    from hierl.progress import TrainingProgress, episode_stats, format_number
 
     reward_target = stop.get("episode_reward_mean")
     history = [{k: r.get(k) for k in CURVE_KEYS} for r in history]

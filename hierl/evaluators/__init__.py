@@ -7,7 +7,7 @@ from hierl.evaluators.multi_agent_env import MultiAgentEnv, make_multi_agent
 from hierl.evaluators.multi_agent_sampler import MultiAgentEpisodeRecord
 from hierl.evaluators.policy_evaluator import PolicyEvaluator
 from hierl.evaluators.policy_map import PolicySpec
-from hierl.evaluators.rollout import EpisodeRecord
+from hierl.evaluators.rollout_core import EpisodeRecord
 from hierl.evaluators.spec import EvaluatorSpec
 
 __all__ = [

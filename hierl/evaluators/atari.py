@@ -14,7 +14,7 @@ Atari defaults (Mnih et al. 2015; Machado et al. 2018 for the v5 ids' sticky act
 Rewards are clipped to ``[-1, 1]`` in the training batch (``clip_rewards`` None means 1.0
 for these ids), never in the env: the samplers report the full-game, unclipped returns
 that ``RecordEpisodeStatistics`` records below ``EpisodicLife`` (see
-:func:`hierl.evaluators.rollout.game_results`).  ``preprocessor_pref="none"`` turns the
+:func:`hierl.evaluators.rollout_core.game_results`).  ``preprocessor_pref="none"`` turns the
 whole pipeline off: the env is then exactly what ``gymnasium.make`` builds.
 """
 

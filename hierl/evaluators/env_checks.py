@@ -126,7 +126,7 @@ def check_step(
     check_observations(sampler, raw, step, flat=flat)
     final = info.get("final_obs") if isinstance(info, dict) else None
     if final is not None and "_final_obs" in info and np.any(info["_final_obs"]):
-        from hierl.evaluators.rollout import batch_obs
+        from hierl.evaluators.rollout_core import batch_obs
 
         idx = np.flatnonzero(info["_final_obs"])
         check_observations(sampler, batch_obs(sampler.obs_space, list(final[idx])), step)

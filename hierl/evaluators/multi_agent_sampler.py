@@ -30,7 +30,13 @@ import numpy as np
 from hierl.evaluators.env import EnvContext, EnvError
 from hierl.evaluators.filters import NoFilter
 from hierl.evaluators.multi_agent_env import ALL, MultiAgentEnv
-from hierl.evaluators.rollout import EpisodeRecord, FragmentSampler, RolloutSettings, act, batch_obs
+from hierl.evaluators.rollout_core import (
+    EpisodeRecord,
+    FragmentSampler,
+    RolloutSettings,
+    act,
+    batch_obs,
+)
 from hierl.models.preprocessors import Preprocessor
 from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import MultiAgentBatch, SampleBatch

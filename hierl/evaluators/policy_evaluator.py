@@ -25,7 +25,7 @@ from hierl.evaluators.env import EnvContext, resolve_env_creator
 from hierl.evaluators.filters import make_filter
 from hierl.evaluators.offline.writer import OutputWriter
 from hierl.evaluators.policy_map import build_policy_map
-from hierl.evaluators.rollout import (
+from hierl.evaluators.rollout_core import (
     EnvKind,
     EpisodePlayer,
     EpisodeRecord,
@@ -195,7 +195,7 @@ class PolicyEvaluator:
         policy_id: str = DEFAULT_POLICY_ID,
         run_callbacks: bool = True,
     ) -> EpisodePlayer:
-        """An :class:`~hierl.evaluators.rollout.EpisodePlayer` of policy ``policy_id``
+        """An :class:`~hierl.evaluators.rollout_core.EpisodePlayer` of policy ``policy_id``
         (with its preprocessor and observation filter) on ``env``, a single
         ``gymnasium.Env`` (None: a new one from this evaluator's env creator), that runs
         this evaluator's callbacks' episode hooks unless ``run_callbacks`` is False.

@@ -45,7 +45,7 @@ from gymnasium.vector.utils import iterate
 from hierl.evaluators import env_checks
 from hierl.evaluators.env import make_vector_env
 from hierl.evaluators.filters import NoFilter
-from hierl.evaluators.rollout import (
+from hierl.evaluators.rollout_core import (
     Actions,
     EpisodeRecord,
     FragmentSampler,

@@ -5,7 +5,7 @@ it runs without Serve too (the benchmark's in-process baseline, unit tests).  It
 the trainer's own local evaluator, so observations go through the preprocessors and
 observation filters of training (``update=False``: serving never changes the filter),
 and acts on a whole batch of requests with one forward pass per ``(policy, explore)``
-group (:func:`hierl.evaluators.rollout.act`).
+group (:func:`hierl.evaluators.rollout_core.act`).
 
 Requests (``POST /act``), as JSON::
 
@@ -35,7 +35,7 @@ import numpy as np
 from hierl.algorithms.serving import PolicySnapshot
 from hierl.algorithms.trainer import ACTING_OVERRIDES, Trainer
 from hierl.checkpoint import CheckpointError, load_checkpoint
-from hierl.evaluators.rollout import act, batch_obs
+from hierl.evaluators.rollout_core import act, batch_obs
 from hierl.evaluators.wire import (
     MAX_BATCH,
     WireError,

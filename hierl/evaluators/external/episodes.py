@@ -32,7 +32,7 @@ import gymnasium as gym
 import numpy as np
 
 from hierl.evaluators.filters import NoFilter
-from hierl.evaluators.rollout import EpisodeRecord, RolloutCore, act
+from hierl.evaluators.rollout_core import EpisodeRecord, RolloutCore, act
 from hierl.evaluators.wire import WireError, short_repr
 from hierl.models.preprocessors import Preprocessor
 from hierl.policy_graph import PolicyGraph

@@ -47,7 +47,7 @@ from hierl.evaluators.external.episodes import ActionRequest, EpisodeError, Exte
 from hierl.evaluators.external.server import ExternalServer
 from hierl.evaluators.external.settings import ExternalInputConfig
 from hierl.evaluators.policy_evaluator import PolicyEvaluator, locked
-from hierl.evaluators.rollout import EpisodeRecord, RolloutCore, act
+from hierl.evaluators.rollout_core import EpisodeRecord, RolloutCore, act
 from hierl.evaluators.spec import EvaluatorSpec
 from hierl.evaluators.wire import (
     WireError,

@@ -21,7 +21,7 @@ import weakref
 import numpy as np
 
 from hierl.evaluators import PolicyEvaluator
-from hierl.evaluators.rollout import EpisodePlayer, EpisodeRecord
+from hierl.evaluators.rollout_core import EpisodePlayer, EpisodeRecord
 from hierl.optimizers.es.noise_table import noise_slice
 from hierl.policy_graph import FlatWeights
 from hierl.sample_batch import DEFAULT_POLICY_ID

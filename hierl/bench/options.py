@@ -1,5 +1,5 @@
 """The options of ``hierl bench optimizers``, declared once for the ``hierl`` parser (which
-shows them in ``hierl bench --help``) and ``hierl.optimizer_bench.main``.
+shows them in ``hierl bench --help``) and ``hierl.bench.optimizers.main``.
 
 Importing this module imports nothing heavy: the CLI builds its parser on every call.
 """

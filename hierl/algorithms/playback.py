@@ -3,7 +3,7 @@
 :func:`rollout` plays whole episodes from fresh resets with a trainer's policy, greedy
 unless told to explore, until ``episodes`` episodes or ``steps`` env steps, whichever
 comes first.  A single-agent env is played by the evaluator's
-:class:`~hierl.evaluators.rollout.EpisodePlayer` (preprocessing, observation filter and
+:class:`~hierl.evaluators.rollout_core.EpisodePlayer` (preprocessing, observation filter and
 recurrent state exactly as in training), optionally rendered on screen
 (``render_mode="human"``) or recorded to mp4 files with Gymnasium's ``RecordVideo``
 (``render_mode="rgb_array"``; needs moviepy).  A multi-agent env is played by a fresh
@@ -26,7 +26,7 @@ from typing import Any
 from hierl.config import ConfigError
 from hierl.evaluators import PolicyEvaluator
 from hierl.evaluators.env import resolve_env_creator
-from hierl.evaluators.rollout import EnvKindError, EpisodeRecord, make_episode_env
+from hierl.evaluators.rollout_core import EnvKindError, EpisodeRecord, make_episode_env
 
 RENDER_EXTRA = "pip install 'hierl[render]'"
 """What installs the renderers and the video writer (pygame, moviepy)."""

@@ -465,7 +465,7 @@ def main(argv: Sequence[str] | None = None, parser_class: type | None = None) ->
     """
     import argparse
 
-    from hierl.optimizer_bench_options import add_arguments
+    from hierl.bench.options import add_arguments
 
     parser = (parser_class or argparse.ArgumentParser)(
         prog="hierl bench optimizers", description=__doc__.split("\n\n")[0]
@@ -492,12 +492,12 @@ def _check_algo_and_env(algo: str, env: str, parser: Any) -> None:
 
 
 def run(args: Any, parser: Any) -> int:
-    """Run the benchmark with parsed options (``hierl.optimizer_bench_options``);
+    """Run the benchmark with parsed options (``hierl.bench.options``);
     ``parser.error`` reports an unknown strategy name."""
     from pathlib import Path
 
-    from hierl.bench_report import bar_png, write_record
-    from hierl.optimizer_bench_options import option_values
+    from hierl.bench.options import option_values
+    from hierl.bench.report import bar_png, write_record
 
     valid = strategies()
     if args.optimizers is None:
