@@ -8,6 +8,7 @@ still start.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -29,8 +30,11 @@ from hierl.algorithms.resources import (
     ClusterCapacity,
     check_cluster_fits,
     fit_error,
+    trainer_bundles,
 )
+from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
 from hierl.config import ConfigError
+from hierl.evaluators.ray_runtime import ActorGroup
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -184,6 +188,47 @@ def test_when_no_single_setting_fits_it_says_so():
     message = fit_error(PPOTrainer, TUNE_CASE, tiny, driver_reserved=True)
     assert "No single setting makes it fit" in message
     assert "It fits with" not in message
+
+
+@dataclasses.dataclass
+class HelperLoopConfig(BaseConfig):
+    """A nested loop's settings: how many helper actors, and each one's CPUs."""
+
+    num_helpers: int = 3
+    num_cpus_per_helper: float = 1.0
+
+
+class HelperLoop(BaseTrainer):
+    """A nested algorithm written outside hierl: it declares its helpers in the hook."""
+
+    name = "HELPER_LOOP"
+    config_class = HelperLoopConfig
+
+    @classmethod
+    def actor_groups(cls, config: HelperLoopConfig) -> list[ActorGroup]:
+        helpers = ActorGroup.from_settings("helper", config, "num_helpers", "num_cpus_per_helper")
+        return [*super().actor_groups(config), helpers]
+
+
+def test_a_nested_trainer_declares_its_actors_in_its_actor_groups_hook():
+    config = {"env": "CartPole-v1"}
+    assert trainer_bundles(HelperLoop, config) == [{"CPU": 1.0}] * 4  # driver first
+    message = fit_error(HelperLoop, config, TWO_CPUS, driver_reserved=False)
+    assert "3 helpers x 1 CPU (num_cpus_per_helper) = 3 CPU" in message
+    assert "num_helpers=2" in _fixes(message)
+    _assert_each_fix_fits(HelperLoop, config, message, driver=False)
+
+
+def test_the_former_extra_actor_groups_hook_is_refused_by_name():
+    # ignoring it would start those actors outside the trainer's reservation
+    with pytest.raises(
+        TypeError, match=r"OldLoop defines extra_actor_groups.*actor_groups\(config\)"
+    ):
+
+        class OldLoop(BaseTrainer):
+            @classmethod
+            def extra_actor_groups(cls, config: Any) -> list[ActorGroup]:
+                return []
 
 
 def test_a_trainer_without_remote_actors_does_not_start_ray(monkeypatch):

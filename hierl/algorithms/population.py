@@ -129,9 +129,10 @@ class PopulationTrainer(BaseTrainer):
         return {**cfg.member_config, "env": cfg.env, "env_config": cfg.env_config, "seed": seed}
 
     @classmethod
-    def extra_actor_groups(cls, config: PopulationConfig) -> list[ActorGroup]:
-        """Every member's actors: its driver (a Ray actor), evaluators and other actors,
-        ``population_size`` times (the members differ in their seeds only)."""
+    def actor_groups(cls, config: PopulationConfig) -> list[ActorGroup]:
+        """The driver, then every member's actors: its driver (a Ray actor), evaluators
+        and other actors, ``population_size`` times (the members differ in their seeds
+        only)."""
         n = config.population_size
         member = cls.member_class.config_class.from_dict(cls._member_dict(config, 0))
         driver, *actors = trainer_groups(cls.member_class, member)
@@ -143,13 +144,14 @@ class PopulationTrainer(BaseTrainer):
         # CRUCIAL: as in start_trainer_actor, a member driver reserving nothing still
         # takes a token CPU share (Ray rejects empty bundles).
         groups = [
+            *super().actor_groups(config),
             ActorGroup(
                 f"{label} driver",
                 n,
                 driver.bundle or {"CPU": 0.01},
                 "population_size",
                 {r: in_member_config(s) for r, s in driver.share_settings.items()},
-            )
+            ),
         ]
         for g in actors:
             groups.append(

@@ -1,11 +1,13 @@
 """What a trainer reserves, and whether the Ray cluster can ever give it that.
 
 A trainer is a driver process (its learner: ``num_cpus_for_driver``, ``num_gpus``) plus
-the Ray actors it starts, each declared as an ``ActorGroup``: ``num_evaluators`` remote
-evaluators (``num_cpus_per_evaluator``, ``num_gpus_per_evaluator`` each), the actors its
-optimizer starts (``PolicyOptimizer.actor_groups``: Ape-X replay shards, parameter-server
-shards, ES aggregators) and any the algorithm declares (``BaseTrainer.extra_actor_groups``:
-a population's member trainers, AlphaZero's actors).  ``trainer_bundles`` turns them into
+the Ray actors it starts, each declared as an ``ActorGroup`` by the trainer class itself
+(``BaseTrainer.actor_groups``, a class hook): a flat ``Trainer``'s ``num_evaluators``
+remote evaluators (``num_cpus_per_evaluator``, ``num_gpus_per_evaluator`` each) and the
+actors its optimizer starts (``PolicyOptimizer.actor_groups``: Ape-X replay shards,
+parameter-server shards, ES aggregators); a nested algorithm's own actors (a population's
+member trainers, AlphaZero's actors).  This module only reads those groups: it imports
+the trainer modules for their types alone.  ``trainer_bundles`` turns them into
 one resource bundle per process, driver first.  Whoever schedules a trainer (a Ray Tune
 trial, a population loop such as PPO-ES that runs trainers as actors) reserves these
 bundles as one placement group and starts the trainer in its first bundle with
@@ -36,13 +38,15 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hierl.algorithms.trainer import Trainer, TrainerConfig
-from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
 from hierl.config import ConfigError
 from hierl.evaluators.ray_runtime import ActorGroup, ensure_ray
-from hierl.optimizers import get_optimizer_class
+
+if TYPE_CHECKING:
+    from hierl.algorithms.trainer import TrainerConfig
+    from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
+    from hierl.optimizers import PolicyOptimizer
 
 SKIP_CHECK_ENV = "HIERL_SKIP_RESOURCE_CHECK"
 """Set to 1 to skip ``check_cluster_fits`` (a cluster that adds nodes on demand)."""
@@ -63,47 +67,52 @@ def trainer_groups(
     trainer_cls: type[BaseTrainer], config: BaseConfig | Mapping[str, Any]
 ) -> list[ActorGroup]:
     """Everything a ``trainer_cls`` trainer with ``config`` runs: its driver first (one,
-    possibly reserving nothing), then its remote evaluators, its optimizer's actors and
-    the algorithm's extra actors.  Settings are named relative to ``config``."""
-    cfg = resolve_config(trainer_cls, config)
-    groups = [
+    possibly reserving nothing), then the actors it starts (``trainer_cls.actor_groups``).
+    Settings are named relative to ``config``."""
+    return trainer_cls.actor_groups(resolve_config(trainer_cls, config))
+
+
+# -- the groups trainers declare (their ``actor_groups`` hooks build on these) ---------
+def driver_group(config: BaseConfig) -> ActorGroup:
+    """The trainer's own process: ``num_cpus_for_driver`` and ``num_gpus`` (its learner)."""
+    return ActorGroup(
+        "driver",
+        1,
+        {"CPU": config.num_cpus_for_driver, "GPU": config.num_gpus},
+        share_settings={"CPU": "num_cpus_for_driver", "GPU": "num_gpus"},
+    )
+
+
+def evaluator_groups(config: TrainerConfig) -> list[ActorGroup]:
+    """A flat trainer's remote evaluators: the training ones, and the evaluation ones
+    (same resources each) when it evaluates."""
+    counts = [("evaluator", "num_evaluators")]
+    if config.evaluation_interval:
+        counts.append(("evaluation evaluator", "evaluation_num_evaluators"))
+    return [
         ActorGroup(
-            "driver",
-            1,
-            {"CPU": cfg.num_cpus_for_driver, "GPU": cfg.num_gpus},
-            share_settings={"CPU": "num_cpus_for_driver", "GPU": "num_gpus"},
+            name,
+            getattr(config, count),
+            {"CPU": config.num_cpus_per_evaluator, "GPU": config.num_gpus_per_evaluator},
+            count,
+            {"CPU": "num_cpus_per_evaluator", "GPU": "num_gpus_per_evaluator"},
         )
+        for name, count in counts
     ]
-    if isinstance(cfg, TrainerConfig):  # nested algorithms have no evaluators of their own
-        # training evaluators, and evaluation ones (same resources each) when evaluating
-        counts = [("evaluator", "num_evaluators")]
-        if cfg.evaluation_interval:
-            counts.append(("evaluation evaluator", "evaluation_num_evaluators"))
-        groups += [
-            ActorGroup(
-                name,
-                getattr(cfg, count),
-                {"CPU": cfg.num_cpus_per_evaluator, "GPU": cfg.num_gpus_per_evaluator},
-                count,
-                {"CPU": "num_cpus_per_evaluator", "GPU": "num_gpus_per_evaluator"},
-            )
-            for name, count in counts
-        ]
-    if issubclass(trainer_cls, Trainer):
-        # the config the trainer builds its optimizer from, so both always agree
-        opt_class = get_optimizer_class(cfg.optimizer)
-        for g in opt_class.actor_groups(cfg.optimizer_config, cfg.num_evaluators):
-            groups.append(
-                dataclasses.replace(
-                    g,
-                    count_setting=g.count_setting and f"optimizer_config.{g.count_setting}",
-                    share_settings={
-                        r: f"optimizer_config.{s}" for r, s in g.share_settings.items()
-                    },
-                )
-            )
-    groups += trainer_cls.extra_actor_groups(cfg)
-    return groups
+
+
+def optimizer_groups(opt_class: type[PolicyOptimizer], config: TrainerConfig) -> list[ActorGroup]:
+    """The actors a flat trainer's optimizer ``opt_class`` starts, from the config the
+    trainer builds the optimizer from (so both always agree), with their settings named
+    relative to the trainer's config (``optimizer_config.num_shards``)."""
+    return [
+        dataclasses.replace(
+            g,
+            count_setting=g.count_setting and f"optimizer_config.{g.count_setting}",
+            share_settings={r: f"optimizer_config.{s}" for r, s in g.share_settings.items()},
+        )
+        for g in opt_class.actor_groups(config.optimizer_config, config.num_evaluators)
+    ]
 
 
 def trainer_bundles(

@@ -26,6 +26,7 @@ import numpy as np
 from hierl.algorithms import multi_agent
 from hierl.algorithms.evaluation import Evaluation
 from hierl.algorithms.off_policy_estimation import check_estimators, estimate_all
+from hierl.algorithms.resources import evaluator_groups, optimizer_groups
 from hierl.algorithms.serving import ServeDeployment, maybe_push
 from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
 from hierl.checkpoint import CheckpointError
@@ -38,6 +39,7 @@ from hierl.evaluators.offline.reader import iter_episodes, list_files
 from hierl.evaluators.offline.settings import SAMPLER, InputSpec, OutputSpec, path_strings
 from hierl.evaluators.offline.writer import DEFAULT_MAX_FILE_SIZE
 from hierl.evaluators.policy_map import PolicySpec
+from hierl.evaluators.ray_runtime import ActorGroup
 from hierl.evaluators.wire import space_to_json
 from hierl.export import ExportedPolicy, export_policy
 from hierl.models.networks import ModelConfig
@@ -579,6 +581,17 @@ class Trainer(BaseTrainer):
         self._policy_rewards = multi_agent.PolicyRewards(self.config.metrics_smoothing_episodes)
 
     # -- construction hooks ------------------------------------------------------------
+    @classmethod
+    def actor_groups(cls, config: TrainerConfig) -> list[ActorGroup]:
+        """The driver, the remote evaluators (training and evaluation) and the actors the
+        config's optimizer starts."""
+        opt_class = get_optimizer_class(config.optimizer)
+        return [
+            *super().actor_groups(config),
+            *evaluator_groups(config),
+            *optimizer_groups(opt_class, config),
+        ]
+
     def validate_config(self, config: TrainerConfig) -> TrainerConfig:
         """The config's optimizer (one the algorithm supports: checked by the config) must
         have the capabilities the config needs and train its policy classes."""

@@ -23,6 +23,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from hierl.algorithms.resources import check_cluster_fits, driver_group
 from hierl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from hierl.config import Config, ConfigError
 from hierl.evaluators.ray_runtime import DEFAULT_GET_TIMEOUT_S, ActorGroup
@@ -110,9 +111,6 @@ class BaseTrainer:
         """Raise ConfigError (at once, naming each part, the cluster and a setting that
         fits) if the Ray cluster can never hold the actors this trainer starts; starts
         Ray only if the trainer starts Ray actors.  See ``hierl.algorithms.resources``."""
-        # imported here: resources imports the trainer classes
-        from hierl.algorithms.resources import check_cluster_fits
-
         check_cluster_fits(type(self), self.config)
 
     # -- the algorithm -----------------------------------------------------------------
@@ -151,11 +149,25 @@ class BaseTrainer:
         raise NotImplementedError
 
     @classmethod
-    def extra_actor_groups(cls, config: Any) -> list[ActorGroup]:
-        """The Ray actors this trainer starts besides its evaluators and its optimizer's
-        actors (e.g. a population's member trainers), with ``config``; their settings are
-        named relative to ``config``.  See ``hierl.algorithms.resources``."""
-        return []
+    def actor_groups(cls, config: Any) -> list[ActorGroup]:
+        """Everything a trainer of this class with (typed) ``config`` runs: its driver
+        first (one group, possibly reserving nothing), then each kind of Ray actor it
+        starts, with settings named relative to ``config``.  A trainer that starts actors
+        (evaluators, a population's members, AlphaZero's workers) overrides this and
+        extends ``super().actor_groups(config)``; ``hierl.algorithms.resources`` reserves
+        and checks what it returns."""
+        return [driver_group(config)]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # CRUCIAL: the old hook would otherwise be ignored without a word, and the actors
+        # it declared started outside the trainer's reservation.
+        if "extra_actor_groups" in vars(cls):
+            raise TypeError(
+                f"{cls.__qualname__} defines extra_actor_groups, which hierl no longer "
+                "reads: override the classmethod actor_groups(config) instead, returning "
+                "super().actor_groups(config) plus your groups"
+            )
 
     # -- checkpoints -------------------------------------------------------------------
     def save(self, checkpoint_dir: str | Path) -> Path:

@@ -20,6 +20,7 @@ from gymnasium.vector import SyncVectorEnv, VectorEnv
 
 from hierl.config import ConfigError
 from hierl.evaluators import atari
+from hierl.evaluators.env_kinds import env_kind
 from hierl.evaluators.vector_env import SameStepVectorEnv
 from hierl.shared_registry import SharedRegistry
 
@@ -144,9 +145,10 @@ def make_vector_env(
 ) -> VectorEnv:
     """Create ``num_envs`` copies (or the creator's own VectorEnv) for one evaluator."""
     first = creator(EnvContext(env_config, worker_index, 0))
-    if isinstance(first, VectorEnv):
+    kind = env_kind(first)
+    if kind.vectorized:
         return first
-    if not isinstance(first, gym.Env):
+    if not kind.plays_episodes:  # no single gymnasium.Env: copies cannot be stacked
         raise TypeError(f"env creator returned {type(first).__name__}, expected a gymnasium Env")
     envs = [first]
 
@@ -160,9 +162,7 @@ def env_spaces(creator: EnvCreator, env_config: Mapping[str, Any]) -> tuple[gym.
     """The single-env observation and action spaces of the env a creator makes."""
     env = creator(EnvContext(env_config, 0, 0))
     try:
-        if isinstance(env, VectorEnv):
-            return env.single_observation_space, env.single_action_space
-        return env.observation_space, env.action_space
+        return env_kind(env).spaces(env)
     finally:
         env.close()
 

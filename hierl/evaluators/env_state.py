@@ -37,6 +37,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import VectorEnv
 
+from hierl.evaluators.env_kinds import env_kind, env_types
 from hierl.sample_batch import SampleBatch
 
 # Attributes that only describe an env (never change while it runs).
@@ -45,13 +46,12 @@ _STATIC_NAMES = frozenset(
 )
 
 
-# Types of attributes that only describe an env, or are other envs (saved separately).
+# Types of attributes that only describe an env (other envs, of any registered kind, are
+# saved separately: ``_is_static``).
 _STATIC_TYPES = (
     gym.Space,
     gym.envs.registration.EnvSpec,
     enum.Enum,
-    gym.Env,
-    VectorEnv,
     type,
     types.FunctionType,
     types.MethodType,
@@ -103,7 +103,7 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
 
 # -- plain data ----------------------------------------------------------------------------
 def _is_static(value: Any) -> bool:
-    return isinstance(value, _STATIC_TYPES)
+    return isinstance(value, _STATIC_TYPES + env_types())
 
 
 def _is_ale(value: Any) -> bool:
@@ -224,7 +224,7 @@ def _restore_object(obj: Any, snap: Mapping[str, Any]) -> None:
 def _chain(env: Any) -> list[Any]:
     """``env`` and every env it wraps (``.env``), outermost first."""
     out = [env]
-    while isinstance(getattr(out[-1], "env", None), (gym.Env, VectorEnv)) and len(out) < 64:
+    while isinstance(getattr(out[-1], "env", None), env_types()) and len(out) < 64:
         out.append(out[-1].env)
     return out
 
@@ -236,8 +236,8 @@ def snapshot_env(env: gym.Env | VectorEnv) -> dict[str, Any]:
         NotSnapshotable: some attribute is not plain data (named in the message).
     """
     snap: dict[str, Any] = {"chain": [_snapshot_object(o) for o in _chain(env)]}
-    sub_envs = getattr(env, "envs", None)
-    if isinstance(env, VectorEnv) and isinstance(sub_envs, (list, tuple)):
+    sub_envs = env_kind(env).sub_envs(env)
+    if sub_envs:
         snap["envs"] = [snapshot_env(e) for e in sub_envs]
     return snap
 
@@ -256,7 +256,7 @@ def restore_env(env: gym.Env | VectorEnv, snap: Mapping[str, Any]) -> None:
     for obj, s in zip(chain, snap["chain"], strict=True):
         _restore_object(obj, s)
     if "envs" in snap:
-        sub_envs = env.envs
+        sub_envs = env_kind(env).sub_envs(env)
         if len(sub_envs) != len(snap["envs"]):
             raise ValueError(
                 f"env snapshot has {len(snap['envs'])} sub-envs, this vector env {len(sub_envs)}"

@@ -22,17 +22,16 @@ from hierl.config import ConfigError
 from hierl.evaluators import env_state
 from hierl.evaluators.callbacks import make_callbacks
 from hierl.evaluators.env import EnvContext, resolve_env_creator
+from hierl.evaluators.env_kinds import EnvKind, env_kind
 from hierl.evaluators.filters import make_filter
 from hierl.evaluators.offline.writer import OutputWriter
 from hierl.evaluators.policy_map import build_policy_map
 from hierl.evaluators.rollout_core import (
-    EnvKind,
     EpisodePlayer,
     EpisodeRecord,
     FragmentSampler,
     RolloutSettings,
     batch_obs,
-    env_kind,
     make_episode_env,
 )
 from hierl.evaluators.sample_queue import SampleQueue

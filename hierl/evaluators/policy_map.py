@@ -17,6 +17,7 @@ from typing import Any
 import gymnasium as gym
 
 from hierl.config import Config, ConfigError
+from hierl.evaluators.env_kinds import env_kind
 from hierl.evaluators.multi_agent_env import MultiAgentEnv
 from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import DEFAULT_POLICY_ID
@@ -136,13 +137,14 @@ def build_policy_map(
     None class is ``policy_class``, its None spaces are those of the env's agents mapped
     to it, and its config overrides apply to ``policy_config``.
     """
-    if not isinstance(env, MultiAgentEnv):
+    kind = env_kind(env)
+    if not kind.multi_agent:
         if policies:
             raise ConfigError(
                 f"config field 'policies' needs a MultiAgentEnv; env '{env_name}' "
                 f"made a {type(env).__name__}"
             )
-        obs_space, act_space = _single_agent_spaces(env)
+        obs_space, act_space = kind.spaces(env)
         return {DEFAULT_POLICY_ID: policy_class(obs_space, act_space, policy_config)}, None
     specs = {pid: PolicySpec.coerce(pid, s) for pid, s in (policies or {}).items()}
     if not specs:
@@ -210,10 +212,3 @@ def _infer_space(
             f"{attr}s; give one in its PolicySpec or map them to separate policies"
         )
     return found[0]
-
-
-def _single_agent_spaces(env: Any) -> tuple[gym.Space, gym.Space]:
-    """Observation and action space of one env (of one sub-env for a VectorEnv)."""
-    if isinstance(env, gym.vector.VectorEnv):
-        return env.single_observation_space, env.single_action_space
-    return env.observation_space, env.action_space

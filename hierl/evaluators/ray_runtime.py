@@ -41,7 +41,7 @@ class ActorGroup:
     ``{"CPU": 1.0}``), and the settings that size them.
 
     Components declare the actors they will start this way (an optimizer's
-    ``actor_groups``, an algorithm's ``extra_actor_groups``) so that
+    ``actor_groups``, a trainer class's ``actor_groups``) so that
     ``hierl.algorithms.resources`` can reserve them and, when they can never fit, name
     them and compute which setting would make them fit.
     """

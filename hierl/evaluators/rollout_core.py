@@ -24,16 +24,14 @@ This module holds what does not depend on how the rows are laid out:
   (MultiAgentEnv copies, one row per agent);
 * :class:`EpisodePlayer`: a core over one ``gymnasium.Env`` that plays one whole episode
   per call (ES's perturbations, ``hierl rollout``);
-* the env kinds, :data:`ENV_KINDS` and :func:`env_kind`.
+* :func:`make_episode_env`: an env an :class:`EpisodePlayer` can play (its kind checked).
 
-Env kinds are the extension point for a new kind of env.  What an env creator returns is
-matched against :data:`ENV_KINDS` in one place (:func:`env_kind`), and its
-:class:`EnvKind` says which :class:`FragmentSampler` samples it and whether an
-:class:`EpisodePlayer` can play it.  To support a new kind (say a batched simulator with
-its own API), write a :class:`FragmentSampler` subclass for it (its per-step loop calls
-:func:`act`, :meth:`RolloutCore.call_env` and :meth:`RolloutCore.end_episode`; its
-``from_evaluator`` builds it) and add an :class:`EnvKind` to :data:`ENV_KINDS` before
-any kind its envs also match; PolicyEvaluator, ES and ``hierl rollout`` need no change.
+Env kinds are the extension point for a new kind of env: each is one registration in
+:mod:`hierl.evaluators.env_kinds` (its :class:`FragmentSampler`, its spaces, its state);
+a new kind's sampler builds on this module (its per-step loop calls :func:`act`,
+:meth:`RolloutCore.call_env` and :meth:`RolloutCore.end_episode`; its
+``from_evaluator`` builds it), and PolicyEvaluator, ES and ``hierl rollout`` need no
+change.
 
 Observation filters: every loop records an observation in the filter's statistics once,
 when it is acted on (or, at the end of a fragment, will be); an episode's final
@@ -43,21 +41,19 @@ observation is normalised but never recorded (see :mod:`hierl.evaluators.sampler
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import itertools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from hierl.evaluators.atari import LIFE_LOSS
 from hierl.evaluators.callbacks import Episode, EpisodeCallbacks, overrides
 from hierl.evaluators.env import EnvContext, EnvCreator, EnvError
+from hierl.evaluators.env_kinds import EnvKindError, env_kind
 from hierl.evaluators.filters import NoFilter
-from hierl.evaluators.multi_agent_env import MultiAgentEnv
 from hierl.models.preprocessors import Preprocessor, to_env_action
 from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import MultiAgentBatch, SampleBatch
@@ -503,73 +499,6 @@ class EpisodePlayer(RolloutCore):
     def close(self) -> None:
         """Close the env."""
         self.env.close()
-
-
-# -- env kinds: the extension point --------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class EnvKind:
-    """One kind of env hierl can roll out: how to recognise it and which loop runs it."""
-
-    name: str
-    """The kind as messages name it (``"MultiAgentEnv"``)."""
-    env_type: type
-    """What an env creator returns for this kind (an ``isinstance`` test)."""
-    sampler: str
-    """``"module:Class"`` of its :class:`FragmentSampler` (imported on first use: the
-    samplers build on this module)."""
-    plays_episodes: bool = False
-    """Whether an :class:`EpisodePlayer` plays it (a single env, single agent)."""
-    multi_agent: bool = False
-    """Whether it has several agents (policies by agent; ``sample()`` returns a
-    MultiAgentBatch)."""
-
-    @property
-    def sampler_class(self) -> type[FragmentSampler]:
-        """The :class:`FragmentSampler` subclass named by ``sampler``."""
-        module, _, name = self.sampler.partition(":")
-        return getattr(importlib.import_module(module), name)
-
-
-ENV_KINDS: list[EnvKind] = [
-    EnvKind(
-        "MultiAgentEnv",
-        MultiAgentEnv,
-        "hierl.evaluators.multi_agent_sampler:MultiAgentSampler",
-        multi_agent=True,
-    ),
-    EnvKind("VectorEnv", VectorEnv, "hierl.evaluators.sampler:VectorSampler"),
-    EnvKind(
-        "gymnasium.Env", gym.Env, "hierl.evaluators.sampler:VectorSampler", plays_episodes=True
-    ),
-]
-"""Every kind of env, matched in order (the first whose ``env_type`` fits wins)."""
-
-
-class EnvKindError(TypeError):
-    """An env creator returned an env of no kind, or of a kind that cannot be used here.
-
-    Attributes:
-        kind: the env's kind (None: none of :data:`ENV_KINDS`).
-    """
-
-    def __init__(self, message: str, kind: EnvKind | None = None):
-        super().__init__(message)
-        self.kind = kind
-
-
-def env_kind(env: Any) -> EnvKind:
-    """The :class:`EnvKind` of ``env`` (what an env creator returned).
-
-    Raises:
-        EnvKindError: ``env`` is of no kind in :data:`ENV_KINDS`.
-    """
-    for kind in ENV_KINDS:
-        if isinstance(env, kind.env_type):
-            return kind
-    raise EnvKindError(
-        f"env creator returned {type(env).__name__}, expected one of "
-        f"{', '.join(k.name for k in ENV_KINDS)}"
-    )
 
 
 def check_plays_episodes(env: Any, env_id: str) -> None:

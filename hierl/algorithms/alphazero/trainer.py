@@ -202,12 +202,14 @@ class AlphaZeroTrainer(BaseTrainer):
         )
 
     @classmethod
-    def extra_actor_groups(cls, config: Any) -> list[ActorGroup]:
-        """The self-play evaluators, the replay buffer, the learners and the arenas (none
-        with ``num_self_play_workers=0``: everything runs in the driver)."""
+    def actor_groups(cls, config: Any) -> list[ActorGroup]:
+        """The driver, then the self-play evaluators, the replay buffer, the learners and
+        the arenas (none with ``num_self_play_workers=0``: everything runs in the driver)."""
+        driver = super().actor_groups(config)
         if config.num_self_play_workers == 0:
-            return []
+            return driver
         return [
+            *driver,
             ActorGroup(
                 "self-play worker",
                 config.num_self_play_workers,
