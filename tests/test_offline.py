@@ -435,7 +435,8 @@ def test_td3_trains_from_logged_data_alone(tmp_path):
 def test_a_bc_checkpoint_acts_without_its_data(tmp_path):
     import shutil
 
-    from hierl.algorithms.trainer import ACTING_OVERRIDES, Trainer
+    from hierl.algorithms.trainer import Trainer
+    from hierl.algorithms.trainer_config import ACTING_OVERRIDES
 
     write_numbered(tmp_path / "data", [600])
     config = {"env": "CartPole-v1", "input": str(tmp_path / "data"), "train_batch_size": 200}

@@ -190,14 +190,14 @@ def test_custom_policy_graph_trains_through_public_api():
 
 
 def test_iteration_stats_are_the_mean_over_its_optimizer_steps():
-    from hierl.algorithms.trainer import _mean_stats
+    from hierl.algorithms.metrics import mean_stats
 
     steps = [
         {"p0": {"loss": 1.0, "kl": 0.5, "mode": "a"}},
         {"p0": {"loss": 3.0, "mode": "b"}, "p1": {"loss": 5.0}},
         {},
     ]
-    assert _mean_stats(steps) == {
+    assert mean_stats(steps) == {
         "p0": {"loss": 2.0, "kl": 0.5, "mode": "b"},
         "p1": {"loss": 5.0},
     }

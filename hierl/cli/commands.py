@@ -234,7 +234,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_rollout(args: argparse.Namespace) -> int:
     from hierl.algorithms.registry import get_trainer_class
     from hierl.algorithms.rollout import RolloutOptions, log_episodes, rollout
-    from hierl.algorithms.trainer import ACTING_OVERRIDES, Trainer
+    from hierl.algorithms.trainer import Trainer
+    from hierl.algorithms.trainer_config import ACTING_OVERRIDES
     from hierl.checkpoint import CheckpointError, load_checkpoint
     from hierl.config import ConfigError
 
@@ -327,7 +328,8 @@ def _print_episode(number: int, total: float, length: int, note: str = "") -> No
 
 def cmd_export(args: argparse.Namespace) -> int:
     from hierl.algorithms.registry import get_trainer_class
-    from hierl.algorithms.trainer import ACTING_OVERRIDES, Trainer
+    from hierl.algorithms.trainer import Trainer
+    from hierl.algorithms.trainer_config import ACTING_OVERRIDES
     from hierl.checkpoint import CheckpointError, load_checkpoint
     from hierl.config import ConfigError
     from hierl.export import FORMATS
