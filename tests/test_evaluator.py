@@ -17,11 +17,11 @@ pytestmark = pytest.mark.timeout(120)
 
 def make_evaluator(env, env_config=None, **kwargs) -> PolicyEvaluator:
     config = PGConfig.from_dict({"env": env, "model": {"hiddens": (8, 8)}})
-    kwargs.setdefault("num_envs", 2)
+    kwargs.setdefault("num_envs_per_evaluator", 2)
     kwargs.setdefault("rollout_fragment_length", 3)
     kwargs.setdefault("seed", 0)
     worker_index = kwargs.pop("worker_index", 0)
-    spec = EvaluatorSpec(env, PGPolicy, config, env_config=env_config or {}, **kwargs)
+    spec = EvaluatorSpec.of(env, PGPolicy, config, env_config=env_config or {}, **kwargs)
     return PolicyEvaluator(spec, worker_index=worker_index)
 
 
@@ -43,7 +43,7 @@ def test_batch_size_and_episode_accounting_across_fragments(counting_env):
 
 
 def test_truncation_keeps_final_observation(counting_env):
-    ev = make_evaluator(counting_env, {"length": 2, "terminate": False}, num_envs=1)
+    ev = make_evaluator(counting_env, {"length": 2, "terminate": False}, num_envs_per_evaluator=1)
     b = ev.sample()  # rows: t=0, t=1 (truncated), t=0 of the next episode
     assert list(b[SB.TRUNCATEDS]) == [False, True, False]
     assert not b[SB.TERMINATEDS].any()
@@ -121,7 +121,7 @@ def test_env_error_names_env_and_worker():
         def step(self, action):
             raise RuntimeError("boom")
 
-    ev = make_evaluator(lambda cfg: Broken(), worker_index=3, num_envs=1)
+    ev = make_evaluator(lambda cfg: Broken(), worker_index=3, num_envs_per_evaluator=1)
     with pytest.raises(
         RuntimeError, match=r"raised in step\(\) on evaluator 3: RuntimeError: boom"
     ):
@@ -171,11 +171,11 @@ def test_mean_std_filter_buffer_flush_and_apply():
 @pytest.mark.timeout(300)
 def test_remote_evaluators_sample_sync_weights_and_filters(ray_session, counting_env):
     config = PGConfig.from_dict({"env": "CartPole-v1", "model": {"hiddens": (8, 8)}})
-    spec = EvaluatorSpec(
+    spec = EvaluatorSpec.of(
         "CartPole-v1",
         PGPolicy,
         config,
-        num_envs=2,
+        num_envs_per_evaluator=2,
         rollout_fragment_length=5,
         seed=0,
         observation_filter="MeanStdFilter",
@@ -230,12 +230,12 @@ def test_ppo_bootstraps_truncation_and_cuts_but_not_termination(counting_env, te
         {"env": counting_env, "gamma": 0.5, "lambda_": 1.0, "model": {"hiddens": [8]}}
     )
     ev = PolicyEvaluator(
-        EvaluatorSpec(
+        EvaluatorSpec.of(
             counting_env,
             PPOPolicy,
             config,
             env_config={"length": 2, "terminate": terminate},
-            num_envs=1,
+            num_envs_per_evaluator=1,
             rollout_fragment_length=3,
             seed=0,
         )

@@ -15,6 +15,7 @@ the optimizers it supports::
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -178,30 +179,25 @@ class Trainer(BaseTrainer):
         }
 
     def _evaluator_spec(self) -> EvaluatorSpec:
-        """The spec every training evaluator is built from."""
+        """The spec every training evaluator is built from: the config's sampling
+        settings with the fragment length and the reward clipping resolved."""
         cfg = self.config
+        clip = cfg.clip_rewards
+        if clip is None:
+            clip = atari.default_clip_rewards(cfg.env, cfg.preprocessor_pref)
+        sampling = dataclasses.replace(
+            cfg.sampling_settings(),
+            rollout_fragment_length=self.rollout_fragment_length(),
+            clip_rewards=clip,
+        )
         return EvaluatorSpec(
             cfg.env,
             self.policy_class,
             cfg,
             env_config=cfg.env_config,
-            num_envs=cfg.num_envs_per_evaluator,
-            rollout_fragment_length=self.rollout_fragment_length(),
-            batch_mode=cfg.batch_mode,
-            observation_filter=cfg.observation_filter,
-            preprocessor_pref=cfg.preprocessor_pref,
-            clip_rewards=(
-                atari.default_clip_rewards(cfg.env, cfg.preprocessor_pref)
-                if cfg.clip_rewards is None
-                else cfg.clip_rewards
-            ),
+            sampling=sampling,
             seed=cfg.seed,
-            compress_observations=cfg.compress_observations,
-            callbacks=cfg.callbacks,
-            sample_async=cfg.sample_async,
             policies=multi_agent.resolve_policy_specs(cfg, self.policy_class),
-            policy_mapping_fn=cfg.policy_mapping_fn,
-            policies_to_train=cfg.policies_to_train,
             input=cfg.input_spec(),
             output=cfg.output_spec(),
         )

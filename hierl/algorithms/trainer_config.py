@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, TypeVar
 
 from hierl.algorithms import multi_agent
@@ -18,12 +18,12 @@ from hierl.algorithms.off_policy_estimation import check_estimators
 from hierl.algorithms.serving import ServeDeployment
 from hierl.algorithms.trainer_base import BaseConfig
 from hierl.config import ConfigError, from_dict, suggest_key, translate_rllib_keys
-from hierl.evaluators.callbacks import resolve_callbacks
 from hierl.evaluators.evaluator_set import DEFAULT_MAX_EVALUATOR_RESTARTS
 from hierl.evaluators.external.settings import ExternalInputConfig
 from hierl.evaluators.offline.settings import SAMPLER, InputSpec, OutputSpec, path_strings
 from hierl.evaluators.offline.writer import DEFAULT_MAX_FILE_SIZE
 from hierl.evaluators.policy_map import PolicySpec
+from hierl.evaluators.settings import SamplingSettings
 from hierl.models.networks import ModelConfig
 from hierl.optimizers import (
     OptimizerConfig,
@@ -56,8 +56,11 @@ def same_defaults(names: tuple[str, ...], **settings: Any) -> dict[str, dict[str
 
 
 @dataclasses.dataclass
-class TrainerConfig(BaseConfig):
+class TrainerConfig(SamplingSettings, BaseConfig):
     """Settings shared by every algorithm.  Algorithm configs subclass this.
+
+    The evaluators' sampling settings are declared once, in
+    :class:`~hierl.evaluators.settings.SamplingSettings`, and included here as flat keys.
 
     An algorithm names the optimizers it supports and states, per optimizer, the
     settings it changes (``optimizer_defaults``); the optimizer's settings themselves are
@@ -78,20 +81,10 @@ class TrainerConfig(BaseConfig):
 
     num_evaluators: int = 0
     """Remote evaluator actors; 0 samples in the driver process (no Ray needed)."""
-    num_envs_per_evaluator: int = 1
-    """Sub-envs stepped together by each evaluator (one batched forward per step)."""
     num_cpus_per_evaluator: float = 1.0
     """CPUs reserved by each remote evaluator actor (fractions allowed)."""
     num_gpus_per_evaluator: float = 0.0
     """GPUs reserved by each remote evaluator actor."""
-    rollout_fragment_length: int = 0
-    """Steps per sub-env per sample() call; 0 = the optimizer's ``train_batch_size``
-    split over all envs (for ``replay`` and ``apex`` that is the replayed batch, so
-    algorithms built on them set this explicitly: DQN 4, DDPG 1)."""
-    sample_async: bool = False
-    """Evaluators sample in a background thread, queueing one batch ahead (A3C-style)."""
-    batch_mode: Literal["truncate_episodes", "complete_episodes"] = "truncate_episodes"
-    """Cut episodes at fragment ends (bootstrapping) or return whole episodes only."""
     timesteps_per_iteration: int = 0
     """Each ``train()`` repeats optimizer steps until this many env steps were sampled
     (0: one step), so that an iteration of a one-step-per-update algorithm (DQN, DDPG)
@@ -113,33 +106,12 @@ class TrainerConfig(BaseConfig):
     """Settings of the chosen optimizer (its config class: e.g. ``{"num_towers": 2}`` for
     ``multi_gpu``), over the algorithm's ``optimizer_defaults`` for it; a dict becomes
     that typed config when the config is built."""
-    observation_filter: Literal["NoFilter", "MeanStdFilter"] = "NoFilter"
-    """Observation normalisation, synchronised across evaluators every iteration."""
-    preprocessor_pref: Literal["deepmind", "none"] = "deepmind"
-    """``deepmind``: Atari ids (``ALE/*``, ``*NoFrameskip-v4``) get the DeepMind
-    preprocessing (no-op reset, frame skip 4 with max-pooling, 84x84 grayscale, 4 stacked
-    frames, episodic life, reward clipping; :mod:`hierl.evaluators.atari`), as in SB3's
-    ``AtariWrapper`` and RLlib; ``none``: the env exactly as ``gymnasium.make`` builds it."""
-    clip_rewards: float | None = None
-    """Clip rewards to ``[-c, c]`` for learning (reported returns stay unclipped); None:
-    1.0 for Atari ids under ``preprocessor_pref="deepmind"``, else no clipping; 0: never."""
-    compress_observations: bool = False
-    """LZ4-compress observations in sample batches sent from evaluators."""
     metrics_smoothing_episodes: int = 100
     """Episode statistics are over the last this-many episodes."""
-    callbacks: Any = None
-    """An ``hierl.evaluators.EpisodeCallbacks`` subclass, or its name as
-    ``"module:Class"`` (what YAML files and checkpoints store): hooks into episodes,
-    trajectories, samples and results (:mod:`hierl.evaluators.callbacks`), e.g. custom
-    metrics reported as ``custom_metrics/<name>_mean``."""
     policies: dict = dataclasses.field(default_factory=dict)
     """Multi-agent: policy id → ``PolicySpec`` (policy class, None = this algorithm's;
     spaces, None = from the env's agents mapped to it; config overrides) or a dict of
     its fields.  Empty: single-agent (or one policy for every agent of a MultiAgentEnv)."""
-    policy_mapping_fn: Callable[[Any], str] | None = None
-    """Multi-agent: ``fn(agent_id) -> policy_id``; may be omitted with one policy."""
-    policies_to_train: tuple[str, ...] | None = None
-    """Multi-agent: the policy ids to update (None: all); the others act but stay frozen."""
     recreate_failed_evaluators: bool = True
     """A remote evaluator that fails (process or node lost, env raised) is recreated with
     the same worker index and given the current weights, filters and counters before it
@@ -214,14 +186,11 @@ class TrainerConfig(BaseConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.check("num_evaluators", self.num_evaluators >= 0, "must be >= 0")
-        self.check("num_envs_per_evaluator", self.num_envs_per_evaluator >= 1, "must be >= 1")
         self.check("num_cpus_per_evaluator", self.num_cpus_per_evaluator >= 0, "must be >= 0")
-        self.check("rollout_fragment_length", self.rollout_fragment_length >= 0, "must be >= 0")
         self.check("timesteps_per_iteration", self.timesteps_per_iteration >= 0, ">= 0")
         self.check("gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
         self.check("lr", self.lr > 0, "must be > 0")
         self.check("grad_clip", self.grad_clip is None or self.grad_clip > 0, "must be > 0")
-        self.check("clip_rewards", self.clip_rewards is None or self.clip_rewards >= 0, ">= 0")
         self.check("metrics_smoothing_episodes", self.metrics_smoothing_episodes >= 1, ">= 1")
         self.check("max_evaluator_restarts", self.max_evaluator_restarts >= 0, "must be >= 0")
         self.check("evaluation_interval", self.evaluation_interval >= 0, "must be >= 0")
@@ -229,7 +198,6 @@ class TrainerConfig(BaseConfig):
         self.check("evaluation_num_evaluators", self.evaluation_num_evaluators >= 0, "must be >= 0")
         self.check("input_shuffle_window", self.input_shuffle_window >= 0, "must be >= 0")
         self.check("output_max_file_size", self.output_max_file_size > 0, "must be > 0")
-        resolve_callbacks(self.callbacks)  # a bad name fails here, naming what is valid
         self.input = path_strings(self.input)
         self.input_mix = {path_strings(k): p for k, p in self.input_mix.items()}
         spec = self.input_spec()  # validates input / input_mix
