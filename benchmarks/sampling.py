@@ -469,14 +469,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"a) Pendulum-v1 x{PENDULUM_ENVS} SyncVectorEnv, in process", flush=True)
 
     def make_ev(env: Any, policy_class: type, **kwargs: Any) -> PolicyEvaluator:
-        spec = EvaluatorSpec(env, policy_class, cfg, seed=0, **kwargs)
+        spec = EvaluatorSpec.of(env, policy_class, cfg, seed=0, **kwargs)
         return PolicyEvaluator(spec, num_threads=1)
 
     def pendulum_ev(policy_class: type) -> PolicyEvaluator:
         return make_ev(
             "Pendulum-v1",
             policy_class,
-            num_envs=PENDULUM_ENVS,
+            num_envs_per_evaluator=PENDULUM_ENVS,
             rollout_fragment_length=PENDULUM_FRAGMENT,
         )
 
@@ -547,11 +547,11 @@ def main(argv: list[str] | None = None) -> None:
                 "pendulum remote",
                 functools.partial(
                     remote_scaling,
-                    EvaluatorSpec(
+                    EvaluatorSpec.of(
                         "Pendulum-v1",
                         SamplingPolicy,
                         cfg,
-                        num_envs=PENDULUM_ENVS,
+                        num_envs_per_evaluator=PENDULUM_ENVS,
                         rollout_fragment_length=PENDULUM_FRAGMENT,
                         seed=0,
                     ),
@@ -565,7 +565,7 @@ def main(argv: list[str] | None = None) -> None:
                 "cartpole_vec remote",
                 functools.partial(
                     remote_scaling,
-                    EvaluatorSpec(
+                    EvaluatorSpec.of(
                         cartpole_vec_creator,
                         SamplingPolicy,
                         cfg,

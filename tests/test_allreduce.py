@@ -61,11 +61,11 @@ def _weights(evaluator_or_actor) -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def group(ray_session):
     """Two remote PG evaluators (same initial weights) forming a gloo group."""
-    spec = EvaluatorSpec(
+    spec = EvaluatorSpec.of(
         "CartPole-v1",
         PGPolicy,
         PGConfig.from_dict(POLICY_CONFIG),
-        num_envs=2,
+        num_envs_per_evaluator=2,
         rollout_fragment_length=32,
         seed=0,
     )

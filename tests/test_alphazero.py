@@ -276,11 +276,11 @@ def test_self_play_returns_whole_games_as_training_rows():
 
     config = AlphaZeroConfig.from_dict(_config(num_simulations=4))
     ev = SelfPlayEvaluator(
-        EvaluatorSpec(
+        EvaluatorSpec.of(
             TTT,
             AlphaZeroPolicy,
             config,
-            num_envs=4,
+            num_envs_per_evaluator=4,
             rollout_fragment_length=9,
             batch_mode="complete_episodes",
             seed=0,

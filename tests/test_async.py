@@ -171,7 +171,7 @@ class FailingEnv(gym.Env):
 
 def test_background_sampling_queues_batches_and_reraises_env_errors(counting_env):
     ev = PolicyEvaluator(
-        EvaluatorSpec(
+        EvaluatorSpec.of(
             counting_env,
             PGPolicy,
             PGTrainer.config_class(env="x"),
@@ -190,7 +190,7 @@ def test_background_sampling_queues_batches_and_reraises_env_errors(counting_env
     assert ev._queue is None
 
     broken = PolicyEvaluator(
-        EvaluatorSpec(
+        EvaluatorSpec.of(
             FailingEnv,
             PGPolicy,
             PGTrainer.config_class(env="x"),

@@ -86,12 +86,12 @@ class EndOnly(EpisodeCallbacks):
 
 def _evaluator(callbacks, *, num_envs=2, fragment=5, batch_mode="truncate_episodes", env=None):
     config = PGConfig.from_dict({"env": CountingEnv, "model": {"hiddens": [8]}})
-    spec = EvaluatorSpec(
+    spec = EvaluatorSpec.of(
         env or CountingEnv,
         PGPolicy,
         config,
         env_config={"length": LENGTH},
-        num_envs=num_envs,
+        num_envs_per_evaluator=num_envs,
         rollout_fragment_length=fragment,
         batch_mode=batch_mode,
         seed=0,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from hierl.algorithms.pg import PGConfig, PGPolicy
+from hierl.algorithms.pg import PGConfig, PGPolicy, PGTrainer
 from hierl.evaluators import EpisodeCallbacks, EvaluatorSet, EvaluatorSpec, PolicyEvaluator
 from hierl.evaluators.filters import MeanStdFilter, RunningStat
 from hierl.sample_batch import SampleBatch as SB
@@ -17,11 +19,11 @@ pytestmark = pytest.mark.timeout(120)
 
 def make_evaluator(env, env_config=None, **kwargs) -> PolicyEvaluator:
     config = PGConfig.from_dict({"env": env, "model": {"hiddens": (8, 8)}})
-    kwargs.setdefault("num_envs", 2)
+    kwargs.setdefault("num_envs_per_evaluator", 2)
     kwargs.setdefault("rollout_fragment_length", 3)
     kwargs.setdefault("seed", 0)
     worker_index = kwargs.pop("worker_index", 0)
-    spec = EvaluatorSpec(env, PGPolicy, config, env_config=env_config or {}, **kwargs)
+    spec = EvaluatorSpec.of(env, PGPolicy, config, env_config=env_config or {}, **kwargs)
     return PolicyEvaluator(spec, worker_index=worker_index)
 
 
@@ -43,7 +45,7 @@ def test_batch_size_and_episode_accounting_across_fragments(counting_env):
 
 
 def test_truncation_keeps_final_observation(counting_env):
-    ev = make_evaluator(counting_env, {"length": 2, "terminate": False}, num_envs=1)
+    ev = make_evaluator(counting_env, {"length": 2, "terminate": False}, num_envs_per_evaluator=1)
     b = ev.sample()  # rows: t=0, t=1 (truncated), t=0 of the next episode
     assert list(b[SB.TRUNCATEDS]) == [False, True, False]
     assert not b[SB.TERMINATEDS].any()
@@ -121,7 +123,7 @@ def test_env_error_names_env_and_worker():
         def step(self, action):
             raise RuntimeError("boom")
 
-    ev = make_evaluator(lambda cfg: Broken(), worker_index=3, num_envs=1)
+    ev = make_evaluator(lambda cfg: Broken(), worker_index=3, num_envs_per_evaluator=1)
     with pytest.raises(
         RuntimeError, match=r"raised in step\(\) on evaluator 3: RuntimeError: boom"
     ):
@@ -171,11 +173,11 @@ def test_mean_std_filter_buffer_flush_and_apply():
 @pytest.mark.timeout(300)
 def test_remote_evaluators_sample_sync_weights_and_filters(ray_session, counting_env):
     config = PGConfig.from_dict({"env": "CartPole-v1", "model": {"hiddens": (8, 8)}})
-    spec = EvaluatorSpec(
+    spec = EvaluatorSpec.of(
         "CartPole-v1",
         PGPolicy,
         config,
-        num_envs=2,
+        num_envs_per_evaluator=2,
         rollout_fragment_length=5,
         seed=0,
         observation_filter="MeanStdFilter",
@@ -230,12 +232,12 @@ def test_ppo_bootstraps_truncation_and_cuts_but_not_termination(counting_env, te
         {"env": counting_env, "gamma": 0.5, "lambda_": 1.0, "model": {"hiddens": [8]}}
     )
     ev = PolicyEvaluator(
-        EvaluatorSpec(
+        EvaluatorSpec.of(
             counting_env,
             PPOPolicy,
             config,
             env_config={"length": 2, "terminate": terminate},
-            num_envs=1,
+            num_envs_per_evaluator=1,
             rollout_fragment_length=3,
             seed=0,
         )
@@ -311,3 +313,112 @@ def test_mean_std_filter_update_mask_records_only_those_rows():
     assert f.rs.n == 3
     with pytest.raises(ValueError, match=r"update mask of shape \(2,\) for 6 rows"):
         f(data, update=np.array([True, False]))
+
+
+# -- sampling settings declared once (issue 39) ------------------------------------------
+HIERL = Path(__file__).resolve().parent.parent / "hierl"
+
+
+def test_sampling_settings_are_declared_in_one_dataclass():
+    """No class outside SamplingSettings (and the configs that include it, which may
+    change a default) declares one of its fields; EvaluatorSpec carries the object."""
+    import ast
+    import dataclasses
+    import importlib
+
+    from hierl.evaluators.settings import SamplingSettings
+
+    names = {f.name for f in dataclasses.fields(SamplingSettings)}
+    declaring = []
+    for path in sorted(HIERL.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                isinstance(s, ast.AnnAssign)
+                and isinstance(s.target, ast.Name)
+                and s.target.id in names
+                for s in node.body
+            ):
+                module = ".".join(path.relative_to(HIERL.parent).with_suffix("").parts)
+                declaring.append(getattr(importlib.import_module(module), node.name))
+    assert SamplingSettings in declaring
+    others = sorted(c.__name__ for c in declaring if not issubclass(c, SamplingSettings))
+    # Not copies of a trainer's sampling settings: AlphaZero's own self-play fragment
+    # (a nested algorithm, no evaluators), the values one rollout loop is built with
+    # (PolicyEvaluator.sampler_settings, from spec.sampling) and Tune's logger callbacks.
+    assert others == ["AlphaZeroConfig", "ExperimentSpec", "RolloutSettings"]
+    spec_fields = {f.name for f in dataclasses.fields(EvaluatorSpec)}
+    assert not names & spec_fields and "sampling" in spec_fields
+
+
+def test_trainer_config_includes_the_sampling_settings_as_documented_flat_keys():
+    import dataclasses
+
+    from hierl.algorithms.ppo import PPOConfig
+    from hierl.algorithms.trainer_config import TrainerConfig
+    from hierl.config import ConfigError, field_docs
+    from hierl.evaluators.settings import SamplingSettings
+
+    assert issubclass(TrainerConfig, SamplingSettings)
+    config = PPOConfig.from_dict({"rollout_fragment_length": 200, "compress_observations": True})
+    settings = config.sampling_settings()
+    assert type(settings) is SamplingSettings
+    assert (settings.rollout_fragment_length, settings.compress_observations) == (200, True)
+    docs = field_docs(PPOConfig)
+    assert all(docs.get(f.name) for f in dataclasses.fields(SamplingSettings))
+    with pytest.raises(ConfigError, match="did you mean 'rollout_fragment_length'"):
+        PPOConfig.from_dict({"rollout_fragmnt_length": 200})
+    with pytest.raises(ConfigError, match="'num_envs_per_evaluator' = 0 is invalid"):
+        PPOConfig.from_dict({"num_envs_per_evaluator": 0})
+
+
+def test_for_acting_keeps_the_policy_settings_and_drops_the_training_ones():
+    from hierl.evaluators.offline.settings import InputSpec, OutputSpec
+
+    spec = EvaluatorSpec.of(
+        "CartPole-v1",
+        PGPolicy,
+        None,
+        num_envs_per_evaluator=4,
+        rollout_fragment_length=7,
+        batch_mode="complete_episodes",
+        clip_rewards=1.0,
+        compress_observations=True,
+        sample_async=True,
+        observation_filter="MeanStdFilter",
+        preprocessor_pref="none",
+        input=InputSpec({"/data": 1.0}),
+        output=OutputSpec("/out"),
+        seed=3,
+    )
+    acting = spec.for_acting(explore=False, seed=9, num_envs=1)
+    s = acting.sampling
+    assert (s.clip_rewards, s.batch_mode, s.compress_observations, s.sample_async) == (
+        None,
+        "truncate_episodes",
+        False,
+        False,
+    )
+    assert (s.num_envs_per_evaluator, s.rollout_fragment_length) == (1, 7)
+    assert (s.observation_filter, s.preprocessor_pref) == ("MeanStdFilter", "none")
+    assert (acting.explore, acting.seed, acting.input, acting.output) == (False, 9, None, None)
+    assert spec.sampling.compress_observations  # the training spec is unchanged
+
+
+def test_observations_are_compressed_in_one_place_for_every_input(tmp_path):
+    """``compress_observations`` is applied by ``PolicyEvaluator.sample`` alone: the
+    simulator's and logged data's batches both come out compressed."""
+    from hierl.algorithms.marwil import BCTrainer
+
+    sources = HIERL / "evaluators"
+    applying = [
+        p.relative_to(HIERL).as_posix()
+        for p in sorted(sources.rglob("*.py"))
+        if "compress_observations:" in p.read_text() and "compress(" in p.read_text()
+    ]
+    assert applying == ["evaluators/policy_evaluator.py"]
+    with PGTrainer({"env": "CartPole-v1", "train_batch_size": 40, "output": str(tmp_path)}) as t:
+        t.local_evaluator.sample()
+    config = {"env": "CartPole-v1", "input": str(tmp_path), "compress_observations": True}
+    with BCTrainer({**config, "train_batch_size": 20}) as t:
+        batch = t.local_evaluator.sample()
+    assert batch.is_compressed()

@@ -128,7 +128,7 @@ def _train_until(trainer, threshold: float, max_iterations: int, kill) -> Learni
 # -- the evaluator set -----------------------------------------------------------------
 def test_recreated_evaluator_gets_weights_filters_and_counters_before_sampling(ray_session):
     ray = ray_session
-    spec = EvaluatorSpec(
+    spec = EvaluatorSpec.of(
         "CartPole-v1",
         PGPolicy,
         PGConfig.from_dict(TINY_PG),

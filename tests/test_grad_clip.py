@@ -68,8 +68,13 @@ def test_policy_reports_the_norm_before_clipping_and_steps_on_the_clipped_gradie
     torch.manual_seed(0)
     config = PPOConfig.from_dict({"model": {"hiddens": [8]}, "grad_clip": 1e-3})
     ev = PolicyEvaluator(
-        EvaluatorSpec(
-            "CartPole-v1", PPOPolicy, config, num_envs=1, rollout_fragment_length=64, seed=0
+        EvaluatorSpec.of(
+            "CartPole-v1",
+            PPOPolicy,
+            config,
+            num_envs_per_evaluator=1,
+            rollout_fragment_length=64,
+            seed=0,
         )
     )
     policy = ev.policy

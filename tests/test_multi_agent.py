@@ -123,11 +123,11 @@ def abc_mapping(aid):
 
 
 def make_ma_evaluator(env=EnterLeaveEnv, mapping=abc_mapping, **kwargs):
-    kwargs.setdefault("num_envs", 1)
+    kwargs.setdefault("num_envs_per_evaluator", 1)
     kwargs.setdefault("rollout_fragment_length", 5)
     kwargs.setdefault("seed", 0)
     policies = kwargs.pop("policies", {"pa": PolicySpec(), "pbc": PolicySpec()})
-    spec = EvaluatorSpec(
+    spec = EvaluatorSpec.of(
         env, RecordingPolicy, None, policies=policies, policy_mapping_fn=mapping, **kwargs
     )
     return PolicyEvaluator(spec)
@@ -180,7 +180,7 @@ def test_postprocess_sees_other_agents_of_the_same_fragment():
 
 
 def test_fragments_cut_episodes_and_count_env_steps_per_copy():
-    ev = make_ma_evaluator(rollout_fragment_length=2, num_envs=2)
+    ev = make_ma_evaluator(rollout_fragment_length=2, num_envs_per_evaluator=2)
     b1, b2 = ev.sample(), ev.sample()
     assert b1.env_steps() == b2.env_steps() == 4  # 2 steps x 2 env copies
     # after 2 steps: a has 2 rows, b 1 row (it entered at t=1), per copy
@@ -217,7 +217,7 @@ def test_turn_based_rewards_accumulate_until_the_next_observation():
 
 def test_single_policy_default_mapping_and_filters_per_policy():
     ev = PolicyEvaluator(
-        EvaluatorSpec(
+        EvaluatorSpec.of(
             EnterLeaveEnv, RecordingPolicy, None, observation_filter="MeanStdFilter", seed=0
         )
     )

@@ -55,8 +55,13 @@ POLICY_CONFIG = {
 def _evaluator() -> PolicyEvaluator:
     config = PPOConfig.from_dict(POLICY_CONFIG)
     return PolicyEvaluator(
-        EvaluatorSpec(
-            "CartPole-v1", PPOPolicy, config, num_envs=2, rollout_fragment_length=128, seed=0
+        EvaluatorSpec.of(
+            "CartPole-v1",
+            PPOPolicy,
+            config,
+            num_envs_per_evaluator=2,
+            rollout_fragment_length=128,
+            seed=0,
         )
     )
 
@@ -287,11 +292,11 @@ def test_bad_settings_are_named(setup):
 
 def test_optimizer_works_without_a_trainer(setup):
     ev = PolicyEvaluator(
-        EvaluatorSpec(
+        EvaluatorSpec.of(
             "CartPole-v1",
             PGPolicy,
             PGTrainer.config_class.from_dict({"model": {"hiddens": [8]}}),
-            num_envs=2,
+            num_envs_per_evaluator=2,
             rollout_fragment_length=50,
             seed=1,
         )

@@ -136,11 +136,11 @@ def test_minibatch_sgd_counts_the_refused_minibatch_and_averages_the_others(ppo)
 
 
 def test_trainer_results_sum_the_refusals_of_an_iteration():
-    from hierl.algorithms.trainer import _mean_stats
+    from hierl.algorithms.metrics import mean_stats
 
     steps = [{"p": {"loss": 1.0, NONFINITE_GRADS_SKIPPED: 2.0}}, {"p": {"loss": 3.0}}]
     steps.append({"p": {"loss": 2.0, NONFINITE_GRADS_SKIPPED: 1.0}})
-    assert _mean_stats(steps) == {"p": {"loss": 2.0, NONFINITE_GRADS_SKIPPED: 3.0}}
+    assert mean_stats(steps) == {"p": {"loss": 2.0, NONFINITE_GRADS_SKIPPED: 3.0}}
 
 
 def test_ppo_numpy_learning_path_refuses():

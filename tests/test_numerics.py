@@ -27,8 +27,13 @@ def evaluator_and_batch():
     torch.manual_seed(0)
     config = PPOConfig.from_dict({"model": {"hiddens": [8]}, "normalize_advantages": True})
     ev = PolicyEvaluator(
-        EvaluatorSpec(
-            "CartPole-v1", PPOPolicy, config, num_envs=1, rollout_fragment_length=1150, seed=0
+        EvaluatorSpec.of(
+            "CartPole-v1",
+            PPOPolicy,
+            config,
+            num_envs_per_evaluator=1,
+            rollout_fragment_length=1150,
+            seed=0,
         )
     )
     batch = ev.sample()

@@ -134,8 +134,13 @@ CONFIGS = [
 def pendulum_batch() -> SampleBatch:
     config = PPOConfig.from_dict({"model": {"hiddens": [16]}})
     ev = PolicyEvaluator(
-        EvaluatorSpec(
-            "Pendulum-v1", PPOPolicy, config, num_envs=1, rollout_fragment_length=256, seed=0
+        EvaluatorSpec.of(
+            "Pendulum-v1",
+            PPOPolicy,
+            config,
+            num_envs_per_evaluator=1,
+            rollout_fragment_length=256,
+            seed=0,
         )
     )
     return ev.sample()

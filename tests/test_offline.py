@@ -435,7 +435,8 @@ def test_td3_trains_from_logged_data_alone(tmp_path):
 def test_a_bc_checkpoint_acts_without_its_data(tmp_path):
     import shutil
 
-    from hierl.algorithms.trainer import ACTING_OVERRIDES, Trainer
+    from hierl.algorithms.trainer import Trainer
+    from hierl.algorithms.trainer_config import ACTING_OVERRIDES
 
     write_numbered(tmp_path / "data", [600])
     config = {"env": "CartPole-v1", "input": str(tmp_path / "data"), "train_batch_size": 200}
@@ -446,3 +447,23 @@ def test_a_bc_checkpoint_acts_without_its_data(tmp_path):
     shutil.rmtree(tmp_path / "data")  # e.g. served on another machine
     with Trainer.from_checkpoint(path, **ACTING_OVERRIDES) as acting:
         assert acting.compute_single_action(np.zeros(4, np.float32)) == expected
+
+
+def test_input_spec_from_config_parses_input_beside_the_offline_settings(tmp_path):
+    from hierl.algorithms.trainer_config import TrainerConfig
+    from hierl.evaluators.offline.settings import InputSpec
+
+    files = [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]
+    config = TrainerConfig.from_dict({"input_mix": {"sampler": 0.25}})
+    assert InputSpec.from_config(config) is None  # the sampler alone
+    config = TrainerConfig.from_dict({"input": files, "input_shuffle_window": 7})
+    spec = InputSpec.from_config(config)
+    assert spec == config.input_spec()
+    assert spec.sources == {f"files:{files[0]}+2": 1.0} and spec.logged_files() == tuple(files)
+    assert spec.shuffle_window == 7 and spec.external is None
+    mixed = TrainerConfig.from_dict({"input_mix": {"sampler": 0.25, str(tmp_path): 0.75}})
+    assert InputSpec.from_config(mixed).sources == {"sampler": 0.25, str(tmp_path): 0.75}
+    with pytest.raises(ConfigError, match=r"'input' = 3 is not valid; valid: 'sampler'"):
+        TrainerConfig.from_dict({"input": 3})
+    with pytest.raises(ConfigError, match="source 'sampler' the probability -1"):
+        TrainerConfig.from_dict({"input_mix": {"sampler": -1}})

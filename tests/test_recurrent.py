@@ -36,10 +36,12 @@ def lstm_policy(seed: int = 0) -> PPOPolicy:
 def make_evaluator(env=make_repeat_cue, use_lstm=True, **kwargs) -> PolicyEvaluator:
     model = LSTM_MODEL if use_lstm else {"hiddens": (16,)}
     config = PPOConfig.from_dict({"env": env, "model": model})
-    kwargs.setdefault("num_envs", 3)
+    kwargs.setdefault("num_envs_per_evaluator", 3)
     kwargs.setdefault("rollout_fragment_length", 11)
     kwargs.setdefault("seed", 0)
-    return PolicyEvaluator(EvaluatorSpec(env, PPOPolicy, config, env_config={"delay": 3}, **kwargs))
+    return PolicyEvaluator(
+        EvaluatorSpec.of(env, PPOPolicy, config, env_config={"delay": 3}, **kwargs)
+    )
 
 
 def sequence_starts(batch: SB) -> np.ndarray:
@@ -154,7 +156,7 @@ def test_next_step_autoreset_env_resets_state_after_the_dropped_row() -> None:
         fns = [lambda: RepeatCueEnv(delay=1)] * 2
         return SyncVectorEnv(fns, autoreset_mode=AutoresetMode.NEXT_STEP)
 
-    ev = make_evaluator(env=creator, num_envs=2, rollout_fragment_length=9)
+    ev = make_evaluator(env=creator, num_envs_per_evaluator=2, rollout_fragment_length=9)
     batch = ev.sample()
     assert batch.count == 2 * 7  # per env: 3 + reset row + 3 + reset row + 1
     assert list(batch[SB.T][:7]) == [0, 1, 2, 0, 1, 2, 0]

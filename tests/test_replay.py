@@ -221,7 +221,7 @@ def local_setup(**optimizer_config):
     """A local evaluator (4 rows per sample) and a replay optimizer over it."""
     config = DQNConfig.from_dict({"env": CountingEnv, "model": {"hiddens": [8]}, "lr": 1e-2})
     evaluator = PolicyEvaluator(
-        EvaluatorSpec(
+        EvaluatorSpec.of(
             CountingEnv,
             DQNPolicy,
             config,

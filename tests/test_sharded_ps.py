@@ -279,11 +279,11 @@ def test_pg_cartpole_learns_on_two_shards_with_two_evaluators(ray_session):
 def test_weight_pushes_and_dead_evaluators_do_not_break_step(ray_session):
     import ray
 
-    spec = EvaluatorSpec(
+    spec = EvaluatorSpec.of(
         "CartPole-v1",
         PGPolicy,
         PGConfig.from_dict(TINY),
-        num_envs=2,
+        num_envs_per_evaluator=2,
         rollout_fragment_length=16,
         seed=0,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -190,14 +191,14 @@ def test_custom_policy_graph_trains_through_public_api():
 
 
 def test_iteration_stats_are_the_mean_over_its_optimizer_steps():
-    from hierl.algorithms.trainer import _mean_stats
+    from hierl.algorithms.metrics import mean_stats
 
     steps = [
         {"p0": {"loss": 1.0, "kl": 0.5, "mode": "a"}},
         {"p0": {"loss": 3.0, "mode": "b"}, "p1": {"loss": 5.0}},
         {},
     ]
-    assert _mean_stats(steps) == {
+    assert mean_stats(steps) == {
         "p0": {"loss": 2.0, "kl": 0.5, "mode": "b"},
         "p1": {"loss": 5.0},
     }
@@ -222,3 +223,81 @@ def test_logdir_writes_every_result_as_jsonl_csv_and_tensorboard(tmp_path):
     (events,) = logdir.glob("events.out.tfevents.*")
     scalars = read_scalars(events)["ray/tune/episode_reward_mean"]
     assert [step for step, _ in scalars] == [r["timesteps_total"] for r in results]
+
+
+# -- layout (issue 39): the config, the iteration result and the trainer in their modules --
+ALGORITHMS = Path(__file__).resolve().parent.parent / "hierl" / "algorithms"
+
+
+def test_trainer_config_has_its_own_module_and_the_old_path_still_imports_it():
+    from hierl.algorithms import trainer, trainer_config
+
+    assert trainer_config.TrainerConfig.__module__ == "hierl.algorithms.trainer_config"
+    assert trainer.TrainerConfig is trainer_config.TrainerConfig
+
+
+def test_trainer_module_is_small_and_long_functions_say_why():
+    import ast
+
+    assert len((ALGORITHMS / "trainer.py").read_text().splitlines()) <= 500
+    unexplained = []
+    for path in sorted(ALGORITHMS.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if node.end_lineno - node.lineno + 1 <= 60:
+                continue
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            if not lines[first - 2].lstrip().startswith("#"):  # a comment says why
+                unexplained.append(f"{path.name}:{node.lineno} {node.name}")
+    assert unexplained == []
+
+
+def test_flat_and_nested_trainers_end_their_iteration_through_metrics(monkeypatch):
+    from hierl.algorithms import metrics
+    from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
+
+    ended = []
+    original = metrics.finish_iteration
+
+    def spy(trainer, result, start=None):
+        ended.append(type(trainer).__name__)
+        return original(trainer, result, start)
+
+    monkeypatch.setattr(metrics, "finish_iteration", spy)
+
+    class Loop(BaseTrainer):
+        config_class = BaseConfig
+
+        def train(self):
+            return self.finish_iteration({"x": 1.0}, time.perf_counter())
+
+    nested = Loop({"env": "CartPole-v1"}).train()
+    assert nested["training_iteration"] == 1 and nested["time_total_s"] >= 0
+    config = {"env": "CartPole-v1", "train_batch_size": 50, "model": {"hiddens": (8,)}}
+    with PGTrainer(config) as t:
+        flat = [t.train(), t.train()]
+    assert ended == ["Loop", "PGTrainer", "PGTrainer"]
+    assert [r["training_iteration"] for r in flat] == [1, 2] == [1, t.iteration]
+    assert flat[1]["time_total_s"] == pytest.approx(t.time_total_s)
+    assert flat[1]["episodes_total"] == t.episodes_total
+    keys = list(flat[1])  # the order of the first keys, as progress.csv writes them
+    assert keys[:16] == [
+        "episode_reward_mean",
+        "episode_reward_min",
+        "episode_reward_max",
+        "episode_len_mean",
+        "episodes_this_iter",
+        "episodes_total",
+        "timesteps_this_iter",
+        "timesteps_total",
+        "training_iteration",
+        "time_this_iter_s",
+        "time_total_s",
+        "num_steps_trained",
+        "sample_throughput",
+        "num_evaluators",
+        "num_healthy_evaluators",
+        "num_evaluator_restarts",
+    ]

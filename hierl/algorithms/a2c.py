@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from hierl.algorithms.pg import PGConfig, PGPolicy
-from hierl.algorithms.trainer import Trainer, same_defaults
+from hierl.algorithms.trainer import Trainer
+from hierl.algorithms.trainer_config import same_defaults
 from hierl.postprocessing import compute_advantages
 from hierl.sample_batch import SampleBatch
 from hierl.torch_policy_graph import TensorBatch

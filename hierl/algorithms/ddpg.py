@@ -40,7 +40,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from hierl.algorithms.off_policy import OffPolicyConfig
-from hierl.algorithms.trainer import Trainer, same_defaults
+from hierl.algorithms.trainer import Trainer
+from hierl.algorithms.trainer_config import same_defaults
 from hierl.models.networks import MLP, ModelConfig, check_default_model
 from hierl.models.preprocessors import get_preprocessor
 from hierl.policy_graph import NONFINITE_GRADS_SKIPPED, LearnResult, PolicyGraph, Weights

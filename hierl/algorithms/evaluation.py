@@ -14,7 +14,6 @@ The results are reported as ``evaluation/episode_reward_mean`` (and ``_min``, ``
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -43,8 +42,8 @@ class Evaluation:
     """The evaluation evaluators of one trainer and the episodes they play.
 
     Args:
-        spec: the training evaluators' spec; the evaluation one differs in ``explore``,
-            ``seed``, ``clip_rewards`` (none) and sampling settings.
+        spec: the training evaluators' spec; the evaluation one is its
+            ``for_acting`` variant (``SamplingSettings.for_acting``, the env as input).
         num_episodes: episodes per evaluation, split over the evaluators.
         explore: sample actions (False: greedy).
         num_evaluators: Ray actors (0: play in the driver).
@@ -62,17 +61,10 @@ class Evaluation:
     ):
         self.num_episodes = num_episodes
         per_evaluator = math.ceil(num_episodes / max(1, num_evaluators))
-        eval_spec = dataclasses.replace(
-            spec,
+        eval_spec = spec.for_acting(
             explore=explore,
             seed=None if spec.seed is None else spec.seed + EVALUATION_SEED_OFFSET,
-            clip_rewards=None,
-            num_envs=max(1, min(spec.num_envs, per_evaluator)),
-            batch_mode="truncate_episodes",
-            compress_observations=False,
-            sample_async=False,
-            input=None,  # evaluation plays the env, whatever training reads
-            output=None,
+            num_envs=max(1, min(spec.sampling.num_envs_per_evaluator, per_evaluator)),
         )
         with _driver_rng_kept():
             self.evaluators = EvaluatorSet(

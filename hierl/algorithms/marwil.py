@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from hierl.algorithms.trainer import Trainer, TrainerConfig, same_defaults
+from hierl.algorithms.trainer import Trainer
+from hierl.algorithms.trainer_config import TrainerConfig, same_defaults
 from hierl.config import ConfigError
 from hierl.postprocessing import compute_advantages
 from hierl.sample_batch import SampleBatch

@@ -23,7 +23,7 @@ from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import DEFAULT_POLICY_ID
 
 if TYPE_CHECKING:
-    from hierl.algorithms.trainer import TrainerConfig
+    from hierl.algorithms.trainer_config import TrainerConfig
 
 
 def validate(config: TrainerConfig) -> None:

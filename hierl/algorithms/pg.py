@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from hierl.algorithms.trainer import Trainer, TrainerConfig, same_defaults
+from hierl.algorithms.trainer import Trainer
+from hierl.algorithms.trainer_config import TrainerConfig, same_defaults
 from hierl.models.distributions import ActionDistribution
 from hierl.postprocessing import compute_advantages
 from hierl.sample_batch import SampleBatch

@@ -175,18 +175,7 @@ def _multi_agent_episodes(trainer: Any, options: RolloutOptions) -> Iterator[Pla
         )
     assert options.episodes is not None  # __post_init__: steps is None here
     source = trainer.local_evaluator
-    spec = dataclasses.replace(
-        source.spec,
-        explore=options.explore,
-        seed=options.seed,
-        num_envs=1,
-        batch_mode="truncate_episodes",
-        clip_rewards=None,
-        compress_observations=False,
-        sample_async=False,
-        input=None,
-        output=None,
-    )
+    spec = source.spec.for_acting(explore=options.explore, seed=options.seed, num_envs=1)
     evaluator = PolicyEvaluator(spec)
     try:
         records = evaluator.evaluate(

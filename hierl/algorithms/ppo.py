@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 from hierl.algorithms.ppo_numpy import numpy_ppo_grads
-from hierl.algorithms.trainer import Trainer, TrainerConfig, same_defaults
+from hierl.algorithms.trainer import Trainer
+from hierl.algorithms.trainer_config import TrainerConfig, same_defaults
 from hierl.models.distributions import DiagGaussian
 from hierl.models.numpy_acting import NumpyActor
 from hierl.policy_graph import LearnerStats, PolicyGraph

@@ -53,6 +53,9 @@ def _standardize(adv: Array) -> Array:
     return (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8)
 
 
+# Longer than 60 lines on purpose: one forward pass and its hand-derived backward pass,
+# read top to bottom against PPOPolicy's torch loss term by term; split, the gradients
+# would be separated from the terms they differentiate.
 def gaussian_ppo_loss_grads(
     config: Any, dist_inputs: Array, values: Array, batch: Mapping[str, Array]
 ) -> tuple[float, dict[str, float], Array, Array]:

@@ -18,11 +18,11 @@ CLI, Ray Tune and checkpoints then treat it like any other algorithm::
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from hierl.algorithms import metrics
 from hierl.algorithms.resources import check_cluster_fits, driver_group
 from hierl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from hierl.config import Config, ConfigError
@@ -120,17 +120,9 @@ class BaseTrainer:
 
     def finish_iteration(self, result: dict[str, Any], start: float) -> dict[str, Any]:
         """Count an iteration that began at ``time.perf_counter()`` = ``start`` and add
-        the standard ``training_iteration`` / ``time_*`` keys to its ``result``."""
-        self.iteration += 1
-        elapsed = time.perf_counter() - start
-        self.time_total_s += elapsed
-        result.update(
-            training_iteration=self.iteration,
-            time_this_iter_s=elapsed,
-            time_total_s=self.time_total_s,
-        )
-        self.log_result(result)
-        return result
+        the standard ``training_iteration`` / ``time_*`` keys to its ``result``, then log
+        it (:func:`hierl.algorithms.metrics.finish_iteration`)."""
+        return metrics.finish_iteration(self, result, start)
 
     def log_result(self, result: dict[str, Any]) -> None:
         """Write ``result`` to ``config.logdir`` (if set): the last step of ``train()``."""

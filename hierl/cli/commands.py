@@ -404,7 +404,8 @@ def add_rollout_command(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
 def cmd_rollout(args: argparse.Namespace) -> int:
     from hierl.algorithms.playback import RolloutOptions, log_episodes, rollout
     from hierl.algorithms.registry import get_trainer_class
-    from hierl.algorithms.trainer import ACTING_OVERRIDES, Trainer
+    from hierl.algorithms.trainer import Trainer
+    from hierl.algorithms.trainer_config import ACTING_OVERRIDES
     from hierl.checkpoint import CheckpointError, load_checkpoint
     from hierl.config import ConfigError
 
@@ -533,7 +534,8 @@ def add_export_command(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
 
 def cmd_export(args: argparse.Namespace) -> int:
     from hierl.algorithms.registry import get_trainer_class
-    from hierl.algorithms.trainer import ACTING_OVERRIDES, Trainer
+    from hierl.algorithms.trainer import Trainer
+    from hierl.algorithms.trainer_config import ACTING_OVERRIDES
     from hierl.checkpoint import CheckpointError, load_checkpoint
     from hierl.config import ConfigError
     from hierl.export import FORMATS

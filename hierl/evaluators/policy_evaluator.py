@@ -85,11 +85,11 @@ class PolicyEvaluator:
         self.spec = spec
         self.worker_index = worker_index
         self.env_name = spec.env_name
-        self.env_creator = resolve_env_creator(spec.env, spec.preprocessor_pref)
+        self.env_creator = resolve_env_creator(spec.env, spec.sampling.preprocessor_pref)
         self.env_config = dict(spec.env_config or {})
-        self.num_envs = spec.num_envs
-        self.rollout_fragment_length = spec.rollout_fragment_length
-        self.callbacks = make_callbacks(spec.callbacks)
+        self.num_envs = spec.sampling.num_envs_per_evaluator
+        self.rollout_fragment_length = spec.sampling.rollout_fragment_length
+        self.callbacks = make_callbacks(spec.sampling.callbacks)
         self.seed = spec.seed_for(worker_index)
         seed_everything(self.seed)
         probe = self.env_creator(EnvContext(self.env_config, 0, 0))
@@ -102,7 +102,7 @@ class PolicyEvaluator:
                 spec.policy_class,
                 spec.policy_config,
                 spec.policies,
-                spec.policy_mapping_fn,
+                spec.sampling.policy_mapping_fn,
                 self.env_name,
             )
         finally:
@@ -111,18 +111,18 @@ class PolicyEvaluator:
             pid: get_preprocessor(p.observation_space) for pid, p in self.policy_map.items()
         }
         self.preprocessor = next(iter(self.preprocessors.values()))
+        obs_filter = spec.sampling.observation_filter
         for pid, prep in self.preprocessors.items():
-            if isinstance(prep, ImagePreprocessor) and spec.observation_filter != "NoFilter":
+            if isinstance(prep, ImagePreprocessor) and obs_filter != "NoFilter":
                 raise ConfigError(
-                    f"observation_filter '{spec.observation_filter}' does not apply to the "
+                    f"observation_filter '{obs_filter}' does not apply to the "
                     f"image observations {prep.space} of policy '{pid}' (they stay uint8 "
                     "and the CNN scales them by 1/255); use observation_filter 'NoFilter'"
                 )
         self.filters = {
-            pid: make_filter(spec.observation_filter, prep.shape)
-            for pid, prep in self.preprocessors.items()
+            pid: make_filter(obs_filter, prep.shape) for pid, prep in self.preprocessors.items()
         }
-        to_train = spec.policies_to_train
+        to_train = spec.sampling.policies_to_train
         unknown = sorted(set(to_train or ()) - set(self.policy_map))
         if unknown:
             raise ConfigError(
@@ -133,7 +133,7 @@ class PolicyEvaluator:
         self._sampler: FragmentSampler | None = None
         self._episodes: list[EpisodeRecord] = []
         self._lock = threading.RLock()
-        self.sample_async = spec.sample_async
+        self.sample_async = spec.sampling.sample_async
         self._queue: SampleQueue | None = None
         self.writer: OutputWriter | None = None
         if spec.output is not None:
@@ -178,8 +178,8 @@ class PolicyEvaluator:
         """The settings every rollout loop takes (``FragmentSampler.from_evaluator``)."""
         return RolloutSettings(
             rollout_fragment_length=self.rollout_fragment_length,
-            batch_mode=self.spec.batch_mode,
-            clip_rewards=self.spec.clip_rewards,
+            batch_mode=self.spec.sampling.batch_mode,
+            clip_rewards=self.spec.sampling.clip_rewards,
             explore=self.spec.explore,
             seed=self.seed,
             worker_index=self.worker_index,
@@ -220,12 +220,21 @@ class PolicyEvaluator:
     def sample(self) -> SampleBatch | MultiAgentBatch:
         """Collect one postprocessed batch of experience (from the queue if async)."""
         if not self.sample_async:
-            return self._sample_now()
+            return self._sample_sent()
         if self._queue is None:
-            self._queue = SampleQueue(self._sample_now, self._lock, self.spec.max_queued_samples)
+            self._queue = SampleQueue(self._sample_sent, self._lock, self.spec.max_queued_samples)
         return self._queue.get()
 
+    def _sample_sent(self) -> SampleBatch | MultiAgentBatch:
+        """The next batch as ``sample()`` sends it: observations compressed if
+        ``compress_observations`` (the one place, whatever the input)."""
+        batch = self._sample_now()
+        if self.spec.sampling.compress_observations:
+            batch.compress(bulk=True)
+        return batch
+
     def _sample_now(self) -> SampleBatch | MultiAgentBatch:
+        """The next batch from this evaluator's input (subclasses: logged data, clients)."""
         return self.sample_env()
 
     def sample_env(self) -> SampleBatch | MultiAgentBatch:
@@ -234,8 +243,6 @@ class PolicyEvaluator:
         self._episodes.extend(self.sampler.pop_episodes())
         if self.writer is not None:
             self._record(batch)
-        if self.spec.compress_observations:
-            batch.compress(bulk=True)
         return batch
 
     def _record(self, batch: SampleBatch | MultiAgentBatch) -> None:

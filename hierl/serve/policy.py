@@ -33,7 +33,8 @@ import gymnasium as gym
 import numpy as np
 
 from hierl.algorithms.serving import PolicySnapshot
-from hierl.algorithms.trainer import ACTING_OVERRIDES, Trainer
+from hierl.algorithms.trainer import Trainer
+from hierl.algorithms.trainer_config import ACTING_OVERRIDES
 from hierl.checkpoint import CheckpointError, load_checkpoint
 from hierl.evaluators.rollout_core import act, batch_obs
 from hierl.evaluators.wire import (

@@ -148,12 +148,12 @@ class AlphaZeroTrainer(BaseTrainer):
         c = self.config
         spaces = (self.observation_space, self.action_space)
         # recreated self-play actors are built from the same spec
-        self._self_play_spec = EvaluatorSpec(
+        self._self_play_spec = EvaluatorSpec.of(
             c.env,
             AlphaZeroPolicy,
             c,
             env_config=c.env_config,
-            num_envs=c.num_envs_per_self_play_worker,
+            num_envs_per_evaluator=c.num_envs_per_self_play_worker,
             rollout_fragment_length=c.rollout_fragment_length,
             batch_mode="complete_episodes",
             seed=c.seed,

@@ -119,13 +119,15 @@ class ExternalEvaluator(PolicyEvaluator):
                 "config field 'input' = 'external' serves single-agent episodes; "
                 "multi-agent external environments are not supported"
             )
-        if spec.sample_async:
+        if spec.sampling.sample_async:
             raise ConfigError(
                 "config field 'sample_async' does not apply to input 'external' (its server "
                 "already collects episodes in the background): set it to False"
             )
         self.settings: ExternalInputConfig = spec.input.external or ExternalInputConfig()
-        self.batch_size = spec.rollout_fragment_length * spec.num_envs
+        self.batch_size = (
+            spec.sampling.rollout_fragment_length * spec.sampling.num_envs_per_evaluator
+        )
         self.sample_timeout_s = spec.input.sample_timeout_s
         self.wait_s = WAIT_FRACTION * self.sample_timeout_s
         """How long ``sample()`` waits for ended episodes (see :data:`WAIT_FRACTION`)."""
@@ -149,7 +151,7 @@ class ExternalEvaluator(PolicyEvaluator):
             self.filters[DEFAULT_POLICY_ID],
             self.core,
             explore=spec.explore,
-            clip_rewards=spec.clip_rewards,
+            clip_rewards=spec.sampling.clip_rewards,
             episode_timeout_s=self.settings.episode_timeout_s,
             max_episodes=self.settings.max_episodes,
             max_episode_steps=self.settings.max_episode_steps,
@@ -206,10 +208,7 @@ class ExternalEvaluator(PolicyEvaluator):
             self._arrived.wait(min(left, 0.5))
         with self._lock:
             raw = self.episodes.take_finished()
-            batch = self._finish(SampleBatch.concat_samples(raw))
-        if self.spec.compress_observations:
-            batch.compress(bulk=True)
-        return batch
+            return self._finish(SampleBatch.concat_samples(raw))
 
     def _finish(self, batch: SampleBatch) -> SampleBatch:
         """As the sampler finishes a batch: output, postprocessing, callbacks, sequences."""

@@ -57,7 +57,9 @@ class OfflineEvaluator(PolicyEvaluator):
                 "config field 'input' reads single-agent data; multi-agent training from "
                 "logged data is not supported (use input 'sampler')"
             )
-        self.batch_size = spec.rollout_fragment_length * spec.num_envs
+        self.batch_size = (
+            spec.sampling.rollout_fragment_length * spec.sampling.num_envs_per_evaluator
+        )
         self.sources = list(settings.sources)
         self.probs = np.asarray([settings.sources[s] for s in self.sources], dtype=np.float64)
         self.probs /= self.probs.sum()
@@ -114,10 +116,7 @@ class OfflineEvaluator(PolicyEvaluator):
         source = self.sources[int(self._rng.choice(len(self.sources), p=self.probs))]
         if source == SAMPLER:
             return self.sample_env()
-        batch = self.readers[source].next()
-        if self.spec.compress_observations:
-            batch.compress(bulk=True)
-        return batch
+        return self.readers[source].next()
 
     @locked
     def input_state(self) -> dict[str, Any]:

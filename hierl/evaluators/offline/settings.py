@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from hierl.config import ConfigError
 from hierl.evaluators.external.settings import EXTERNAL, ExternalInputConfig
 from hierl.evaluators.offline.writer import DEFAULT_MAX_FILE_SIZE, Compression
 
@@ -73,6 +74,78 @@ class InputSpec:
     def is_external(self) -> bool:
         """Whether PolicyClients drive the episodes (``input: "external"``)."""
         return EXTERNAL in self.sources
+
+    @classmethod
+    def from_config(cls, config: Any) -> InputSpec | None:
+        """The InputSpec of a trainer config's ``input`` / ``input_mix`` (None: the
+        sampler only), with its ``input_shuffle_window``, ``input_skip_bad_files``,
+        ``postprocess_inputs``, ``input_external``, ``sample_timeout_s`` and
+        ``num_evaluators`` (the shards); ConfigError naming the bad value otherwise."""
+        mix = config.input_mix or {}
+        if mix and config.input != SAMPLER:
+            raise ConfigError(
+                f"config fields 'input' = {config.input!r} and 'input_mix' are both set; give "
+                "the sources once, in input_mix (e.g. {'sampler': 0.5, DIR: 0.5})"
+            )
+        if config.input is None:
+            raise ConfigError(
+                "config field 'input' is None (a checkpoint of a run that read a Ray "
+                "dataset stores no dataset): pass input again"
+            )
+        sources, files, datasets = _parse_sources(
+            list(mix.items()) if mix else [(config.input, 1.0)]
+        )
+        if sum(sources.values()) <= 0:
+            raise ConfigError(f"config field 'input_mix' = {mix!r} has no positive probability")
+        if list(sources) == [SAMPLER]:
+            return None
+        if EXTERNAL in sources and len(sources) > 1:
+            raise ConfigError(
+                f"config field 'input_mix' = {mix!r} mixes 'external' with other sources; "
+                "external episodes are the only input of their evaluators"
+            )
+        return cls(
+            sources,
+            files=files,
+            datasets=datasets,
+            num_shards=config.num_evaluators,
+            shuffle_window=config.input_shuffle_window,
+            skip_bad_files=config.input_skip_bad_files,
+            postprocess=config.postprocess_inputs,
+            external=config.input_external if EXTERNAL in sources else None,
+            sample_timeout_s=config.sample_timeout_s,
+        )
+
+
+def _parse_sources(
+    pairs: list[tuple[Any, Any]],
+) -> tuple[dict[str, float], dict[str, tuple[str, ...]], dict[str, Any]]:
+    """``(source, probability)`` pairs as ``(sources, files, datasets)`` of an InputSpec."""
+    sources: dict[str, float] = {}
+    files: dict[str, tuple[str, ...]] = {}
+    datasets: dict[str, Any] = {}
+    for source, prob in pairs:
+        if not isinstance(prob, (int, float)) or isinstance(prob, bool) or prob < 0:
+            raise ConfigError(
+                f"config field 'input_mix' gives source {source!r} the probability "
+                f"{prob!r}; probabilities are numbers >= 0"
+            )
+        if isinstance(source, str):
+            name = source
+        elif isinstance(source, (list, tuple)) and all(isinstance(f, str) for f in source):
+            name = f"files:{source[0] if source else ''}+{len(source)}"
+            files[name] = tuple(source)
+        elif type(source).__module__.startswith("ray.data"):
+            name = f"dataset:{len(datasets)}"
+            datasets[name] = source
+        else:
+            raise ConfigError(
+                f"config field 'input' = {source!r} is not valid; valid: 'sampler', "
+                "'external', a directory, glob or file of logged data, a list of files, "
+                "or a ray.data.Dataset"
+            )
+        sources[name] = float(prob)
+    return sources, files, datasets
 
 
 @dataclasses.dataclass(frozen=True)
