@@ -129,7 +129,7 @@ register_env_kind(
 
 def _evaluator(num_slots: int = 2) -> PolicyEvaluator:
     config = PGConfig.from_dict({"env": "unused", "model": {"hiddens": (8, 8)}})
-    spec = EvaluatorSpec(
+    spec = EvaluatorSpec.of(
         lambda cfg: CounterSim(num_slots), PGPolicy, config, rollout_fragment_length=EPISODE
     )
     return PolicyEvaluator(spec)
