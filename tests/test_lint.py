@@ -128,3 +128,30 @@ def test_examples_and_readme_import_only_from_public_paths():
     for block in python_blocks:
         found += non_public_imports(block.text, "README.md", block.line + 1)
     assert not found, "\n".join(found)
+
+
+def test_tests_import_helpers_from_support_never_from_conftest():
+    found = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                modules = [node.module or ""]
+            else:
+                continue
+            if any(m.split(".")[-1] == "conftest" for m in modules):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, f"import from tests/support/ instead of conftest: {found}"
+
+
+def test_no_test_module_shares_a_name_with_a_benchmark_script():
+    # tests/ is a package (its modules are tests.*), and no name of it repeats one of
+    # benchmarks/, which benchmark tests put on sys.path (tests/learning.py once shadowed
+    # benchmarks/learning.py and broke the full run).
+    assert (ROOT / "tests" / "__init__.py").exists()
+    assert (ROOT / "tests" / "support" / "__init__.py").exists()
+    benchmarks = {p.stem for p in (ROOT / "benchmarks").glob("*.py")}
+    assert "learning" in benchmarks
+    tests = {p.stem for p in (ROOT / "tests").rglob("*.py")} - {"__init__"}
+    assert not tests & benchmarks
