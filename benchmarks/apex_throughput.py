@@ -41,7 +41,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import numpy as np
 
-from hierl.algorithms.registry import get_trainer_class
+from hierl import get_trainer_class
 from hierl.optimizers.apex import ApexConfig, ApexOptimizer, sharded_replay
 from hierl.optimizers.apex.samplers import sample_for_replay
 from hierl.sample_batch import SampleBatch

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from common import CpuMeter, record, wait_for_quiet
 
-from hierl.algorithms.ppo import PPOTrainer
+from hierl import PPOTrainer
 from hierl.evaluators.env import EnvContext, resolve_env_creator
 from hierl.optimizers.sgd import minibatch_sgd
 from hierl.sample_batch import SampleBatch

@@ -40,8 +40,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 import numpy as np
 import torch
 
-from hierl.algorithms.impala import IMPALATrainer
-from hierl.algorithms.registry import get_trainer_class
+from hierl import IMPALATrainer, get_trainer_class
 from hierl.optimizers.aso import ASOConfig, AsyncSamplesOptimizer
 from hierl.optimizers.aso.optimizer import sample_fragment
 from hierl.sample_batch import SampleBatch

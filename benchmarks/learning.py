@@ -32,7 +32,7 @@ from typing import Any
 
 from common import BENCH_DIR, RESULTS_DIR, read_curve
 
-from hierl.algorithms.registry import get_trainer_class
+from hierl import get_trainer_class
 from hierl.bench.report import git_info, machine_info
 from hierl.tune.experiments import ExperimentSpec, load_experiments
 

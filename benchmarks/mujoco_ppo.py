@@ -29,7 +29,7 @@ import torch
 from common import CpuMeter, record, wait_for_quiet
 from learning import make_sb3_ppo
 
-from hierl.algorithms.registry import get_trainer_class
+from hierl import get_trainer_class
 from hierl.models.distributions import DiagGaussian
 from hierl.optimizers.sgd import minibatch_sgd
 from hierl.sample_batch import SampleBatch

@@ -41,8 +41,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 import numpy as np
 import pyarrow.parquet as pq
 
-from hierl.algorithms.marwil import BCTrainer
-from hierl.algorithms.ppo import PPOTrainer
+from hierl import BCTrainer, PPOTrainer
 from hierl.evaluators.offline import OutputWriter, list_files
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 

@@ -81,7 +81,7 @@ RESULT_KEYS = (
 
 FALLBACK_CODE = """
 import json, math, sys
-from hierl.algorithms.ppo import PPOTrainer
+from hierl import PPOTrainer
 seed, target, keys = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3].split(",")
 trainer = PPOTrainer({"env": "CartPole-v1", "seed": seed})
 while True:

@@ -44,7 +44,7 @@ import psutil
 import ray
 from ray import serve
 
-from hierl.algorithms.ppo import PPOTrainer
+from hierl import PPOTrainer
 from hierl.serve import ServedPolicy, deploy
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -296,7 +296,7 @@ def soak(
 
     Returns the samples and their :func:`growth`, plus ``optimizer_stats`` at the end.
     """
-    from hierl.algorithms.registry import get_trainer_class
+    from hierl import get_trainer_class
 
     trainer = get_trainer_class(name)(dict(config))
     try:

@@ -18,11 +18,12 @@ import torch
 from torch import nn
 
 from hierl import PPOTrainer
-from hierl.algorithms.ppo import PPOPolicy
 from hierl.evaluators import MultiAgentEnv, PolicySpec
 from hierl.models import MLP, ActorCritic, ModelConfig
 from hierl.postprocessing import compute_advantages
 from hierl.sample_batch import SampleBatch
+
+PPOPolicy = PPOTrainer.policy_class  # the policy class PPOTrainer trains
 
 OTHER_OBS = "other_obs"
 OTHER_ACTION = "other_action"

@@ -1,16 +1,18 @@
-"""Shared fixtures: one Ray instance per test session, tiny fake envs."""
+"""Shared fixtures: one Ray instance per test session, tiny fake envs.
+
+Fixtures only: what tests import (fake envs, helpers) lives in ``tests/support/``.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
 
-import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 
 import hierl.evaluators.ray_runtime  # noqa: F401  (Ray's environment, before ray is imported)
+from tests.support.counting_env import CountingEnv
 
 # Ray runs its workers at nice 15, below the driver.  On a quiet machine that is what a
 # central-control design wants (the driver's optimizer loop first: Ape-X DQN 30.7k vs
@@ -23,43 +25,19 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 torch.set_num_threads(1)
 
 
-def free_port() -> int:
-    """A localhost TCP port nobody listens on now (tests' servers and clients)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-RESULT_KEYS = {
-    "episode_reward_mean",
-    "episode_reward_min",
-    "episode_reward_max",
-    "episode_len_mean",
-    "episodes_this_iter",
-    "timesteps_total",
-    "timesteps_this_iter",
-    "training_iteration",
-    "time_this_iter_s",
-    "time_total_s",
-    "sample_throughput",
-    "sample_time_ms",
-    "learn_time_ms",
-}
-"""Keys every ``Trainer.train()`` result carries."""
-
-
 @pytest.fixture(scope="session")
 def ray_session():
     """Start Ray once for the whole session (≈4 s) and shut it down at the end."""
     import ray
     from ray import cloudpickle
 
-    # Test modules are not importable in Ray workers: ship their classes by value.
+    # Test modules are not importable in Ray workers: ship their classes by value.  Every
+    # module under tests/ counts, tests.support's fake envs included; registering the
+    # ``tests`` package itself also covers its modules imported later.
     here = os.path.dirname(os.path.abspath(__file__))
     for module in list(sys.modules.values()):
-        if os.path.dirname(os.path.abspath(getattr(module, "__file__", None) or "/")) == here:
+        path = os.path.abspath(getattr(module, "__file__", None) or "/")
+        if os.path.commonpath([path, here]) == here:
             cloudpickle.register_pickle_by_value(module)
     if not ray.is_initialized():
         ray.init(
@@ -71,36 +49,6 @@ def ray_session():
         )
     yield ray
     ray.shutdown()
-
-
-class CountingEnv(gym.Env):
-    """Fixed-length fake env: obs = [t, env_marker], reward 1 per step.
-
-    Ends after ``length`` steps: terminated if ``terminate`` else truncated.  The
-    observation's second entry tells envs apart (seed-dependent), so tests can check
-    which sub-env a row came from.
-    """
-
-    def __init__(self, config=None):
-        config = config or {}
-        self.length = int(config.get("length", 5))
-        self.terminate = bool(config.get("terminate", True))
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
-        self.action_space = gym.spaces.Discrete(2)
-        self.t = 0
-        self.marker = 0.0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        self.marker = float(self.np_random.integers(0, 1_000_000))
-        return np.array([self.t, self.marker], np.float32), {}
-
-    def step(self, action):
-        self.t += 1
-        done = self.t >= self.length
-        obs = np.array([self.t, self.marker], np.float32)
-        return obs, 1.0, done and self.terminate, done and not self.terminate, {}
 
 
 @pytest.fixture

@@ -6,12 +6,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from learning import SEED, train_until
 
 from hierl.algorithms.a2c import A2CConfig, A2CPolicy, A2CTrainer, A3CTrainer
 from hierl.algorithms.pg import PGPolicy
 from hierl.config import ConfigError
 from hierl.sample_batch import SampleBatch as SB
+from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -14,8 +14,6 @@ import math
 import numpy as np
 import pytest
 import ray
-from conftest import RESULT_KEYS
-from learning import SEED, train_until
 
 import hierl.optimizers.allreduce  # noqa: F401  (registers "allreduce")
 from hierl import ConfigError
@@ -30,6 +28,8 @@ from hierl.optimizers.allreduce.replica_state import (
     weights_digest,
 )
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+from tests.support.helpers import RESULT_KEYS
+from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -12,7 +12,6 @@ import time
 import numpy as np
 import pytest
 import torch
-from learning import SEED, train_until
 
 from hierl.algorithms.alphazero import (
     MCTS,
@@ -30,6 +29,7 @@ from hierl.algorithms.alphazero.policy import MCTS_POLICY
 from hierl.algorithms.resources import trainer_bundles
 from hierl.config import ConfigError
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+from tests.support.learning_runs import SEED, train_until
 
 TTT = "hierl/TicTacToe-v0"
 

@@ -11,9 +11,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import RESULT_KEYS
-from learning import SEED, train_until
-from learning_configs import APEX_CARTPOLE
 
 from hierl.algorithms.dqn import ApexTrainer, DQNPolicy
 from hierl.config import ConfigError
@@ -24,6 +21,9 @@ from hierl.optimizers.apex.samplers import epsilon_ladder
 from hierl.optimizers.learner_thread import LearnerThread
 from hierl.policy_graph import LearnResult, PolicyGraph
 from hierl.sample_batch import SampleBatch as SB
+from tests.support.helpers import RESULT_KEYS
+from tests.support.learning_configs import APEX_CARTPOLE
+from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -8,13 +8,13 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-from learning import SEED, train_until
 
 from hierl.algorithms.pg import PGPolicy, PGTrainer
 from hierl.evaluators import EvaluatorSpec, PolicyEvaluator
 from hierl.evaluators.sample_queue import SampleQueue
 from hierl.optimizers.async_grads import AsyncGradientsOptimizer
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+from tests.support.learning_runs import SEED, train_until
 
 
 class FakeEvaluator:

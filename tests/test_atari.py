@@ -1,7 +1,7 @@
 """Atari ids, the DeepMind pipeline and image observations.
 
 Shapes, dtypes and the wrapper chain run on an Atari-shaped env with random frames
-(``tests/atari_env.py``); a smoke test runs real ALE when ale-py is installed.
+(``tests/support/atari_env.py``); a smoke test runs real ALE when ale-py is installed.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from hierl.evaluators.atari import LIFE_LOSS, frame_stack, wrap_deepmind
 from hierl.evaluators.env import EnvContext, resolve_env_creator
 from hierl.models import ActorCritic, ModelConfig, NatureCNN
 from hierl.sample_batch import SampleBatch
-from tests import atari_env
-from tests.atari_env import GAME_RETURN, LIVES, REWARD, FakeAtariEnv
+from tests.support import atari_env
+from tests.support.atari_env import GAME_RETURN, LIVES, REWARD, FakeAtariEnv
 
 HAS_ALE = importlib.util.find_spec("ale_py") is not None and importlib.util.find_spec("cv2")
 
@@ -163,7 +163,7 @@ def test_missing_mujoco_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_module_prefixed_ids_import_their_module() -> None:
-    env = resolve_env_creator("tests.atari_env:" + atari_env.ENV_ID, "none")(EnvContext({}))
+    env = resolve_env_creator("tests.support.atari_env:" + atari_env.ENV_ID, "none")(EnvContext({}))
     assert isinstance(env.unwrapped, FakeAtariEnv)
     with pytest.raises(ConfigError, match="cannot import module 'no_such_module'"):
         resolve_env_creator("no_such_module:Foo-v0")

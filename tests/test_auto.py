@@ -6,7 +6,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-from learning import SEED, train_until
 
 from hierl.algorithms.pg import PGTrainer
 from hierl.algorithms.trainer import Trainer, TrainerConfig
@@ -14,6 +13,7 @@ from hierl.config import ConfigError
 from hierl.optimizers.auto import AutoConfig, AutoOptimizer
 from hierl.optimizers.auto_candidates import initial_order
 from hierl.policy_graph import PolicyGraph
+from tests.support.learning_runs import SEED, train_until
 
 ALL = ("local", "multi_gpu", "allreduce", "async", "sharded_ps")
 

@@ -8,7 +8,6 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from conftest import CountingEnv
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from hierl.algorithms.es import ESTrainer
@@ -24,6 +23,7 @@ from hierl.evaluators import (
 )
 from hierl.evaluators.callbacks import resolve_callbacks
 from hierl.sample_batch import SampleBatch as SB
+from tests.support.counting_env import CountingEnv
 
 LENGTH = 3
 """Episode length of the fake env in these tests."""

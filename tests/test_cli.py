@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import RESULT_KEYS
 
 from hierl.cli import (
     default_output_dir,
@@ -25,6 +24,7 @@ from hierl.cli import (
     reached_stop,
 )
 from hierl.cli.progress import TrainingProgress, format_line, stop_fraction
+from tests.support.helpers import RESULT_KEYS
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,7 +20,7 @@ from hierl.optimizers.multi_gpu.learner import MultiDeviceLearner
 from hierl.optimizers.sgd import minibatch_sgd
 from hierl.policy_graph import NONFINITE_GRADS_SKIPPED
 from hierl.sample_batch import SampleBatch
-from tests import atari_env
+from tests.support import atari_env
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),

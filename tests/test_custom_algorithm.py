@@ -14,12 +14,12 @@ import importlib.util
 
 import numpy as np
 import pytest
-from readme_blocks import REPO, block_containing
 
 from hierl.algorithms.trainer import TrainerConfig
 from hierl.config import ConfigError
 from hierl.optimizers import get_optimizer_class, optimizer_names
 from hierl.optimizers.auto_candidates import gradient_strategies
+from tests.support.readme_blocks import REPO, block_containing
 
 EXAMPLE = REPO / "examples" / "custom_policy.py"
 

@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import CountingEnv
 from torch import nn
 
 import hierl
@@ -18,6 +17,7 @@ from hierl.algorithms.trainer_base import BaseTrainer
 from hierl.config import ConfigError
 from hierl.models import ModelConfig, get_preprocessor, registered_models
 from hierl.yaml_loader import load_yaml
+from tests.support.counting_env import CountingEnv
 
 MARKER = 42.0
 

@@ -10,8 +10,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import RESULT_KEYS
-from learning import SEED, train_until
 
 from hierl.algorithms.ddpg import (
     ApexDDPGConfig,
@@ -28,6 +26,8 @@ from hierl.optimizers.apex import ApexOptimizer
 from hierl.optimizers.replay import ReplayOptimizer
 from hierl.policy_graph import GlobalVars
 from hierl.sample_batch import SampleBatch as SB
+from tests.support.helpers import RESULT_KEYS
+from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import RESULT_KEYS, CountingEnv
-from learning import SEED, train_until
 from torch.nn import functional as F
 
 from hierl.algorithms.dqn import (
@@ -24,6 +22,9 @@ from hierl.models import ModelConfig
 from hierl.policy_graph import GlobalVars
 from hierl.postprocessing import N_STEP_DISCOUNTS
 from hierl.sample_batch import SampleBatch as SB
+from tests.support.counting_env import CountingEnv
+from tests.support.helpers import RESULT_KEYS
+from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,14 +9,14 @@ import json
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import RESULT_KEYS
-from learning import SEED, train_until
 
 from hierl.algorithms.es import ESConfig, ESPolicy, ESTrainer
 from hierl.algorithms.resources import trainer_bundles
 from hierl.config import ConfigError
 from hierl.optimizers.es.noise_table import SharedNoiseTable, noise_slice
 from hierl.optimizers.es.updates import FlatAdam, centered_ranks, es_gradient
+from tests.support.helpers import RESULT_KEYS
+from tests.support.learning_runs import SEED, train_until
 
 TINY = {
     "env": "CartPole-v1",

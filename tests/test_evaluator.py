@@ -207,6 +207,28 @@ def test_remote_evaluators_sample_sync_weights_and_filters(ray_session, counting
         evs.stop()
 
 
+@pytest.mark.timeout(300)
+def test_a_remote_evaluator_samples_a_fake_env_of_tests_support(ray_session, counting_env):
+    # CountingEnv lives in tests/support/, which Ray workers cannot import: the ray_session
+    # fixture ships the modules under tests/ by value
+    config = PGConfig.from_dict({"env": counting_env, "model": {"hiddens": (8, 8)}})
+    spec = EvaluatorSpec(
+        counting_env,
+        PGPolicy,
+        config,
+        env_config={"length": 4},
+        num_envs=1,
+        rollout_fragment_length=8,
+        seed=0,
+    )
+    evs = EvaluatorSet(spec, num_evaluators=1, num_cpus_per_evaluator=0.5, get_timeout_s=240)
+    try:
+        (batch,) = evs.get([e.sample.remote() for e in evs.remote_evaluators])
+    finally:
+        evs.stop()
+    assert batch[SB.OBS][:, 0].tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
 class LastObsCallbacks(EpisodeCallbacks):
     def on_episode_end(self, *, episode, env_info, worker_index):
         episode.custom_metrics["double_len"] = 2 * episode.episode_length

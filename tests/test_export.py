@@ -15,7 +15,6 @@ import numpy as np
 import onnxruntime
 import pytest
 import torch
-from learning import SEED, train_until
 
 from hierl.algorithms.ddpg import DDPGTrainer
 from hierl.algorithms.dqn import DQNTrainer
@@ -25,6 +24,7 @@ from hierl.cli import main
 from hierl.evaluators import register_env
 from hierl.export import ExportedPolicy, ExportError
 from hierl.sample_batch import DEFAULT_POLICY_ID
+from tests.support.learning_runs import SEED, train_until
 
 FORMATS = ("torchscript", "onnx")
 SMALL = {"num_evaluators": 0, "num_envs_per_evaluator": 2, "seed": 0}

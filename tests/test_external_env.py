@@ -16,16 +16,16 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import free_port
-from learning import SEED, train_until
 
 from hierl.algorithms.ppo import PPOTrainer
 from hierl.config import ConfigError
 from hierl.evaluators.external import ExternalInputTimeout
 from hierl.sample_batch import SampleBatch
 from hierl.serve.client import PolicyClient, PolicyClientError
+from tests.support.helpers import free_port
+from tests.support.learning_runs import SEED, train_until
 
-CLIENT_SCRIPT = Path(__file__).with_name("external_cartpole_client.py")
+CLIENT_SCRIPT = Path(__file__).parent / "support" / "external_cartpole_client.py"
 SMALL = {  # one sample() = whole episodes holding at least 20 steps
     "env": "CartPole-v1",
     "input": "external",

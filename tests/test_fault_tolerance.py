@@ -9,8 +9,6 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-from learning import SEED, LearningRun, train_until
-from learning_configs import APEX_CARTPOLE, IMPALA_CARTPOLE
 
 from hierl.algorithms.dqn import ApexTrainer
 from hierl.algorithms.impala import IMPALATrainer
@@ -23,6 +21,8 @@ from hierl.optimizers.apex.sharded_replay import ShardedReplay
 from hierl.optimizers.task_pool import TaskPool
 from hierl.policy_graph import GlobalVars
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+from tests.support.learning_configs import APEX_CARTPOLE, IMPALA_CARTPOLE
+from tests.support.learning_runs import SEED, LearningRun, train_until
 
 pytestmark = [pytest.mark.ray]
 

@@ -9,7 +9,6 @@ import traceback
 import numpy as np
 import pytest
 import torch
-from learning import SEED
 
 from hierl.algorithms.impala import (
     APPOPolicy,
@@ -21,6 +20,7 @@ from hierl.config import ConfigError
 from hierl.postprocessing import compute_advantages
 from hierl.sample_batch import DEFAULT_POLICY_ID
 from hierl.sample_batch import SampleBatch as SB
+from tests.support.learning_runs import SEED
 
 pytestmark = pytest.mark.timeout(180)
 TIMEOUT_S = 60

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from learning import SEED, train_until
-from learning_configs import IMPALA_CARTPOLE, PPO_CARTPOLE
 
 from hierl.algorithms.impala import APPOTrainer, IMPALATrainer
 from hierl.algorithms.pg import PGTrainer
 from hierl.algorithms.ppo import PPOTrainer
+from tests.support.learning_configs import IMPALA_CARTPOLE, PPO_CARTPOLE
+from tests.support.learning_runs import SEED, train_until
 
 pytestmark = [pytest.mark.learning]
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from learning import SEED, train_until
 
 from hierl.algorithms.pg import PGConfig, PGPolicy, PGTrainer
 from hierl.algorithms.ppo import PPOConfig, PPOTrainer
@@ -26,6 +25,7 @@ from hierl.evaluators.pettingzoo_env import PettingZooEnv
 from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import MultiAgentBatch
 from hierl.sample_batch import SampleBatch as SB
+from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,8 +13,6 @@ import copy
 import numpy as np
 import pytest
 import torch
-from conftest import RESULT_KEYS
-from learning import SEED, train_until
 
 import hierl.optimizers.multi_gpu  # noqa: F401  (registers "multi_gpu")
 from hierl import ConfigError
@@ -27,6 +25,8 @@ from hierl.optimizers.multi_gpu.learner import MultiDeviceLearner
 from hierl.optimizers.sgd import minibatch_sgd
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 from hierl.torch_policy_graph import LazyRows
+from tests.support.helpers import RESULT_KEYS
+from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(120)
 

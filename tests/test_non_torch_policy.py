@@ -14,13 +14,13 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from learning import SEED, train_until
 
 from hierl.algorithms.trainer import Trainer, TrainerConfig
 from hierl.config import ConfigError
 from hierl.optimizers import get_optimizer_class, optimizer_names
 from hierl.policy_graph import PolicyGraph
 from hierl.sample_batch import SampleBatch
+from tests.support.learning_runs import SEED, train_until
 
 NUM_CONTEXTS = 3
 """Contexts (= actions) of the bandit; a random policy earns 1 / NUM_CONTEXTS."""

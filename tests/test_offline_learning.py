@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from learning import SEED, train_until
 
 from hierl.algorithms.dqn import DQNTrainer
 from hierl.algorithms.marwil import BCTrainer, MARWILTrainer
 from hierl.algorithms.ppo import PPOTrainer
 from hierl.evaluators.offline import iter_episodes, list_files
+from tests.support.learning_runs import SEED, train_until
 
 pytestmark = [pytest.mark.learning]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from learning import SEED, LearningRun, record
 
 from hierl.algorithms.a2c import A3CTrainer
 from hierl.algorithms.population import (
@@ -17,6 +16,7 @@ from hierl.algorithms.ppo import PPOTrainer
 from hierl.algorithms.resources import trainer_bundles
 from hierl.algorithms.trainer_base import BaseTrainer
 from hierl.config import ConfigError
+from tests.support.learning_runs import SEED, LearningRun, record
 
 MEMBER = {
     "num_evaluators": 1,

@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from readme_blocks import REPO, Block, readme_blocks
 
 from hierl.algorithms.registry import get_trainer_class, trainer_class_exports, trainer_names
+from tests.support.readme_blocks import REPO, Block, readme_blocks
 
 LANGUAGES = {"python", "bash", "text", "yaml"}
 """The fence languages README may use: the first two run, ``text`` does not, ``yaml`` is

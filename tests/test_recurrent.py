@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from learning import SEED, LearningRun, train_until
-from memory_env import QUERY, RepeatCueEnv, make_repeat_cue
 from torch import nn
 
 from hierl.algorithms.ppo import PPOConfig, PPOPolicy, PPOTrainer
@@ -16,6 +14,8 @@ from hierl.evaluators import EvaluatorSpec, PolicyEvaluator
 from hierl.optimizers.multi_gpu.learner import MultiDeviceLearner
 from hierl.sample_batch import SampleBatch as SB
 from hierl.torch_policy_graph import TorchPolicyGraph
+from tests.support.learning_runs import SEED, LearningRun, train_until
+from tests.support.memory_env import QUERY, RepeatCueEnv, make_repeat_cue
 
 pytestmark = pytest.mark.timeout(120)
 

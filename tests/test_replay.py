@@ -5,10 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import RESULT_KEYS, CountingEnv
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from learning import SEED, train_until
 
 import hierl.optimizers.replay  # noqa: F401  (registers "replay")
 from hierl.algorithms.dqn import DQNConfig, DQNPolicy, DQNTrainer
@@ -25,6 +23,9 @@ from hierl.optimizers.replay.segment_tree import MinSegmentTree, SumSegmentTree
 from hierl.policy_graph import GlobalVars
 from hierl.sample_batch import DEFAULT_POLICY_ID
 from hierl.sample_batch import SampleBatch as SB
+from tests.support.counting_env import CountingEnv
+from tests.support.helpers import RESULT_KEYS
+from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(120)
 SETTINGS = settings(max_examples=150, deadline=None)

@@ -7,12 +7,12 @@ import re
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import free_port
 
 from hierl.algorithms.pg import PGTrainer
 from hierl.algorithms.playback import RolloutError, RolloutOptions, rollout
 from hierl.cli import main
 from hierl.evaluators import make_multi_agent, register_env
+from tests.support.helpers import free_port
 
 
 @pytest.fixture(scope="module")

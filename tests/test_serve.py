@@ -26,9 +26,6 @@ import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
-from conftest import free_port
-from learning import SEED, train_until
-from learning_configs import PPO_CARTPOLE
 
 from hierl.algorithms.ppo import PPOTrainer
 from hierl.algorithms.serving import PolicySnapshot
@@ -38,6 +35,9 @@ from hierl.config import ConfigError
 from hierl.evaluators.wire import MAX_BATCH, WireError, space_to_json
 from hierl.serve import ServeOptions, deploy
 from hierl.serve.policy import ServedPolicy
+from tests.support.helpers import free_port
+from tests.support.learning_configs import PPO_CARTPOLE
+from tests.support.learning_runs import SEED, train_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
 

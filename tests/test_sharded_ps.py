@@ -5,11 +5,9 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import RESULT_KEYS
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from learning import SEED, train_until
 
 import hierl.optimizers.sharded_ps  # noqa: F401  (registers "sharded_ps")
 from hierl.algorithms.pg import PGConfig, PGPolicy, PGTrainer
@@ -19,6 +17,8 @@ from hierl.optimizers.sharded_ps import ShardedPSConfig, ShardedPSOptimizer
 from hierl.optimizers.sharded_ps.param_server import ParameterShard
 from hierl.optimizers.sharded_ps.sharding import ShardSpec
 from hierl.sample_batch import DEFAULT_POLICY_ID
+from tests.support.helpers import RESULT_KEYS
+from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,8 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import RESULT_KEYS
-from learning import SEED, train_until
 
 from hierl import (
     CheckpointError,
@@ -22,6 +20,8 @@ from hierl import (
 )
 from hierl.algorithms.pg import PGTrainer
 from hierl.algorithms.ppo import PPOTrainer
+from tests.support.helpers import RESULT_KEYS
+from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(120)
 

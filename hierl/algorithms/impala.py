@@ -52,7 +52,7 @@ class IMPALAConfig(TrainerConfig):
     """IMPALA settings (RLlib's defaults: 2 evaluators x 5 envs x 50-step fragments,
     500-row train batches, one update per batch, Adam at 5e-4).  With lr 2e-3 and
     ``vf_loss_coeff`` 0.25 it reaches 450 on CartPole in 150k-350k env steps
-    (``tests/learning_configs.py``).  See ``hierl.optimizers.aso.ASOConfig`` for the
+    (``tests/support/learning_configs.py``).  See ``hierl.optimizers.aso.ASOConfig`` for the
     pipeline's settings.
     """
 

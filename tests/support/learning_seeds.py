@@ -1,8 +1,8 @@
 """Run learning tests over several seeds and print the table kept in tests/LEARNING.md.
 
-    python tests/learning_seeds.py                     # every learning test, seeds 0-4
-    python tests/learning_seeds.py -k ppo --seeds 0 1  # a selection
-    python tests/learning_seeds.py --from-log runs.jsonl  # the table of earlier runs
+    python tests/support/learning_seeds.py                     # every learning test, seeds 0-4
+    python tests/support/learning_seeds.py -k ppo --seeds 0 1  # a selection
+    python tests/support/learning_seeds.py --from-log runs.jsonl  # the table of earlier runs
 
 Each seed is one ``pytest -m learning`` run with ``HIERL_LEARNING_SEED`` set; every
 ``train_until`` call appends a record (the budget count at which the threshold was
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parents[2]
 UNITS = {"timesteps_total": "steps", "training_iteration": "iters"}
 """Short names of the budget units in the table."""
 
@@ -33,7 +33,7 @@ def run_seed(seed: int, log: Path, pytest_args: list[str]) -> float:
     env = dict(os.environ, HIERL_LEARNING_SEED=str(seed), HIERL_LEARNING_LOG=str(log))
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", "learning", "-p", "no:cacheprovider"]
     start = time.perf_counter()
-    subprocess.run([*cmd, *pytest_args], cwd=HERE.parent, env=env, check=False)
+    subprocess.run([*cmd, *pytest_args], cwd=REPO, env=env, check=False)
     return time.perf_counter() - start
 
 

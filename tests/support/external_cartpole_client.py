@@ -1,7 +1,7 @@
 """An app that owns its CartPole loop and plays it through a PolicyClient (run as a
 separate process by tests/test_external_env.py).
 
-    python tests/external_cartpole_client.py URL MODE THREADS SEED
+    python tests/support/external_cartpole_client.py URL MODE THREADS SEED
 
 Each of THREADS threads plays episodes until the server stops answering, then the
 process exits 0 (3 if remote mode loaded Ray or torch: the client must not need them).

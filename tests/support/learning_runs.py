@@ -2,7 +2,7 @@
 
 A fixed seed does not give the same trajectory on another CPU model (float results
 differ between kernels), so each learning test is sized for seeds 0-4 with headroom
-(``tests/LEARNING.md``).  CI runs seed 0; ``python tests/learning_seeds.py`` runs any
+(``tests/LEARNING.md``).  CI runs seed 0; ``python tests/support/learning_seeds.py`` runs any
 learning test over several seeds (``HIERL_LEARNING_SEED``) and prints the table from
 the records ``train_until`` appends to ``HIERL_LEARNING_LOG``.
 """
