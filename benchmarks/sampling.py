@@ -8,11 +8,13 @@ load on this shared machine hits both sides alike.  "best-chunk" ratios compare 
 side's fastest single chunk, a second, nearly noise-free estimate.
 
 a) Pendulum-v1, 64 sub-envs in one ``gymnasium.vector.SyncVectorEnv(copy=False,
-   autoreset_mode=SAME_STEP)`` (what hierl builds for ``num_envs=64``), a 64x64 tanh
-   ActorCritic, one evaluator in this process, ``torch.set_num_threads(1)``:
+   autoreset_mode=SAME_STEP)`` (hierl builds its subclass ``SameStepVectorEnv``, which
+   steps the same sub-envs with fewer Python calls, for ``num_envs_per_evaluator=64``), a
+   64x64 tanh ActorCritic, one evaluator in this process, ``torch.set_num_threads(1)``:
 
    * raw loop: obs -> ``torch.no_grad`` forward -> Normal sample -> clip -> ``venv.step``
-     (numpy <-> torch conversions included) on its own SyncVectorEnv of the same type;
+     (numpy <-> torch conversions included) on Gymnasium's own SyncVectorEnv, as a user
+     writes it;
    * ``PolicyEvaluator.sample()`` with a TorchPolicyGraph subclass that has a trivial loss
      and no ``postprocess_trajectory`` (so the sampler skips per-segment postprocessing).
      Target: evaluator / raw >= 0.9;
@@ -483,7 +485,7 @@ def main(argv: list[str] | None = None) -> None:
     raw_p = RawPendulum(PENDULUM_ENVS)
     pend_evs = {"evaluator": pendulum_ev(SamplingPolicy), "evaluator PPO": pendulum_ev(PPOPolicy)}
     for ev in pend_evs.values():
-        assert type(ev.sampler.venv) is type(raw_p.venv)
+        assert isinstance(ev.sampler.venv, type(raw_p.venv))  # hierl's SameStepVectorEnv
         assert ev.sampler.venv.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
     figures["pendulum"] = measure(
         "pendulum",
