@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,8 +16,8 @@ from hierl.algorithms.trainer_base import BaseTrainer
 from hierl.evaluators import register_env
 from hierl.models import register_model
 from hierl.serve.policy import ServedPolicy
+from tests.support.helpers import run_cli
 
-REPO = Path(__file__).resolve().parent.parent
 MARKER_CODE = (
     "import os, pathlib\npathlib.Path(os.environ['HIERL_TEST_MARKER']).write_text('{name} ran')\n"
 )
@@ -162,23 +160,6 @@ def test_nested_settings_are_found_but_user_data_is_not():
     ]
 
 
-def _cli(args: list[str], cwd: Path, marker: Path) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "HIERL_TEST_MARKER": str(marker),
-        "RAY_USAGE_STATS_ENABLED": "0",
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "hierl.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-
-
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("route", sorted(ROUTES))
 def test_cli_refuses_each_route_with_one_line(route, clean_checkpoint, tmp_path):
@@ -198,7 +179,7 @@ def test_cli_refuses_each_route_with_one_line(route, clean_checkpoint, tmp_path)
         ["export", str(path)],
         ["serve", str(path)],
     ):
-        proc = _cli(command, evil_dir, marker)
+        proc = run_cli(command, evil_dir, timeout=240, HIERL_TEST_MARKER=str(marker))
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("hierl: error: "), proc.stderr
@@ -215,9 +196,8 @@ def test_python_m_does_not_import_from_the_current_directory(clean_checkpoint, t
     evil_module(evil_dir, "callbacks", CALLBACKS_BODY)
     path = hostile(clean_checkpoint, evil_dir, ROUTES["callbacks"][0])
     marker = tmp_path / "marker"
-    proc = _cli(
-        ["rollout", str(path), "--episodes", "1", "--allow-import", "callbacks"], evil_dir, marker
-    )
+    argv = ["rollout", str(path), "--episodes", "1", "--allow-import", "callbacks"]
+    proc = run_cli(argv, evil_dir, timeout=240, HIERL_TEST_MARKER=str(marker))
     assert proc.returncode == 2, proc.stderr
     assert "cannot import module 'callbacks'" in proc.stderr
     assert "Traceback" not in proc.stderr and not marker.exists()

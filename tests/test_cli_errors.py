@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +17,8 @@ from hierl.algorithms.pg import PGTrainer
 from hierl.cli import main
 from hierl.cli.progress import TrainingProgress, format_line
 from hierl.config import ConfigError
+from tests.support.helpers import REPO, run_cli
 
-REPO = Path(__file__).resolve().parent.parent
 NOISE = ("Traceback", "Exception ignored", "SystemExit", "Ray is not initialized")
 
 
@@ -121,24 +120,12 @@ def test_a_bug_keeps_its_traceback(monkeypatch):
         main(["list"])
 
 
-def _cli(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"}
-    return subprocess.run(
-        [sys.executable, "-m", "hierl.cli", *argv],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-
-
 @pytest.mark.timeout(600)
 def test_an_error_in_a_ray_actor_is_one_line(files):
     """A corrupt Parquet file read by a remote evaluator (a Ray actor): its cause's
     message, not Ray's wrapped traceback."""
     argv = [*BC, "--set", f"input={files['corrupt']}", "--num-evaluators", "1"]
-    proc = _cli([*argv, "--output-dir", str(files["root"] / "o3")], files["root"])
+    proc = run_cli([*argv, "--output-dir", str(files["root"] / "o3")], files["root"])
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hierl: error: input file"), proc.stderr
@@ -147,7 +134,7 @@ def test_an_error_in_a_ray_actor_is_one_line(files):
 
 @pytest.mark.timeout(600)
 def test_a_tune_trial_failed_by_a_user_error_is_one_line(files):
-    proc = _cli(
+    proc = run_cli(
         ["tune", str(files["root"] / "bad_trial.yaml"), "--storage-path", "tune"], files["root"]
     )
     assert proc.returncode == 2, proc.stderr
@@ -165,7 +152,7 @@ def test_offline_cli_run_shows_the_evaluation_return_and_exits_cleanly(files):
     argv = ["train", "--algo", "BC", "--env", "CartPole-v1", "--no-curve", "--stop"]
     argv += ["training_iteration=2", "--set", f"input={files['good']}"]
     argv += ["--set", "evaluation_interval=1", "--num-evaluators", "1"]
-    proc = _cli([*argv, "--output-dir", str(files["root"] / "o4")], files["root"])
+    proc = run_cli([*argv, "--output-dir", str(files["root"] / "o4")], files["root"])
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.startswith("iter ")]
     assert len(lines) == 2 and all("| eval reward " in line for line in lines), proc.stdout
@@ -247,7 +234,7 @@ def test_a_tune_run_exits_cleanly(files):
     }
     path = files["root"] / "ok_experiment.yaml"
     path.write_text(json.dumps(experiment))
-    proc = _cli(["tune", str(path), "--storage-path", "tune_ok"], files["root"])
+    proc = run_cli(["tune", str(path), "--storage-path", "tune_ok"], files["root"])
     assert proc.returncode == 0, proc.stderr
     assert "best trials" in proc.stdout
     assert not any(noise in proc.stderr for noise in NOISE), proc.stderr

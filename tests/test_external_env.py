@@ -22,22 +22,11 @@ from hierl.config import ConfigError
 from hierl.evaluators.external import ExternalInputTimeout
 from hierl.sample_batch import SampleBatch
 from hierl.serve.client import PolicyClient, PolicyClientError
-from tests.support.helpers import free_port
+from tests.support.helpers import EXTERNAL_PPO, free_port
 from tests.support.learning_runs import SEED, train_until
 
 CLIENT_SCRIPT = Path(__file__).parent / "support" / "external_cartpole_client.py"
-SMALL = {  # one sample() = whole episodes holding at least 20 steps
-    "env": "CartPole-v1",
-    "input": "external",
-    "input_external": {"port": 0},
-    "num_envs_per_evaluator": 1,
-    "rollout_fragment_length": 20,
-    "train_batch_size": 40,
-    "sgd_minibatch_size": 20,
-    "num_sgd_iter": 1,
-    "sample_timeout_s": 20,
-    "seed": 0,
-}
+SMALL = EXTERNAL_PPO
 
 
 def url_of(trainer: PPOTrainer) -> str:

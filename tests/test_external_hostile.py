@@ -20,21 +20,11 @@ import pytest
 from hierl.algorithms.ppo import PPOTrainer
 from hierl.config import ConfigError
 from hierl.serve.client import PolicyClient, PolicyClientError
+from tests.support.helpers import EXTERNAL_PPO
 
 pytestmark = pytest.mark.timeout(60)
 
-SMALL = {
-    "env": "CartPole-v1",
-    "input": "external",
-    "input_external": {"port": 0},
-    "num_envs_per_evaluator": 1,
-    "rollout_fragment_length": 20,
-    "train_batch_size": 40,
-    "sgd_minibatch_size": 20,
-    "num_sgd_iter": 1,
-    "sample_timeout_s": 20,
-    "seed": 0,
-}
+SMALL = EXTERNAL_PPO
 OBS = [0.01, 0.02, 0.03, 0.04]
 
 

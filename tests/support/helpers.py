@@ -1,8 +1,16 @@
-"""Small helpers several tests share: the keys of a train() result, a free port."""
+"""Small helpers several tests share: the keys of a train() result, a free port, the
+`hierl` command in a fresh process, a small external-env PPO config."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+"""The repository root (the source tree these tests run against)."""
 
 RESULT_KEYS = {
     "episode_reward_mean",
@@ -27,3 +35,33 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def run_cli(
+    argv: list[str], cwd: Path, timeout: float = 400, **env: str
+) -> subprocess.CompletedProcess:
+    """``python -m hierl.cli ARGV`` in a fresh process in ``cwd`` against this source tree,
+    with ``env`` added to the environment; its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "hierl.cli", *argv],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0", **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+EXTERNAL_PPO = {  # one sample() = whole episodes holding at least 20 steps
+    "env": "CartPole-v1",
+    "input": "external",
+    "input_external": {"port": 0},
+    "num_envs_per_evaluator": 1,
+    "rollout_fragment_length": 20,
+    "train_batch_size": 40,
+    "sgd_minibatch_size": 20,
+    "num_sgd_iter": 1,
+    "sample_timeout_s": 20,
+    "seed": 0,
+}
+"""PPO on CartPole driven by an external client through the external-env server."""
