@@ -212,12 +212,12 @@ def test_a_remote_evaluator_samples_a_fake_env_of_tests_support(ray_session, cou
     # CountingEnv lives in tests/support/, which Ray workers cannot import: the ray_session
     # fixture ships the modules under tests/ by value
     config = PGConfig.from_dict({"env": counting_env, "model": {"hiddens": (8, 8)}})
-    spec = EvaluatorSpec(
+    spec = EvaluatorSpec.of(
         counting_env,
         PGPolicy,
         config,
         env_config={"length": 4},
-        num_envs=1,
+        num_envs_per_evaluator=1,
         rollout_fragment_length=8,
         seed=0,
     )
