@@ -284,7 +284,12 @@ def test_idle_connections_give_way_and_busy_ones_past_max_connections_get_503():
         finally:
             for sock in idle + busy:
                 sock.close()
-        assert client.get_action(episode, OBS) in (0, 1)  # served again once they leave
+        # served again once the server has seen them leave (slower on a loaded machine)
+        connections = trainer.evaluators.local_evaluator.server.httpd.connections
+        deadline = time.monotonic() + 10
+        while len(connections) >= 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert client.get_action(episode, OBS) in (0, 1)
 
 
 # -- tokens and clients ------------------------------------------------------------------
