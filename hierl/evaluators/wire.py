@@ -208,9 +208,7 @@ def loads(body: bytes) -> Any:
         return json.loads(body)
     except UnicodeDecodeError as e:
         raise WireError("body", f"malformed JSON: not UTF-8 ({e.reason})") from None
-    except json.JSONDecodeError as e:
-        raise WireError("body", f"malformed JSON: {e}") from None
-    except ValueError as e:  # e.g. an integer beyond Python's 4300-digit limit
+    except ValueError as e:  # JSONDecodeError, or an integer beyond the 4300-digit limit
         raise WireError("body", f"malformed JSON: {e}") from None
     except RecursionError:
         raise WireError("body", "malformed JSON: nested too deeply") from None
