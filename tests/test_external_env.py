@@ -595,3 +595,35 @@ def test_public_address_without_a_token_logs_a_warning(monkeypatch, caplog):
         with caplog.at_level("WARNING", logger="hierl.evaluators.external.server"):
             ExternalServer(app=None, host=host, port=0, token=token).close()
         assert ("without an auth token" in caplog.text) == warned, (host, token)
+
+
+class _SlowSpec:
+    """An app whose ``GET /spec`` takes ``seconds`` (a call in progress at close)."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.entered, self.finished = seconds, threading.Event(), False
+
+    def describe(self) -> dict:
+        self.entered.set()
+        time.sleep(self.seconds)
+        self.finished = True
+        return {}
+
+
+@pytest.mark.timeout(30)
+def test_close_waits_for_the_calls_in_progress():
+    # A connection thread still inside torch at interpreter exit aborts the process
+    # ("terminate called without an active exception"): close() must outwait them.
+    from hierl.evaluators.external.server import ExternalServer
+
+    app = _SlowSpec(0.5)
+    server = ExternalServer(app=app, port=0)
+    host, port = server.address
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    caller = threading.Thread(target=lambda: conn.request("GET", "/spec"), daemon=True)
+    caller.start()
+    assert app.entered.wait(10)
+    server.close()
+    assert app.finished
+    assert not server.httpd.threads
+    conn.close()

@@ -127,7 +127,9 @@ BASE = {
 OVERRIDES = {
     "sharded_ps": {"lr": 0.05},  # the shards run Adam: steps of ~lr each
     "replay": {"optimizer_config": {"learning_starts": 64, "prioritized_replay": False}},
-    "apex": {"optimizer_config": {"learning_starts": 64, "min_step_time_s": 0.0}},
+    # apex learns in a thread only while step() runs: a single round (min_step_time_s 0)
+    # can end before the thread is scheduled at all, and then nothing is learnt
+    "apex": {"optimizer_config": {"learning_starts": 64, "min_step_time_s": 0.05}},
     "aso": {"optimizer_config": {"min_step_time_s": 0.05}},
     "auto": {"optimizer_config": {"calibration_steps": 1}},
 }

@@ -136,13 +136,19 @@ class ExternalServer:
         host, port = self.httpd.server_address[:2]
         return str(host), int(port)
 
-    def close(self) -> None:
-        """Stop serving, release the port and close the clients' open connections (a
-        client waiting on one gets an error instead of waiting for its timeout)."""
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop serving, release the port, close the clients' open connections (a
+        client waiting on one gets an error instead of waiting for its timeout) and wait,
+        at most ``timeout_s`` in all, for the connections' threads to finish the calls
+        they are in."""
+        deadline = time.monotonic() + timeout_s
         self.httpd.shutdown()
         self.httpd.server_close()
         self.httpd.close_connections()
-        self._thread.join(timeout=10)
+        self._thread.join(timeout=timeout_s)
+        # CRUCIAL: a connection thread still computing an action when the interpreter
+        # exits is killed inside torch, which aborts the process
+        self.httpd.join_connection_threads(deadline)
 
 
 def _is_loopback(host: str) -> bool:
@@ -209,6 +215,8 @@ class _Server(ThreadingHTTPServer):
         max_connections: int = 1024,
     ):
         self.connections: dict[socket.socket, _DeadlineReader | None] = {}
+        self.threads: set[threading.Thread] = set()
+        """The connections' threads still running."""
         self.max_connections = max_connections
         self._connections_lock = threading.Lock()
         super().__init__(address, handler)
@@ -237,11 +245,14 @@ class _Server(ThreadingHTTPServer):
                 self.connections[request] = reader
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self.threads.add(threading.current_thread())
         try:
             super().process_request_thread(request, client_address)
         finally:
             with self._connections_lock:
                 self.connections.pop(request, None)
+                self.threads.discard(threading.current_thread())
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A connection that broke (a client that went away, or :meth:`close`) is not
@@ -259,6 +270,13 @@ class _Server(ThreadingHTTPServer):
         for conn in connections:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
+
+    def join_connection_threads(self, deadline: float) -> None:
+        """Wait until the connections' threads have ended, or ``deadline`` (monotonic)."""
+        with self._connections_lock:
+            threads = list(self.threads)
+        for thread in threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def _refuse(request: socket.socket, limit: int) -> None:
