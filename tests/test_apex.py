@@ -269,7 +269,7 @@ def test_in_process_learner_failure_surfaces_in_step():
     class BrokenApexTrainer(ApexTrainer):
         policy_class = BrokenDQNPolicy
 
-    config = {**TINY_Q, "optimizer_config": {"learning_starts": 20, "min_step_time_s": 0.0}}
+    config = {**TINY_Q, "optimizer_config": {"learning_starts": 20, "min_step_time_s": 0.01}}
     with BrokenApexTrainer(config) as trainer, pytest.raises(RuntimeError, match="learner thread"):
         for _ in range(200):
             trainer.optimizer.step()
