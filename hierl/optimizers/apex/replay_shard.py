@@ -57,9 +57,9 @@ class ReplayShard:
     """One slice of the replay memory: a preallocated (prioritized) buffer.
 
     Runs as a Ray actor (``ReplayShard.as_remote(num_cpus)``) or, in-process, as a plain
-    object.  ``capacity``, ``prioritized``, ``alpha`` and ``seed`` configure the buffer
-    (``make_replay_buffer``); ``replay`` returns None until it holds ``learning_starts``
-    rows.
+    object.  ``capacity``, ``prioritized``, ``alpha``, ``seed`` and ``frame_storage``
+    configure the buffer (``make_replay_buffer``); ``replay`` returns None until it holds
+    ``learning_starts`` rows.
     """
 
     def __init__(
@@ -69,8 +69,11 @@ class ReplayShard:
         alpha: float,
         learning_starts: int,
         seed: int | None = None,
+        frame_storage: str = "auto",
     ):
-        self.buffer = make_replay_buffer(capacity, prioritized, alpha=alpha, seed=seed)
+        self.buffer = make_replay_buffer(
+            capacity, prioritized, alpha=alpha, seed=seed, frame_storage=frame_storage
+        )
         self.learning_starts = learning_starts
 
     @classmethod

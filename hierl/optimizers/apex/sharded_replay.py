@@ -61,7 +61,7 @@ class ShardedReplay:
         """Rows a shard must hold before it serves replay batches."""
         seeds = [None if seed is None else seed + i for i in range(n)]
         buffer = (self.capacity, config.prioritized_replay, config.prioritized_replay_alpha)
-        args = [(*buffer, self.learning_starts, seed) for seed in seeds]
+        args = [(*buffer, self.learning_starts, seed, config.frame_storage) for seed in seeds]
         self._shard_args = args
         self.generation = [0] * n
         """Per shard: how many times it was recreated (tags replayed batches)."""

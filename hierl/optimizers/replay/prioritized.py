@@ -37,8 +37,15 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     ``sum_tree`` and ``min_tree`` hold ``priority ** alpha`` per row.
     """
 
-    def __init__(self, capacity: int, alpha: float = 0.6, seed: int | None = None):
-        super().__init__(capacity, seed)
+    def __init__(
+        self,
+        capacity: int,
+        alpha: float = 0.6,
+        seed: int | None = None,
+        frame_storage: str = "auto",
+        frame_capacity: int | None = None,
+    ):
+        super().__init__(capacity, seed, frame_storage, frame_capacity)
         if not alpha >= 0:
             raise ValueError(f"alpha must be >= 0, got {alpha}")
         self.alpha = float(alpha)
@@ -64,25 +71,34 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         and one row is drawn from each.  ``PRIO_WEIGHTS = (N P(i))^-beta / max weight``.
         """
         self._check_sample_args(num_items, beta)
-        total = self.sum_tree.sum(0, self._size)
+        filled = self._filled
+        total = self.sum_tree.sum(0, filled)
         prefix = (np.arange(num_items) + self._rng.random(num_items)) * (total / num_items)
         # Rounding can put a prefix sum at or past the end: stay on stored rows.
-        idx = np.minimum(self.sum_tree.find_prefixsum_idx(prefix), self._size - 1)
-        p_min = self.min_tree.min(0, self._size) / total
+        idx = np.minimum(self.sum_tree.find_prefixsum_idx(prefix), filled - 1)
+        if self._size < filled:  # rows dropped early have no mass but can end a search
+            idx = np.where(self._is_live(idx), idx, (self.num_added - 1) % self.capacity)
+        p_min = self.min_tree.min(0, filled) / total
         weights = (self.sum_tree[idx] / total / p_min) ** -beta  # (N P(i))^-b / (N P_min)^-b
         return self._gather(idx, weights.astype(np.float32))
 
     def update_priorities(self, indexes: np.ndarray, priorities: np.ndarray) -> None:
-        """Set the priorities (finite, > 0) of stored rows; repeated indexes: last wins."""
+        """Set the priorities (finite, > 0) of stored rows; repeated indexes: last wins.
+
+        Rows dropped early since they were sampled (frame storage) are skipped."""
         idx = np.asarray(indexes)
         if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
             raise ValueError(f"indexes must be a 1-D integer array, got {idx.dtype} {idx.shape}")
         priorities = self._checked_priorities(priorities, len(idx))
-        if idx.size and (idx.min() < 0 or idx.max() >= self._size):
+        filled = self._filled
+        if idx.size and (idx.min() < 0 or idx.max() >= filled):
             raise ValueError(
-                f"indexes {idx[(idx < 0) | (idx >= self._size)][:5].tolist()} are not stored "
-                f"rows [0, {self._size})"
+                f"indexes {idx[(idx < 0) | (idx >= filled)][:5].tolist()} are not stored "
+                f"rows [0, {filled})"
             )
+        if self._size < filled:
+            live = self._is_live(idx)
+            idx, priorities = idx[live], priorities[live]
         self._set_priorities(idx, priorities)
 
     def _checked_priorities(self, priorities: Any, count: int) -> np.ndarray:
@@ -103,6 +119,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if priorities.size:
             self.max_priority = max(self.max_priority, float(priorities.max()))
 
+    def _forget(self, positions: np.ndarray) -> None:
+        """Rows dropped early get no sampling mass (and +inf in the min tree)."""
+        self._priorities[positions] = 0.0
+        self.sum_tree[positions] = np.zeros(len(positions))
+        self.min_tree[positions] = np.full(len(positions), np.inf)
+
     @property
     def nbytes(self) -> int:
         """Row storage plus the priority array and both segment trees."""
@@ -111,14 +133,15 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def stats(self) -> dict[str, float]:
         """Adds ``max_priority`` and the ``mean_priority`` of the stored rows."""
-        mean = float(self._priorities[: self._size].mean()) if self._size else 0.0
+        stored = self._priorities[: self._filled]
+        mean = float(stored[stored > 0].mean()) if self._size else 0.0
         return {**super().stats(), "max_priority": self.max_priority, "mean_priority": mean}
 
     def get_state(self) -> dict[str, Any]:
         """Adds the stored rows' priorities and the running maximum."""
         return {
             **super().get_state(),
-            "priorities": self._priorities[: self._size].copy(),
+            "priorities": self._priorities[: self._filled].copy(),
             "max_priority": self.max_priority,
         }
 
@@ -128,14 +151,23 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.sum_tree = SumSegmentTree(self.capacity)
         self.min_tree = MinSegmentTree(self.capacity)
         self._priorities[:] = 0.0
-        self._set_priorities(np.arange(self._size), np.asarray(state["priorities"]))
+        positions = np.arange(self._filled)
+        self._set_priorities(positions, np.asarray(state["priorities"]))
+        self._forget(positions[~self._is_live(positions)])
         self.max_priority = float(state["max_priority"])
 
 
 def make_replay_buffer(
-    capacity: int, prioritized: bool, alpha: float = 0.6, seed: int | None = None
+    capacity: int,
+    prioritized: bool,
+    alpha: float = 0.6,
+    seed: int | None = None,
+    frame_storage: str = "auto",
 ) -> ReplayBuffer:
-    """A ``PrioritizedReplayBuffer`` if ``prioritized`` else a uniform ``ReplayBuffer``."""
+    """A ``PrioritizedReplayBuffer`` if ``prioritized`` else a uniform ``ReplayBuffer``;
+    ``frame_storage`` as in ``ReplayBuffer``."""
     if prioritized:
-        return PrioritizedReplayBuffer(capacity, alpha=alpha, seed=seed)
-    return ReplayBuffer(capacity, seed=seed)
+        return PrioritizedReplayBuffer(
+            capacity, alpha=alpha, seed=seed, frame_storage=frame_storage
+        )
+    return ReplayBuffer(capacity, seed=seed, frame_storage=frame_storage)

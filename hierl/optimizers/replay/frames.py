@@ -1,0 +1,305 @@
+"""Frame-once storage of stacked observations for the replay buffers.
+
+An Atari row holds two ``(4, 84, 84)`` uint8 stacks (``obs`` and ``new_obs``) that share
+seven of their eight frames with each other and with the neighbouring rows: stored as
+rows, 1M transitions take 56 GB; stored once per distinct frame, about 7 GB.  The
+references learned from are Dopamine's circular replay buffer and DQN Zoo's
+(one frame per row, stacks rebuilt from the previous rows, episode starts padded) and
+Stable-Baselines3's ``optimize_memory_usage`` (``next_obs`` read from the next row).
+
+Unlike them, :class:`FrameStacks` does not rebuild a stack from an assumed layout of
+the rows.  Each row keeps, for each slot of each of its two stacks, the ring position
+of the frame that fills it; a stack is gathered back through those positions.  The
+frames are found by comparing bytes when rows are stored:
+
+1. structural candidates, compared for a whole batch at once: ``new_obs[i]`` shifted
+   one frame from ``obs[i]``, ``obs[i]`` equal to ``new_obs[i-1]`` or shifted from
+   ``obs[i-1]``, a reset stack repeating its first frame, n-step ``new_obs`` shifted
+   from or equal to ``new_obs[i-1]``;
+2. every frame left over (about one per row) is hashed and looked up among the
+   frames stored in this batch and the recent ones (so a fragment continues its
+   evaluator's previous fragment across other evaluators' batches), again confirmed by
+   comparing bytes; a frame found nowhere is written to the ring.
+
+So what is sampled is exactly what was stored, byte for byte, whatever the episode
+boundaries (reset padding, terminated or truncated last steps), the n-step windows
+computed upstream or the ring's wrap-around: the layout only decides how many frames
+are written (about one per row plus one per episode for the DeepMind pipeline).
+
+The frame ring holds ``frame_capacity`` frames (by default ``rows + rows // 16`` plus a
+few rows' worth).  When a frame still used by a stored row has to be overwritten,
+that row and every older one are dropped (``evicted_before``): the buffer then holds
+fewer than ``capacity`` rows, which only happens when the frames dedupe worse than
+one new frame per row (random frames, or stacks that are not frame stacks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import numpy as np
+
+from hierl.sample_batch import SampleBatch
+
+FrameStorage = Literal["auto", "frames", "rows"]
+FRAME_STORAGES: tuple[str, ...] = ("auto", "frames", "rows")
+"""``frame_storage`` values: ``auto`` (frames for stacked image observations), ``frames``
+(always store each frame once), ``rows`` (store every row's stacks whole)."""
+
+STACKED_COLUMNS = (SampleBatch.OBS, SampleBatch.NEW_OBS)
+"""The two columns stored as frames, in slot order."""
+
+MAX_CHUNK_ROWS = 1024
+"""Rows compared at once (bounds the temporaries of one ``write``)."""
+
+RECENT_FRAMES = 1 << 16
+"""Newest frames a leftover frame is looked up among (by hash, then compared)."""
+
+
+def is_frame_stack(batch: SampleBatch) -> bool:
+    """Whether ``batch`` holds stacked uint8 images: ``obs`` and ``new_obs`` of one
+    per-row shape ``(K, *frame)``, 2 <= K, the frame at least 2-D and each of its sides
+    longer than K (``(4, 84, 84)`` is; ``(84, 84, 3)`` and ``(4,)`` are not)."""
+    if not all(c in batch for c in STACKED_COLUMNS):
+        return False
+    obs, new_obs = (np.asarray(batch[c]) for c in STACKED_COLUMNS)
+    shape = obs.shape[1:]
+    return (
+        obs.dtype == np.uint8
+        and new_obs.dtype == np.uint8
+        and new_obs.shape[1:] == shape
+        and len(shape) >= 3
+        and shape[0] >= 2
+        and all(side > shape[0] for side in shape[1:])
+    )
+
+
+def uses_frames(batch: SampleBatch, storage: str) -> bool:
+    """Whether a buffer with ``frame_storage=storage`` stores ``batch`` as frames.
+
+    ``auto``: when :func:`is_frame_stack`; ``rows``: never; ``frames``: always, and a
+    ValueError when ``obs`` and ``new_obs`` are not stacks of one shape.
+    """
+    if storage not in FRAME_STORAGES:
+        raise ValueError(f"frame_storage must be one of {FRAME_STORAGES}, got {storage!r}")
+    if storage == "rows":
+        return False
+    if storage == "auto":
+        return is_frame_stack(batch)
+    shapes = {c: np.shape(batch[c])[1:] if c in batch else None for c in STACKED_COLUMNS}
+    if None in shapes.values() or len(set(shapes.values())) != 1 or not shapes["obs"]:
+        raise ValueError(
+            f"frame_storage='frames' needs 'obs' and 'new_obs' columns of one per-row "
+            f"shape (stack, *frame), got {shapes}; use frame_storage='rows' or 'auto'"
+        )
+    return True
+
+
+def frames_equal(a: np.ndarray, b: np.ndarray, frame_ndim: int) -> np.ndarray:
+    """Per-frame equality of two arrays of frames (the last ``frame_ndim`` axes)."""
+    lead = a.shape[: a.ndim - frame_ndim]
+    a = a.reshape(*lead, -1).view(np.uint8)  # one frame's axes merge without a copy
+    b = b.reshape(*lead, -1).view(np.uint8)
+    if a.shape[-1] % 8 == 0:
+        a, b = a.view(np.uint64), b.view(np.uint64)
+    return (a == b).all(axis=-1)
+
+
+class FrameStacks:
+    """The ``obs`` and ``new_obs`` stacks of ``rows`` replay rows, each frame stored once.
+
+    Args:
+        rows: the buffer's capacity in rows (ring positions ``0..rows-1``).
+        stack_shape: per-row shape ``(K, *frame)`` of both stacks.
+        dtype: the frames' dtype.
+        frame_capacity: frames kept in the ring (None: ``rows + rows // 16 + 8K``).
+
+    ``write`` stores a run of rows and returns the row number (counted over all rows
+    ever stored) before which rows lost a frame; ``gather`` rebuilds the stacks.
+    """
+
+    def __init__(
+        self,
+        rows: int,
+        stack_shape: tuple[int, ...],
+        dtype: Any,
+        frame_capacity: int | None = None,
+    ):
+        self.stack = int(stack_shape[0])
+        self.slots = 2 * self.stack
+        if frame_capacity is None:
+            frame_capacity = rows + rows // 16 + 4 * self.slots
+        if int(frame_capacity) < self.slots:
+            raise ValueError(
+                f"frame_capacity must hold one row's {self.slots} frames, got {frame_capacity}"
+            )
+        self.frame_capacity = int(frame_capacity)
+        self.frame_shape = tuple(int(d) for d in stack_shape[1:])
+        self.frames = np.empty((self.frame_capacity, *self.frame_shape), dtype=dtype)
+        index = np.int32 if self.frame_capacity < 2**31 else np.int64
+        self.positions = np.zeros((rows, self.slots), dtype=index)
+        """Per row: the ring positions of its ``obs`` frames, then its ``new_obs`` frames."""
+        self.last_use = np.full(self.frame_capacity, -1, dtype=np.int64)
+        """Per ring position: the newest row (number) that uses its frame."""
+        self.frames_written = 0
+        self._recent: dict[int, int] = {}
+        words = -(-int(np.prod(self.frame_shape, dtype=np.int64)) * self.frames.itemsize // 8)
+        coeffs = np.random.default_rng(0x5EED).integers(0, 2**63, size=words, dtype=np.uint64)
+        self._coeffs = coeffs * np.uint64(2) + np.uint64(1)  # odd: a multiplicative hash
+
+    @property
+    def stack_shape(self) -> tuple[int, ...]:
+        """Per-row shape of each stack."""
+        return (self.stack, *self.frame_shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the frame ring, the per-row positions and the per-frame bookkeeping."""
+        return self.frames.nbytes + self.positions.nbytes + self.last_use.nbytes
+
+    # -- storing -----------------------------------------------------------------------
+    def write(
+        self, ring_rows: np.ndarray, first_row: int, obs: np.ndarray, new_obs: np.ndarray
+    ) -> int:
+        """Store the stacks of rows numbered ``first_row, first_row + 1, ...`` at
+        ``ring_rows``; returns the number of the oldest row whose frames are all still
+        stored (rows before it lost a frame to the ring and must be dropped)."""
+        evicted_before = 0
+        chunk = max(1, min(MAX_CHUNK_ROWS, self.frame_capacity // (2 * self.slots)))
+        for start in range(0, len(ring_rows), chunk):
+            stop = min(start + chunk, len(ring_rows))
+            stacks = np.concatenate([obs[start:stop], new_obs[start:stop]], axis=1)
+            bound = self._write_chunk(ring_rows[start:stop], first_row + start, stacks)
+            evicted_before = max(evicted_before, bound)
+        return evicted_before
+
+    def _write_chunk(self, ring_rows: np.ndarray, first_row: int, stacks: np.ndarray) -> int:
+        n, slots, k = len(stacks), self.slots, self.stack
+        source = np.arange(n * slots).reshape(n, slots)
+        # Precedence order: the first candidate that matches a slot's bytes wins.
+        self._link(stacks, source, 0, range(k, 2 * k - 1), range(1, k))  # new = obs shifted
+        self._link(stacks, source, 1, range(0, k), range(k, 2 * k))  # obs = previous new
+        self._link(stacks, source, 1, range(0, k - 1), range(1, k))  # obs = previous obs shifted
+        self._link(stacks, source, 0, range(0, k - 1), range(1, k))  # reset: repeated frame
+        self._link(stacks, source, 1, range(k, 2 * k - 1), range(k + 1, 2 * k))  # n-step
+        self._link(stacks, source, 1, range(k, 2 * k), range(k, 2 * k))  # same new_obs
+        source = source.reshape(-1)
+        flat = stacks.reshape(n * slots, *self.frame_shape)
+        roots = np.flatnonzero(source == np.arange(n * slots))
+        ids = np.empty(n * slots, dtype=np.int64)
+        written_before = self.frames_written
+        # A recent frame may be reused only if this chunk's writes cannot overwrite it.
+        reuse_from = max(
+            written_before + len(roots) - self.frame_capacity, written_before - RECENT_FRAMES
+        )
+        for root, key in zip(roots.tolist(), self._hashes(flat[roots]).tolist(), strict=True):
+            frame = flat[root]
+            known = self._recent.get(key)
+            if (
+                known is not None
+                and known >= reuse_from
+                and np.array_equal(self.frames[known % self.frame_capacity], frame)
+            ):
+                ids[root] = known
+                continue
+            ids[root] = self.frames_written
+            self.frames[self.frames_written % self.frame_capacity] = frame
+            self._recent[key] = self.frames_written
+            self.frames_written += 1
+        self._prune_recent()
+        # CRUCIAL: follow every slot's chain of equal frames to the frame that was stored.
+        while True:
+            step = source[source]
+            if np.array_equal(step, source):
+                break
+            source = step
+        ring = (ids[source] % self.frame_capacity).reshape(n, slots)
+        overwritten = np.arange(written_before, self.frames_written) % self.frame_capacity
+        evicted_before = int(self.last_use[overwritten].max(initial=-1)) + 1
+        self.last_use[overwritten] = -1
+        row_numbers = np.repeat(np.arange(first_row, first_row + n), slots)
+        np.maximum.at(self.last_use, ring.reshape(-1), row_numbers)
+        self.positions[ring_rows] = ring
+        return evicted_before
+
+    def _link(
+        self, stacks: np.ndarray, source: np.ndarray, back: int, targets: range, sources: range
+    ) -> None:
+        """Point the still unmatched ``targets`` slots of each row ``i`` at the
+        ``sources`` slots of row ``i - back`` where their frames are equal."""
+        if not len(targets):
+            return
+        n, slots = source.shape
+        rows = np.arange(back, n)
+        t = np.asarray(targets)
+        unmatched = source[back:, targets.start : targets.stop] == rows[:, None] * slots + t
+        need = unmatched.any(axis=1)
+        if not need.any():
+            return
+        if need.all():
+            a = stacks[back:, targets.start : targets.stop]
+            b = stacks[: n - back, sources.start : sources.stop]
+        else:
+            rows, unmatched = rows[need], unmatched[need]
+            a = stacks[rows, targets.start : targets.stop]
+            b = stacks[rows - back, sources.start : sources.stop]
+        hit = unmatched & frames_equal(a, b, len(self.frame_shape))
+        r, j = np.nonzero(hit)
+        source[rows[r], t[j]] = (rows[r] - back) * slots + np.asarray(sources)[j]
+
+    def _hashes(self, frames: np.ndarray) -> np.ndarray:
+        """A 64-bit multiplicative hash of each frame's bytes (matches are re-compared)."""
+        raw = np.ascontiguousarray(frames).reshape(len(frames), -1).view(np.uint8)
+        pad = (-raw.shape[1]) % 8
+        if pad:
+            raw = np.concatenate([raw, np.zeros((len(raw), pad), np.uint8)], axis=1)
+        return (raw.view(np.uint64) * self._coeffs).sum(axis=1, dtype=np.uint64)
+
+    def _prune_recent(self) -> None:
+        if len(self._recent) > 2 * RECENT_FRAMES:
+            oldest = self.frames_written - RECENT_FRAMES
+            self._recent = {h: i for h, i in self._recent.items() if i >= oldest}
+
+    # -- reading -----------------------------------------------------------------------
+    def gather(self, ring_rows: np.ndarray) -> dict[str, np.ndarray]:
+        """The ``obs`` and ``new_obs`` stacks of the rows at ``ring_rows``."""
+        positions = self.positions[ring_rows]
+        return {
+            SampleBatch.OBS: self.frames[positions[:, : self.stack]],
+            SampleBatch.NEW_OBS: self.frames[positions[:, self.stack :]],
+        }
+
+    def stats(self) -> dict[str, float]:
+        """``frames_written`` (over all time) and ``frame_capacity``."""
+        return {"frames_written": self.frames_written, "frame_capacity": self.frame_capacity}
+
+    # -- state ---------------------------------------------------------------------------
+    def get_state(self, filled: int) -> dict[str, Any]:
+        """The stored frames and the positions of the first ``filled`` ring rows."""
+        stored = min(self.frames_written, self.frame_capacity)
+        return {
+            "frame_capacity": self.frame_capacity,
+            "frames_written": self.frames_written,
+            "frames": self.frames[:stored].copy(),
+            "positions": self.positions[:filled].copy(),
+            "last_use": self.last_use.copy(),
+        }
+
+    @classmethod
+    def from_state(cls, rows: int, state: Mapping[str, Any]) -> FrameStacks:
+        """A store of ``rows`` ring rows holding ``state`` (from ``get_state``)."""
+        frames = np.asarray(state["frames"])
+        positions = np.asarray(state["positions"])
+        slots = positions.shape[1]
+        out = cls(rows, (slots // 2, *frames.shape[1:]), frames.dtype, int(state["frame_capacity"]))
+        out.frames[: len(frames)] = frames
+        out.positions[: len(positions)] = positions
+        out.last_use[:] = np.asarray(state["last_use"])
+        out.frames_written = int(state["frames_written"])
+        # The recent-frame index holds exactly the frames a lookup may reuse.
+        first = max(0, out.frames_written - min(RECENT_FRAMES, out.frame_capacity))
+        ids = np.arange(first, out.frames_written)
+        keys = out._hashes(out.frames[ids % out.frame_capacity]) if len(ids) else []
+        out._recent = dict(zip(np.asarray(keys).tolist(), ids.tolist(), strict=True))
+        return out
