@@ -22,7 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from hierl.optimizers.replay.frames import STACKED_COLUMNS, FrameStacks, uses_frames
+from hierl.optimizers.replay.frames import (
+    STACKED_COLUMNS,
+    FrameStacks,
+    check_frame_storage,
+    uses_frames,
+)
 from hierl.sample_batch import SampleBatch
 
 
@@ -47,7 +52,7 @@ class ReplayBuffer:
     ):
         if int(capacity) < 1:
             raise ValueError(f"replay buffer capacity must be >= 1, got {capacity}")
-        uses_frames(SampleBatch(), frame_storage)  # checks the value
+        check_frame_storage(frame_storage)
         self.capacity = int(capacity)
         self.num_added = 0
         self.num_sampled = 0

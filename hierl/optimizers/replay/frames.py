@@ -17,9 +17,9 @@ frames are found by comparing bytes when rows are stored:
    ``obs[i-1]``, a reset stack repeating its first frame, n-step ``new_obs`` shifted
    from or equal to ``new_obs[i-1]``;
 2. every frame left over (about one per row) is hashed and looked up among the
-   frames stored in this batch and the recent ones (so a fragment continues its
-   evaluator's previous fragment across other evaluators' batches), again confirmed by
-   comparing bytes; a frame found nowhere is written to the ring.
+   frames stored in this batch and the ``reuse_window`` newest ones (so a fragment
+   continues its evaluator's previous fragment across other evaluators' batches), again
+   confirmed by comparing bytes; a frame found nowhere is written to the ring.
 
 So what is sampled is exactly what was stored, byte for byte, whatever the episode
 boundaries (reset padding, terminated or truncated last steps), the n-step windows
@@ -28,9 +28,11 @@ are written (about one per row plus one per episode for the DeepMind pipeline).
 
 The frame ring holds ``frame_capacity`` frames (by default ``rows + rows // 16`` plus a
 few rows' worth).  When a frame still used by a stored row has to be overwritten,
-that row and every older one are dropped (``evicted_before``): the buffer then holds
-fewer than ``capacity`` rows, which only happens when the frames dedupe worse than
-one new frame per row (random frames, or stacks that are not frame stacks).
+that row and every older one are dropped (``write`` returns the first row kept): the
+buffer then holds fewer than ``capacity`` rows.  Reuse is limited to the newest
+``reuse_window = (frame_capacity - rows) // 2`` frames, so that this only happens when
+rows need more than about ``1 + 1/32`` new frames each on average (episodes shorter
+than ~32 steps, random frames, or stacks that are not frame stacks).
 """
 
 from __future__ import annotations
@@ -53,9 +55,6 @@ STACKED_COLUMNS = (SampleBatch.OBS, SampleBatch.NEW_OBS)
 MAX_CHUNK_ROWS = 1024
 """Rows compared at once (bounds the temporaries of one ``write``)."""
 
-RECENT_FRAMES = 1 << 16
-"""Newest frames a leftover frame is looked up among (by hash, then compared)."""
-
 
 def is_frame_stack(batch: SampleBatch) -> bool:
     """Whether ``batch`` holds stacked uint8 images: ``obs`` and ``new_obs`` of one
@@ -75,14 +74,19 @@ def is_frame_stack(batch: SampleBatch) -> bool:
     )
 
 
+def check_frame_storage(storage: str) -> None:
+    """ValueError naming ``storage`` unless it is one of :data:`FRAME_STORAGES`."""
+    if storage not in FRAME_STORAGES:
+        raise ValueError(f"frame_storage must be one of {FRAME_STORAGES}, got {storage!r}")
+
+
 def uses_frames(batch: SampleBatch, storage: str) -> bool:
     """Whether a buffer with ``frame_storage=storage`` stores ``batch`` as frames.
 
     ``auto``: when :func:`is_frame_stack`; ``rows``: never; ``frames``: always, and a
     ValueError when ``obs`` and ``new_obs`` are not stacks of one shape.
     """
-    if storage not in FRAME_STORAGES:
-        raise ValueError(f"frame_storage must be one of {FRAME_STORAGES}, got {storage!r}")
+    check_frame_storage(storage)
     if storage == "rows":
         return False
     if storage == "auto":
@@ -143,6 +147,8 @@ class FrameStacks:
         self.last_use = np.full(self.frame_capacity, -1, dtype=np.int64)
         """Per ring position: the newest row (number) that uses its frame."""
         self.frames_written = 0
+        self.reuse_window = max(self.slots, (self.frame_capacity - rows) // 2)
+        """A frame written this many frames ago or less may be reused by a new row."""
         self._recent: dict[int, int] = {}
         words = -(-int(np.prod(self.frame_shape, dtype=np.int64)) * self.frames.itemsize // 8)
         coeffs = np.random.default_rng(0x5EED).integers(0, 2**63, size=words, dtype=np.uint64)
@@ -191,7 +197,8 @@ class FrameStacks:
         written_before = self.frames_written
         # A recent frame may be reused only if this chunk's writes cannot overwrite it.
         reuse_from = max(
-            written_before + len(roots) - self.frame_capacity, written_before - RECENT_FRAMES
+            written_before + len(roots) - self.frame_capacity,
+            written_before - self.reuse_window,
         )
         for root, key in zip(roots.tolist(), self._hashes(flat[roots]).tolist(), strict=True):
             frame = flat[root]
@@ -257,8 +264,8 @@ class FrameStacks:
         return (raw.view(np.uint64) * self._coeffs).sum(axis=1, dtype=np.uint64)
 
     def _prune_recent(self) -> None:
-        if len(self._recent) > 2 * RECENT_FRAMES:
-            oldest = self.frames_written - RECENT_FRAMES
+        if len(self._recent) > 2 * self.reuse_window:
+            oldest = self.frames_written - self.reuse_window
             self._recent = {h: i for h, i in self._recent.items() if i >= oldest}
 
     # -- reading -----------------------------------------------------------------------
@@ -298,7 +305,7 @@ class FrameStacks:
         out.last_use[:] = np.asarray(state["last_use"])
         out.frames_written = int(state["frames_written"])
         # The recent-frame index holds exactly the frames a lookup may reuse.
-        first = max(0, out.frames_written - min(RECENT_FRAMES, out.frame_capacity))
+        first = max(0, out.frames_written - min(out.reuse_window, out.frame_capacity))
         ids = np.arange(first, out.frames_written)
         keys = out._hashes(out.frames[ids % out.frame_capacity]) if len(ids) else []
         out._recent = dict(zip(np.asarray(keys).tolist(), ids.tolist(), strict=True))
