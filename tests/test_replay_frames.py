@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hierl.algorithms.registry import get_trainer_class
 from hierl.checkpoint import load_checkpoint, save_checkpoint
 from hierl.config import ConfigError
 from hierl.optimizers.apex.replay_shard import ReplayShard
@@ -16,6 +19,11 @@ from hierl.optimizers.replay.optimizer import ReplayConfig
 from hierl.optimizers.replay.prioritized import PrioritizedReplayBuffer, make_replay_buffer
 from hierl.postprocessing import compute_n_step
 from hierl.sample_batch import SampleBatch as SB
+from hierl.sample_batch import concat_samples
+from hierl.tune.experiments import load_experiments
+from tests.support import atari_env
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -245,3 +253,66 @@ def test_config_field_reaches_replay_and_apex_buffers():
         SB(obs=np.zeros((2, 4, 9, 9), np.uint8), new_obs=np.zeros((2, 4, 9, 9), np.uint8))
     )
     assert not shard.buffer.stores_frames
+
+
+# -- DQN and Ape-X on the tuned Pong files, with the Atari-shaped test env --------------
+@pytest.mark.parametrize(
+    ("path", "name", "shrink"),
+    [
+        ("examples/tuned/pong-dqn.yaml", "pong-dqn", {}),
+        # in-process: no evaluator or shard actors; the shards are plain objects
+        ("examples/tuned/pong-apex.yaml", "pong-apex", {"num_evaluators": 0}),
+    ],
+)
+def test_tuned_pong_files_store_frames_once_and_train(path, name, shrink):
+    """The tuned files' replay stores each Atari frame once (about one frame per row:
+    one per step plus one per episode start) and DQN / Ape-X DQN train on it."""
+    atari_env.register()
+    spec = load_experiments(REPO_ROOT / path)[name]
+    config = {**spec.config, **shrink, "env": atari_env.ENV_ID, "seed": 0}
+    config.pop("evaluation_interval", None)
+    config["timesteps_per_iteration"] = 0
+    config["model"] = {"conv_filters": [[8, 8, 4], [16, 4, 2]], "hiddens": [16]}
+    config["optimizer_config"] = {
+        **config["optimizer_config"],
+        "buffer_size": 1200,
+        "learning_starts": 300,
+        "train_batch_size": 16,
+    }
+    if name == "pong-apex":
+        config["optimizer_config"]["min_step_time_s"] = 0.0
+    trainer = get_trainer_class(spec.run)(config)
+    try:
+        before = {k: v.copy() for k, v in trainer.get_policy().get_weights().items()}
+        result = {}
+        while result.get("timesteps_total", 0) < 2000:
+            result = trainer.train()
+        opt = trainer.optimizer
+        buffers = [s.buffer for s in opt.replay.shards] if name == "pong-apex" else [opt.buffer]
+        for buffer in buffers:
+            stats = buffer.stats()
+            assert buffer.stores_frames and len(buffer) == buffer.capacity
+            assert stats["num_added"] < stats["frames_written"] < 1.1 * stats["num_added"]
+        after = trainer.get_policy().get_weights()
+        assert any(not np.array_equal(after[k], v) for k, v in before.items())
+        assert all(np.isfinite(v).all() for v in after.values())
+    finally:
+        trainer.stop()
+
+
+def test_ape_x_shards_grow_their_frame_ring_instead_of_dropping_rows():
+    """Ape-X routes an evaluator's fragments to its shards in turn, so a shard never has
+    the previous fragment: each 16-step fragment's first stack is 3 frames more.  The
+    frame ring grows to fit; no row is dropped."""
+    rng = np.random.default_rng(3)
+    envs = [StackingEnv(rng, 4, (9, 9), 300, 0) for _ in range(4)]  # 4 sub-envs
+    shards = [make_replay_buffer(1000, prioritized=True, seed=i) for i in range(2)]
+    for i in range(300):
+        batch = concat_samples([env.fragment(16, n_step=3) for env in envs])
+        shard = shards[i % 2]
+        shard.add(batch)
+        assert len(shard) == min(1000, shard.num_added)
+    for shard in shards:
+        stats = shard.stats()
+        assert 1000 + 1000 // 16 + 32 < stats["frame_capacity"] <= 1500 + 64
+        assert stats["frames_written"] > 1.15 * stats["num_added"]

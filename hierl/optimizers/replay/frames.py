@@ -26,13 +26,16 @@ boundaries (reset padding, terminated or truncated last steps), the n-step windo
 computed upstream or the ring's wrap-around: the layout only decides how many frames
 are written (about one per row plus one per episode for the DeepMind pipeline).
 
-The frame ring holds ``frame_capacity`` frames (by default ``rows + rows // 16`` plus a
-few rows' worth).  When a frame still used by a stored row has to be overwritten,
-that row and every older one are dropped (``write`` returns the first row kept): the
-buffer then holds fewer than ``capacity`` rows.  Reuse is limited to the newest
-``reuse_window = (frame_capacity - rows) // 2`` frames, so that this only happens when
-rows need more than about ``1 + 1/32`` new frames each on average (episodes shorter
-than ~32 steps, random frames, or stacks that are not frame stacks).
+The frame ring starts at ``rows + rows // 16`` frames plus a few rows' worth, enough
+for one new frame per row.  Where rows need more (Ape-X's shards get every other
+fragment of an evaluator, so each fragment's first stack is new to them: about
+``1 + 3/16`` frames a row for 16-step fragments), the ring grows when its writer comes
+back to its start and finds frames there that stored rows still use, up to
+``1.5 rows`` frames.  When a frame still used by a stored row has to be overwritten all
+the same, that row and every older one are dropped (``write`` returns the first row
+kept): the buffer then holds fewer than ``capacity`` rows (random frames, stacks that
+are not frame stacks).  Reuse is limited to the newest ``reuse_window`` frames (half
+the starting ring's slack), so that reusing an old frame never drops the rows between.
 """
 
 from __future__ import annotations
@@ -117,10 +120,15 @@ class FrameStacks:
         rows: the buffer's capacity in rows (ring positions ``0..rows-1``).
         stack_shape: per-row shape ``(K, *frame)`` of both stacks.
         dtype: the frames' dtype.
-        frame_capacity: frames kept in the ring (None: ``rows + rows // 16 + 8K``).
+        frame_capacity: a fixed frame ring of this many frames; None: a ring of
+            ``rows + rows // 16 + 8K`` frames that grows when its writer comes back to
+            the start and finds frames there that stored rows still use, by
+            ``rows // 16`` (at least ``8K``) at a time up to ``1.5 rows + 16K`` frames.
 
     ``write`` stores a run of rows and returns the row number (counted over all rows
-    ever stored) before which rows lost a frame; ``gather`` rebuilds the stacks.
+    ever stored) before which rows lost a frame; ``gather`` rebuilds the stacks.  The
+    ring's array is allocated at its largest size up front, but pages the ring never
+    reaches are never touched, so they take no resident memory.
     """
 
     def __init__(
@@ -130,26 +138,37 @@ class FrameStacks:
         dtype: Any,
         frame_capacity: int | None = None,
     ):
+        self.rows = int(rows)
         self.stack = int(stack_shape[0])
         self.slots = 2 * self.stack
         if frame_capacity is None:
-            frame_capacity = rows + rows // 16 + 4 * self.slots
-        if int(frame_capacity) < self.slots:
+            capacity = self.rows + self.rows // 16 + 4 * self.slots
+            self.frame_limit = self.rows + self.rows // 2 + 8 * self.slots
+            """The most frames the ring may grow to."""
+        else:
+            capacity = self.frame_limit = int(frame_capacity)
+        if capacity < self.slots:
             raise ValueError(
                 f"frame_capacity must hold one row's {self.slots} frames, got {frame_capacity}"
             )
-        self.frame_capacity = int(frame_capacity)
+        self.frame_capacity = capacity
+        """Frames in the ring now (its writer wraps around here)."""
+        self.grow_step = max(4 * self.slots, self.rows // 16)
         self.frame_shape = tuple(int(d) for d in stack_shape[1:])
-        self.frames = np.empty((self.frame_capacity, *self.frame_shape), dtype=dtype)
-        index = np.int32 if self.frame_capacity < 2**31 else np.int64
-        self.positions = np.zeros((rows, self.slots), dtype=index)
+        self.frames = np.empty((self.frame_limit, *self.frame_shape), dtype=dtype)
+        index = np.int32 if self.frame_limit < 2**31 else np.int64
+        self.positions = np.zeros((self.rows, self.slots), dtype=index)
         """Per row: the ring positions of its ``obs`` frames, then its ``new_obs`` frames."""
-        self.last_use = np.full(self.frame_capacity, -1, dtype=np.int64)
+        self.last_use = np.full(self.frame_limit, -1, dtype=np.int64)
         """Per ring position: the newest row (number) that uses its frame."""
+        self.frame_ids = np.full(self.frame_limit, -1, dtype=np.int64)
+        """Per ring position: the number of the frame there (frames counted as written)."""
         self.frames_written = 0
-        self.reuse_window = max(self.slots, (self.frame_capacity - rows) // 2)
+        self.cursor = 0
+        """The ring position the next new frame goes to."""
+        self.reuse_window = max(self.slots, (capacity - self.rows) // 2)
         """A frame written this many frames ago or less may be reused by a new row."""
-        self._recent: dict[int, int] = {}
+        self._recent: dict[int, tuple[int, int]] = {}  # hash -> (frame number, position)
         words = -(-int(np.prod(self.frame_shape, dtype=np.int64)) * self.frames.itemsize // 8)
         coeffs = np.random.default_rng(0x5EED).integers(0, 2**63, size=words, dtype=np.uint64)
         self._coeffs = coeffs * np.uint64(2) + np.uint64(1)  # odd: a multiplicative hash
@@ -161,8 +180,11 @@ class FrameStacks:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the frame ring, the per-row positions and the per-frame bookkeeping."""
-        return self.frames.nbytes + self.positions.nbytes + self.last_use.nbytes
+        """Bytes of the frame ring as far as it reaches, the per-row positions and the
+        per-frame bookkeeping."""
+        frame_bytes = self.frames.nbytes // max(1, len(self.frames))
+        books = self.last_use.nbytes + self.frame_ids.nbytes
+        return self.frame_capacity * frame_bytes + self.positions.nbytes + books
 
     # -- storing -----------------------------------------------------------------------
     def write(
@@ -193,27 +215,32 @@ class FrameStacks:
         source = source.reshape(-1)
         flat = stacks.reshape(n * slots, *self.frame_shape)
         roots = np.flatnonzero(source == np.arange(n * slots))
-        ids = np.empty(n * slots, dtype=np.int64)
-        written_before = self.frames_written
+        ring = np.empty(n * slots, dtype=np.int64)
         # A recent frame may be reused only if this chunk's writes cannot overwrite it.
         reuse_from = max(
-            written_before + len(roots) - self.frame_capacity,
-            written_before - self.reuse_window,
+            self.frames_written + len(roots) - self.frame_capacity,
+            self.frames_written - self.reuse_window,
         )
-        for root, key in zip(roots.tolist(), self._hashes(flat[roots]).tolist(), strict=True):
+        keep_from = first_row + n - self.rows  # rows the row ring keeps after this chunk
+        written = []
+        keys = self._hashes(flat[roots]).tolist()
+        for left, (root, key) in enumerate(zip(roots.tolist(), keys, strict=True)):
             frame = flat[root]
-            known = self._recent.get(key)
+            number, pos = self._recent.get(key, (-1, -1))
             if (
-                known is not None
-                and known >= reuse_from
-                and np.array_equal(self.frames[known % self.frame_capacity], frame)
+                number >= reuse_from
+                and self.frame_ids[pos] == number
+                and np.array_equal(self.frames[pos], frame)
             ):
-                ids[root] = known
+                ring[root] = pos
                 continue
-            ids[root] = self.frames_written
-            self.frames[self.frames_written % self.frame_capacity] = frame
-            self._recent[key] = self.frames_written
+            pos = self._next_position(keep_from, len(roots) - left)
+            self.frames[pos] = frame
+            self.frame_ids[pos] = self.frames_written
+            self._recent[key] = (self.frames_written, pos)
             self.frames_written += 1
+            written.append(pos)
+            ring[root] = pos
         self._prune_recent()
         # CRUCIAL: follow every slot's chain of equal frames to the frame that was stored.
         while True:
@@ -221,14 +248,30 @@ class FrameStacks:
             if np.array_equal(step, source):
                 break
             source = step
-        ring = (ids[source] % self.frame_capacity).reshape(n, slots)
-        overwritten = np.arange(written_before, self.frames_written) % self.frame_capacity
+        ring = ring[source].reshape(n, slots)
+        overwritten = np.array(written, dtype=np.int64)
         evicted_before = int(self.last_use[overwritten].max(initial=-1)) + 1
         self.last_use[overwritten] = -1
         row_numbers = np.repeat(np.arange(first_row, first_row + n), slots)
         np.maximum.at(self.last_use, ring.reshape(-1), row_numbers)
         self.positions[ring_rows] = ring
         return evicted_before
+
+    def _next_position(self, keep_from: int, upcoming: int) -> int:
+        """The ring position for a new frame; at the ring's end, the ring grows if the
+        ``upcoming`` frames of this chunk (at most) would overwrite frames at its start
+        that rows numbered ``keep_from`` or later use (and it may grow), else wraps."""
+        if self.cursor == self.frame_capacity:
+            # Only the positions this chunk may reach (and a few more) are checked: they
+            # lie well inside the slack of a ring that fits, which therefore never grows.
+            start = self.last_use[: min(upcoming + 2 * self.slots, self.frame_capacity)]
+            if self.frame_capacity < self.frame_limit and start.max() >= max(keep_from, 0):
+                self.frame_capacity = min(self.frame_limit, self.frame_capacity + self.grow_step)
+            else:
+                self.cursor = 0
+        pos = self.cursor
+        self.cursor += 1
+        return pos
 
     def _link(
         self, stacks: np.ndarray, source: np.ndarray, back: int, targets: range, sources: range
@@ -266,7 +309,7 @@ class FrameStacks:
     def _prune_recent(self) -> None:
         if len(self._recent) > 2 * self.reuse_window:
             oldest = self.frames_written - self.reuse_window
-            self._recent = {h: i for h, i in self._recent.items() if i >= oldest}
+            self._recent = {h: v for h, v in self._recent.items() if v[0] >= oldest}
 
     # -- reading -----------------------------------------------------------------------
     def gather(self, ring_rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -278,19 +321,24 @@ class FrameStacks:
         }
 
     def stats(self) -> dict[str, float]:
-        """``frames_written`` (over all time) and ``frame_capacity``."""
+        """``frames_written`` (over all time) and ``frame_capacity`` (the ring now)."""
         return {"frames_written": self.frames_written, "frame_capacity": self.frame_capacity}
 
     # -- state ---------------------------------------------------------------------------
     def get_state(self, filled: int) -> dict[str, Any]:
-        """The stored frames and the positions of the first ``filled`` ring rows."""
-        stored = min(self.frames_written, self.frame_capacity)
+        """The ring (frames, their numbers and users) and the positions of the first
+        ``filled`` ring rows."""
+        reached = self.frame_capacity
         return {
             "frame_capacity": self.frame_capacity,
+            "frame_limit": self.frame_limit,
             "frames_written": self.frames_written,
-            "frames": self.frames[:stored].copy(),
+            "cursor": self.cursor,
+            "reuse_window": self.reuse_window,
+            "frames": self.frames[:reached].copy(),
+            "frame_ids": self.frame_ids[:reached].copy(),
+            "last_use": self.last_use[:reached].copy(),
             "positions": self.positions[:filled].copy(),
-            "last_use": self.last_use.copy(),
         }
 
     @classmethod
@@ -298,15 +346,22 @@ class FrameStacks:
         """A store of ``rows`` ring rows holding ``state`` (from ``get_state``)."""
         frames = np.asarray(state["frames"])
         positions = np.asarray(state["positions"])
-        slots = positions.shape[1]
-        out = cls(rows, (slots // 2, *frames.shape[1:]), frames.dtype, int(state["frame_capacity"]))
-        out.frames[: len(frames)] = frames
+        stack_shape = (positions.shape[1] // 2, *frames.shape[1:])
+        out = cls(rows, stack_shape, frames.dtype, int(state["frame_limit"]))
+        reached = len(frames)
+        out.frame_capacity = int(state["frame_capacity"])
+        out.reuse_window = int(state["reuse_window"])
+        out.frames[:reached] = frames
+        out.frame_ids[:reached] = np.asarray(state["frame_ids"])
+        out.last_use[:reached] = np.asarray(state["last_use"])
         out.positions[: len(positions)] = positions
-        out.last_use[:] = np.asarray(state["last_use"])
         out.frames_written = int(state["frames_written"])
-        # The recent-frame index holds exactly the frames a lookup may reuse.
-        first = max(0, out.frames_written - min(out.reuse_window, out.frame_capacity))
-        ids = np.arange(first, out.frames_written)
-        keys = out._hashes(out.frames[ids % out.frame_capacity]) if len(ids) else []
-        out._recent = dict(zip(np.asarray(keys).tolist(), ids.tolist(), strict=True))
+        out.cursor = int(state["cursor"])
+        # The recent-frame index: exactly the frames a lookup may still reuse.
+        ids = out.frame_ids[:reached]
+        recent = np.flatnonzero(ids >= out.frames_written - out.reuse_window)
+        recent = recent[np.argsort(ids[recent], kind="stable")]
+        keys = out._hashes(out.frames[recent]).tolist() if len(recent) else []
+        for pos, key in zip(recent.tolist(), keys, strict=True):
+            out._recent[key] = (int(ids[pos]), pos)
         return out
