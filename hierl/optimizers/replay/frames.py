@@ -198,6 +198,7 @@ class FrameStacks:
         for start in range(0, len(ring_rows), chunk):
             stop = min(start + chunk, len(ring_rows))
             stacks = np.concatenate([obs[start:stop], new_obs[start:stop]], axis=1)
+            stacks = stacks.astype(self.frames.dtype, copy=False)  # compared as stored
             bound = self._write_chunk(ring_rows[start:stop], first_row + start, stacks)
             evicted_before = max(evicted_before, bound)
         return evicted_before
