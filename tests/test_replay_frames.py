@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -316,3 +318,29 @@ def test_ape_x_shards_grow_their_frame_ring_instead_of_dropping_rows():
         stats = shard.stats()
         assert 1000 + 1000 // 16 + 32 < stats["frame_capacity"] <= 1500 + 64
         assert stats["frames_written"] > 1.15 * stats["num_added"]
+
+
+def test_replay_memory_benchmark_runs_small(monkeypatch):
+    """``benchmarks/replay_memory.py``: its synthetic rows are frame stacks (stored
+    about one frame a row) and a small run reports every figure."""
+    bench_dir = str(REPO_ROOT / "benchmarks")
+    sys.path.insert(0, bench_dir)
+    try:
+        bench = importlib.import_module("replay_memory")
+    finally:
+        sys.path.remove(bench_dir)
+    monkeypatch.setattr(bench, "record", lambda *args: None)
+    env = bench.SyntheticAtari(np.random.default_rng(0), 3, 5)
+    batch = env.fragment(12)
+    obs, new_obs = batch[SB.OBS], batch[SB.NEW_OBS]
+    np.testing.assert_array_equal(obs[:, 1:], new_obs[:, :-1])  # one frame apart
+    starts = np.flatnonzero(np.r_[True, batch[SB.TERMINATEDS][:-1]])
+    for t in starts:  # a reset stack repeats its frame
+        assert (obs[t] == obs[t, :1]).all()
+    rest = np.setdiff1d(np.arange(12), starts)
+    np.testing.assert_array_equal(obs[rest], new_obs[rest - 1])
+    figures = bench.main(["--rows", "3000", "--samples", "20", "--episode-len", "50", "90"])
+    assert figures["rows_stored"] == 3000
+    assert 1.0 < figures["frames_written"] / figures["rows_added"] < 1.03
+    assert figures["naive_projected_gib"] > 5 * figures["buffer_nbytes_gib"]
+    assert figures["sample32_ms"]["median"] > 0
