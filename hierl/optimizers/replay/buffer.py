@@ -40,7 +40,8 @@ class ReplayBuffer:
         frame_storage: ``auto`` stores ``obs`` and ``new_obs`` one frame each when the
             first batch holds stacked uint8 images (``is_frame_stack``), ``frames``
             always, ``rows`` never.
-        frame_capacity: frames the frame ring holds (None: ``FrameStacks``' default).
+        frame_capacity: a fixed frame ring of this many frames (None: one that starts
+            at ``capacity * 17/16`` frames and grows as needed up to 1.5x, ``FrameStacks``).
     """
 
     def __init__(

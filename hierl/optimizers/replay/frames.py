@@ -197,14 +197,21 @@ class FrameStacks:
         chunk = max(1, min(MAX_CHUNK_ROWS, self.frame_capacity // (2 * self.slots)))
         for start in range(0, len(ring_rows), chunk):
             stop = min(start + chunk, len(ring_rows))
-            stacks = np.concatenate([obs[start:stop], new_obs[start:stop]], axis=1)
-            stacks = stacks.astype(self.frames.dtype, copy=False)  # compared as stored
-            bound = self._write_chunk(ring_rows[start:stop], first_row + start, stacks)
+            # Compared in the dtype they are stored in (a copy only if it differs).
+            pair = tuple(
+                np.asarray(a[start:stop]).astype(self.frames.dtype, copy=False)
+                for a in (obs, new_obs)
+            )
+            bound = self._write_chunk(ring_rows[start:stop], first_row + start, pair)
             evicted_before = max(evicted_before, bound)
         return evicted_before
 
-    def _write_chunk(self, ring_rows: np.ndarray, first_row: int, stacks: np.ndarray) -> int:
-        n, slots, k = len(stacks), self.slots, self.stack
+    def _write_chunk(
+        self, ring_rows: np.ndarray, first_row: int, stacks: tuple[np.ndarray, np.ndarray]
+    ) -> int:
+        """Slot ``s`` of row ``i`` (``i * slots + s`` in ``source``) is ``obs[i, s]``
+        for ``s < K``, else ``new_obs[i, s - K]``; ``stacks`` is ``(obs, new_obs)``."""
+        n, slots, k = len(stacks[0]), self.slots, self.stack
         source = np.arange(n * slots).reshape(n, slots)
         # Precedence order: the first candidate that matches a slot's bytes wins.
         self._link(stacks, source, 0, range(k, 2 * k - 1), range(1, k))  # new = obs shifted
@@ -214,8 +221,8 @@ class FrameStacks:
         self._link(stacks, source, 1, range(k, 2 * k - 1), range(k + 1, 2 * k))  # n-step
         self._link(stacks, source, 1, range(k, 2 * k), range(k, 2 * k))  # same new_obs
         source = source.reshape(-1)
-        flat = stacks.reshape(n * slots, *self.frame_shape)
         roots = np.flatnonzero(source == np.arange(n * slots))
+        root_frames = self._slot_frames(stacks, roots)
         ring = np.empty(n * slots, dtype=np.int64)
         # A recent frame may be reused only if this chunk's writes cannot overwrite it.
         reuse_from = max(
@@ -223,25 +230,27 @@ class FrameStacks:
             self.frames_written - self.reuse_window,
         )
         keep_from = first_row + n - self.rows  # rows the row ring keeps after this chunk
-        written = []
-        keys = self._hashes(flat[roots]).tolist()
-        for left, (root, key) in enumerate(zip(roots.tolist(), keys, strict=True)):
-            frame = flat[root]
+        written: list[int] = []  # ring positions of new frames
+        fresh: list[int] = []  # and which of the roots they are
+        pending: dict[int, int] = {}  # number -> root, of new frames not copied yet
+        keys = self._hashes(root_frames).tolist()
+        for i, (root, key) in enumerate(zip(roots.tolist(), keys, strict=True)):
             number, pos = self._recent.get(key, (-1, -1))
-            if (
-                number >= reuse_from
-                and self.frame_ids[pos] == number
-                and np.array_equal(self.frames[pos], frame)
-            ):
-                ring[root] = pos
-                continue
-            pos = self._next_position(keep_from, len(roots) - left)
-            self.frames[pos] = frame
+            if number >= reuse_from and self.frame_ids[pos] == number:
+                j = pending.get(number)
+                known = self.frames[pos] if j is None else root_frames[j]
+                if np.array_equal(known, root_frames[i]):
+                    ring[root] = pos
+                    continue
+            pos = self._next_position(keep_from, len(roots) - i)
             self.frame_ids[pos] = self.frames_written
             self._recent[key] = (self.frames_written, pos)
+            pending[self.frames_written] = i
             self.frames_written += 1
             written.append(pos)
+            fresh.append(i)
             ring[root] = pos
+        self.frames[written] = root_frames[fresh]
         self._prune_recent()
         # CRUCIAL: follow every slot's chain of equal frames to the frame that was stored.
         while True:
@@ -274,8 +283,28 @@ class FrameStacks:
         self.cursor += 1
         return pos
 
+    def _slot_frames(self, stacks: tuple[np.ndarray, np.ndarray], slots: np.ndarray) -> Any:
+        """The frames in flat ``slots`` (``row * slots + slot``) of ``(obs, new_obs)``."""
+        rows, slot = np.divmod(slots, self.slots)
+        out = np.empty((len(slots), *self.frame_shape), dtype=self.frames.dtype)
+        is_obs = slot < self.stack
+        out[is_obs] = stacks[0][rows[is_obs], slot[is_obs]]
+        out[~is_obs] = stacks[1][rows[~is_obs], slot[~is_obs] - self.stack]
+        return out
+
+    def _slot_range(self, stacks: tuple[np.ndarray, np.ndarray], rows: Any, slots: range) -> Any:
+        """``rows`` (a slice or indexes) of slots ``slots``, all of ``obs`` or of ``new_obs``."""
+        if slots.start >= self.stack:
+            return stacks[1][rows, slots.start - self.stack : slots.stop - self.stack]
+        return stacks[0][rows, slots.start : slots.stop]
+
     def _link(
-        self, stacks: np.ndarray, source: np.ndarray, back: int, targets: range, sources: range
+        self,
+        stacks: tuple[np.ndarray, np.ndarray],
+        source: np.ndarray,
+        back: int,
+        targets: range,
+        sources: range,
     ) -> None:
         """Point the still unmatched ``targets`` slots of each row ``i`` at the
         ``sources`` slots of row ``i - back`` where their frames are equal."""
@@ -289,12 +318,12 @@ class FrameStacks:
         if not need.any():
             return
         if need.all():
-            a = stacks[back:, targets.start : targets.stop]
-            b = stacks[: n - back, sources.start : sources.stop]
+            a = self._slot_range(stacks, slice(back, n), targets)
+            b = self._slot_range(stacks, slice(0, n - back), sources)
         else:
             rows, unmatched = rows[need], unmatched[need]
-            a = stacks[rows, targets.start : targets.stop]
-            b = stacks[rows - back, sources.start : sources.stop]
+            a = self._slot_range(stacks, rows, targets)
+            b = self._slot_range(stacks, rows - back, sources)
         hit = unmatched & frames_equal(a, b, len(self.frame_shape))
         r, j = np.nonzero(hit)
         source[rows[r], t[j]] = (rows[r] - back) * slots + np.asarray(sources)[j]
