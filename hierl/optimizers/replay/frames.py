@@ -41,14 +41,14 @@ the starting ring's slack), so that reusing an old frame never drops the rows be
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 
 from hierl.sample_batch import SampleBatch
 
 FrameStorage = Literal["auto", "frames", "rows"]
-FRAME_STORAGES: tuple[str, ...] = ("auto", "frames", "rows")
+FRAME_STORAGES: tuple[str, ...] = get_args(FrameStorage)
 """``frame_storage`` values: ``auto`` (frames for stacked image observations), ``frames``
 (always store each frame once), ``rows`` (store every row's stacks whole)."""
 

@@ -22,13 +22,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from hierl.evaluators import PolicyEvaluator
 from hierl.optimizers.base import OptimizerConfig, PolicyOptimizer, single_policy_stats
 from hierl.optimizers.registry import register_optimizer
+from hierl.optimizers.replay.frames import FrameStorage
 from hierl.optimizers.replay.prioritized import make_replay_buffer
 from hierl.policy_graph import LearnerStats, TDErrors, UpdateStats
 from hierl.sample_batch import SampleBatch
@@ -58,7 +59,7 @@ class ReplayConfig(OptimizerConfig):
     """Stored rows needed before the first update."""
     replay_ratio: float = 1.0
     """Rows replayed per env step sampled (at least one update per step once learning)."""
-    frame_storage: Literal["auto", "frames", "rows"] = "auto"
+    frame_storage: FrameStorage = "auto"
     """How ``obs`` and ``new_obs`` are stored: ``auto`` stores each frame once when they
     are stacked uint8 images (Atari's ``(4, 84, 84)``: ~7 GB instead of 56 GB for 1M
     rows; stacks rebuilt exactly on sampling), ``frames`` always, ``rows`` never."""
