@@ -227,7 +227,7 @@ class GreedyPolicy(nn.Module):
         self.actions = _ActionMapping(policy.action_space)
         self.model = copy.deepcopy(model).cpu().eval().requires_grad_(False)
         self.initial_state = [np.asarray(s, np.float32) for s in policy.get_initial_state()]
-        self.is_recurrent = policy.is_recurrent
+        self.is_recurrent = bool(getattr(policy, "is_recurrent", False))
         self.filtered = normalization is not None
         if normalization is not None:
             mean, scale, clip = normalization
