@@ -301,7 +301,9 @@ def add_train_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
             "  hierl train --resume hierl_results/PPO_CartPole-v1_20250101-120000 \\\n"
             "      --stop timesteps_total=1e6\n\n"
             "Config sources apply in order: --config files/objects, then --set, then "
-            "--env/--seed/\n--num-evaluators.\n"
+            "--env/--seed/\n--num-evaluators. Without --config, the tuned file of "
+            "examples/tuned/ for --algo on --env\n(if there is one) is used, as if "
+            "given with --config; --config '{}' opts out.\n"
             "Without --stop, training stops when episode_reward_mean reaches the env's "
             f"reward_threshold\n(if it has one) or timesteps_total reaches {TIMESTEPS_CAP}."
         ),
