@@ -9,8 +9,10 @@ import io
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,7 @@ from hierl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from hierl.cli import main
 from hierl.loggers import read_results
 from hierl.serve.policy import ServedPolicy
+from tests.support.helpers import free_port
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -162,6 +165,35 @@ def test_rollout_export_and_serve_a_population_checkpoint(population_run, tmp_pa
         assert served.spec()["action_space"]["type"] == "Discrete"
     finally:
         served.stop()
+
+
+def test_cli_serve_answers_with_the_best_member_and_stops_on_ctrl_c(population_run):
+    _, run = population_run
+    port = free_port()
+    argv = [*HIERL, "serve", str(run), "--port", str(port), "--num-cpus", "0.25"]
+    proc = subprocess.Popen(argv, cwd=REPO, env=ENV, stdout=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while not lines or "Ctrl-C" not in lines[-1]:  # it prints 3 lines, then waits
+            line = proc.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        obs = [0.01, -0.2, 0.03, 0.4]
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/act",
+            json.dumps({"observation": obs}).encode(),
+            {"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            action = json.loads(answer.read())["action"]
+        with BaseTrainer.for_acting(run / "checkpoints" / "000002") as acting:
+            assert action == acting.compute_single_action(np.float32(obs), explore=False)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 def test_a_population_checkpoint_without_a_best_member_is_one_clear_line(population_run, tmp_path):

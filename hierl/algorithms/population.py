@@ -262,8 +262,8 @@ class PopulationTrainer(BaseTrainer):
         if "best_member" not in state:
             raise CheckpointError(
                 f"this {cls.name} checkpoint records no best member (it was written before "
-                "checkpoints named one); load it with BaseTrainer.from_checkpoint and save "
-                "it again"
+                "checkpoints named one); train it one more round to record one (hierl "
+                "train --resume RUN_DIR --stop training_iteration=N+1)"
             )
         best = state["best_member"]
         members = state["members"]
