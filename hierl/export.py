@@ -215,24 +215,19 @@ class GreedyPolicy(nn.Module):
     (DQN's argmax of the Q-values included); :func:`export_policy` checks it.
 
     Raises:
-        ExportError: ``policy`` is not a TorchPolicyGraph, or its spaces cannot be exported.
+        ExportError: ``policy`` is neither a TorchPolicyGraph nor has ``export_model()``,
+            or its spaces cannot be exported.
     """
 
     def __init__(self, policy: PolicyGraph, normalization: Normalization | None = None) -> None:
         super().__init__()
-        if not isinstance(policy, TorchPolicyGraph):
-            raise ExportError(
-                f"policy {type(policy).__name__} is not a TorchPolicyGraph: export turns a "
-                "torch model into TorchScript / ONNX (PPO, APPO, IMPALA, PG, A2C, MARWIL, "
-                "DQN and custom TorchPolicyGraphs can be exported)"
-            )
+        model, self.dist_class = _torch_parts(policy)
         self.observation_space = policy.observation_space
         self.encoder = _ObservationEncoder(policy.observation_space)
         self.actions = _ActionMapping(policy.action_space)
-        self.model = copy.deepcopy(policy.model).cpu().eval().requires_grad_(False)
-        self.dist_class = policy.dist_class
+        self.model = copy.deepcopy(model).cpu().eval().requires_grad_(False)
         self.initial_state = [np.asarray(s, np.float32) for s in policy.get_initial_state()]
-        self.is_recurrent = policy.is_recurrent
+        self.is_recurrent = bool(getattr(policy, "is_recurrent", False))
         self.filtered = normalization is not None
         if normalization is not None:
             mean, scale, clip = normalization
@@ -288,6 +283,23 @@ class GreedyPolicy(nn.Module):
         obs = torch.as_tensor(obs.astype(self.encoder.input_dtype))
         states = [torch.as_tensor(np.tile(s, (rows, *(1,) * s.ndim))) for s in self.initial_state]
         return (obs, *states)
+
+
+def _torch_parts(policy: PolicyGraph) -> tuple[nn.Module, type]:
+    """``(model, dist_class)`` of a policy: a TorchPolicyGraph's own, or what another
+    policy's ``export_model()`` returns (a module mapping filtered observations to
+    ``(dist_inputs, values)``, and the distribution whose ``deterministic_sample`` is
+    the policy's greedy action: ES's deterministic MLP)."""
+    if isinstance(policy, TorchPolicyGraph):
+        return policy.model, policy.dist_class
+    export_model = getattr(policy, "export_model", None)
+    if callable(export_model):
+        return export_model()
+    raise ExportError(
+        f"policy {type(policy).__name__} is not a TorchPolicyGraph and has no "
+        "export_model(): export turns a torch model into TorchScript / ONNX (PPO, APPO, "
+        "IMPALA, PG, A2C, MARWIL, DQN, ES and custom TorchPolicyGraphs can be exported)"
+    )
 
 
 def _dist_dim(module: GreedyPolicy) -> int:

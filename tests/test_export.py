@@ -409,9 +409,10 @@ def test_cli_export_bad_input_is_one_error_line(checkpoint, tmp_path, capsys):
     assert "corrupt" in _error(["export", str(corrupt)], capsys)
     err = _error(["export", str(checkpoint), "--format", "tflite"], capsys)
     assert "unknown --format 'tflite'; valid: torchscript, onnx" in err
-    nested = save_checkpoint(tmp_path / "nested", {"algorithm": "ALPHAZERO", "config": {}}, {})
+    meta = {"kind": "hierl-trainer", "algorithm": "ALPHAZERO", "config": {}}
+    nested = save_checkpoint(tmp_path / "nested", meta, {})
     err = _error(["export", str(nested)], capsys)
-    assert "nested algorithm ALPHAZERO" in err and "Trainer.export_policy" in err
+    assert "nested algorithm ALPHAZERO holds no single flat policy" in err
     err = _error(["export", str(checkpoint), "--policy-id", "nope"], capsys)
     assert "unknown policy id 'nope'" in err and "default_policy" in err
     assert not (tmp_path / "corrupt_torchscript").exists()

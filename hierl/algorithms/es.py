@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from hierl.algorithms.trainer import Trainer, TrainerConfig
+from hierl.models.distributions import ActionDistribution, Categorical
 from hierl.models.networks import MLP, check_default_model
 from hierl.models.preprocessors import get_preprocessor
 from hierl.policy_graph import PolicyGraph, Weights
@@ -144,6 +145,13 @@ class ESPolicy(PolicyGraph):
                 params[name].copy_(torch.as_tensor(np.array(value, dtype=np.float32)))
         self._layers = None
 
+    def export_model(self) -> tuple[torch.nn.Module, type[ActionDistribution]]:
+        """What ``hierl export`` folds in (see :mod:`hierl.export`): the MLP as a module
+        returning ``(outputs, zero values)`` (ES learns no value function), and the rule
+        that turns outputs into the greedy action (argmax, or the outputs themselves)."""
+        discrete = isinstance(self.action_space, gym.spaces.Discrete)
+        return _ExportedMLP(self.model), Categorical if discrete else _Exact
+
     def _derivative_free(self) -> NotImplementedError:
         return NotImplementedError(
             "ESPolicy is derivative-free (Evolution Strategies): it has no loss or "
@@ -161,6 +169,25 @@ class ESPolicy(PolicyGraph):
     def apply_gradients(self, gradients: list[np.ndarray], clip: bool = False) -> Any:
         """Not available: ES has no gradients."""
         raise self._derivative_free()
+
+
+class _ExportedMLP(torch.nn.Module):
+    """ES's MLP in the ``(dist_inputs, values)`` form export expects (values: zeros)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.model(x)
+        return out, torch.zeros(out.shape[0], dtype=out.dtype)
+
+
+class _Exact(ActionDistribution):
+    """The outputs are the (Box) action: ES's greedy rule before clipping."""
+
+    def deterministic_sample(self) -> torch.Tensor:
+        return self.inputs
 
 
 class ESTrainer(Trainer):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -26,6 +27,7 @@ from hierl.algorithms.a2c import A3CTrainer
 from hierl.algorithms.ppo import PPOTrainer
 from hierl.algorithms.resources import start_trainer_actor, stop_trainer_actor, trainer_groups
 from hierl.algorithms.trainer_base import BaseConfig, BaseTrainer
+from hierl.checkpoint import CheckpointError
 from hierl.evaluators.evaluator_set import is_evaluator_failure
 from hierl.evaluators.ray_runtime import ActorGroup, ensure_ray
 from hierl.evaluators.restarts import RestartBudget
@@ -214,11 +216,21 @@ class PopulationTrainer(BaseTrainer):
             result[f"population/iterations/{i}"] = iterations[i]
         return self.finish_iteration(result, start)
 
+    @property
+    def best_member(self) -> int:
+        """The member that represents the population: the best by latest score, as a
+        round's ``population/best_member`` (the last on ties, also before any finished
+        episode)."""
+        return _ranked(self.scores)[-1]
+
     def get_state(self) -> dict[str, Any]:
-        """Every member's complete state plus the loop's counters and RNG."""
+        """Every member's complete state, each one's latest score, the best member (who
+        acts for the checkpoint: :meth:`acting_checkpoint`), the loop's counters and RNG."""
         members = self._call_all("get_state")
         return {
             "members": {str(i): s for i, s in enumerate(members)},
+            "scores": [float(x) for x in self.scores],
+            "best_member": self.best_member,
             "counters": {
                 "iteration": self.iteration,
                 "time_total_s": self.time_total_s,
@@ -237,6 +249,32 @@ class PopulationTrainer(BaseTrainer):
         self.timesteps_total = int(counters["timesteps_total"])
         self.restarts.set_state(counters.get("num_member_restarts", 0))
         self.rng.bit_generator.state = state["rng"]
+        scores = state.get("scores")  # absent in checkpoints older than the record
+        if scores is not None:
+            self.scores = _checked_scores(scores, len(self.members))
+
+    @classmethod
+    def acting_checkpoint(
+        cls, config: dict[str, Any], state: Mapping[str, Any]
+    ) -> tuple[type[BaseTrainer], dict[str, Any], Mapping[str, Any]]:
+        """The best member (recorded as ``best_member``: the best latest score when the
+        checkpoint was written) acts: its own config and complete state."""
+        if "best_member" not in state:
+            raise CheckpointError(
+                f"this {cls.name} checkpoint records no best member (it was written before "
+                "checkpoints named one); train it one more round to record one (hierl "
+                "train --resume RUN_DIR --stop training_iteration=N+1)"
+            )
+        best = state["best_member"]
+        members = state["members"]
+        if not isinstance(best, int) or str(best) not in members:
+            raise CheckpointError(
+                f"this {cls.name} checkpoint names best member {best!r}, but holds members "
+                f"{sorted(members, key=str)}"
+            )
+        stored = {k: v for k, v in config.items() if k != "env_callable"}
+        typed = cls.config_class.from_dict(stored)
+        return cls.member_class, cls._member_dict(typed, best), members[str(best)]
 
     def stop(self) -> None:
         """Stop every member and release its reservation."""
@@ -332,6 +370,18 @@ class PopulationTrainer(BaseTrainer):
         except Exception as error:
             actor = self._recover(index, error)
             return self._get(getattr(actor, method).remote(*args))
+
+
+def _checked_scores(scores: Any, n: int) -> list[float]:
+    """A checkpoint's recorded member scores as floats, one per member."""
+    if not isinstance(scores, list) or len(scores) != n:
+        raise ValueError(f"'scores' must be a list of {n} numbers, got {scores!r}")
+    return [float(x) for x in scores]
+
+
+def _ranked(scores: list[float]) -> list[int]:
+    """Member indices from the worst score to the best (ties in index order)."""
+    return sorted(range(len(scores)), key=lambda i: _rank_key(scores[i]))
 
 
 def _rank_key(score: float) -> float:

@@ -29,7 +29,7 @@ from hierl.algorithms.off_policy_estimation import estimate_all
 from hierl.algorithms.resources import evaluator_groups, optimizer_groups
 from hierl.algorithms.serving import maybe_push
 from hierl.algorithms.trainer_base import BaseTrainer
-from hierl.algorithms.trainer_config import TrainerConfig
+from hierl.algorithms.trainer_config import ACTING_OVERRIDES, TrainerConfig
 from hierl.checkpoint import CheckpointError
 from hierl.config import ConfigError
 from hierl.evaluators import EvaluatorSet, EvaluatorSpec, atari, env_state
@@ -453,6 +453,14 @@ class Trainer(BaseTrainer):
         self.evaluators.push_filters()
         if state.get("rng") is not None:
             env_state.set_rng_state(state["rng"])  # last: nothing above may draw from it
+
+    @classmethod
+    def acting_checkpoint(
+        cls, config: dict[str, Any], state: Mapping[str, Any]
+    ) -> tuple[type[BaseTrainer], dict[str, Any], Mapping[str, Any]]:
+        """This trainer acts for its own checkpoint, with ``ACTING_OVERRIDES`` (only the
+        local evaluator, the env as input, no output; see ``BaseTrainer.for_acting``)."""
+        return cls, {**config, **ACTING_OVERRIDES}, state
 
     @classmethod
     def config_from_checkpoint(

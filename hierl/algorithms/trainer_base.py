@@ -237,30 +237,72 @@ class BaseTrainer:
             CheckpointError: the checkpoint is missing, corrupt, does not fit, or names a
                 module that is not allowed (``ImportRefusedError``).
         """
-        from hierl.algorithms.checkpoint_imports import check_checkpoint_imports
         from hierl.algorithms.registry import get_trainer_class
 
-        meta, state = load_checkpoint(checkpoint_dir)
-        if meta.get("kind") != CHECKPOINT_KIND:
-            raise CheckpointError(f"'{checkpoint_dir}' is not a hierl trainer checkpoint")
-        stored = meta.get("config") or {}
-        if not isinstance(stored, dict):
-            raise CheckpointError(f"checkpoint '{checkpoint_dir}' has a config that is not a dict")
-        check_checkpoint_imports(stored, allow_imports, checkpoint_dir, replaced=config_overrides)
+        meta, state = _load_trainer_checkpoint(checkpoint_dir)
         cls = get_trainer_class(str(meta.get("algorithm")))
-        config = cls.config_from_checkpoint(dict(stored), dict(config_overrides), checkpoint_dir)
-        if config.get("env") is None:
-            raise CheckpointError(
-                f"checkpoint '{checkpoint_dir}' was made with a callable env; pass env=... "
-                "to from_checkpoint"
-            )
-        trainer = cls(config)
-        try:
-            trainer._set_state_checked(state, checkpoint_dir)
-        except CheckpointError:
-            trainer.stop()
-            raise
-        return trainer
+        return _rebuild(cls, meta["config"], state, checkpoint_dir, allow_imports, config_overrides)
+
+    @staticmethod
+    def for_acting(
+        checkpoint_dir: str | Path, *, allow_imports: Collection[str] = (), **config_overrides: Any
+    ) -> BaseTrainer:
+        """The flat trainer, in this process, that acts for a checkpoint of any algorithm:
+        what ``hierl rollout``, ``export`` and ``serve`` load.
+
+        A flat trainer's checkpoint gives that trainer with nothing but its local
+        evaluator (no Ray, no remote or evaluation evaluators, the env as input, no
+        logged output: ``ACTING_OVERRIDES``); a nested one gives the trainer its
+        :meth:`acting_checkpoint` names (PPO-ES / A3C-ES: the best member, ES: its
+        policy), also without Ray or actors.  ``config_overrides`` apply on top (e.g.
+        another ``env``); ``allow_imports`` as for :meth:`from_checkpoint`.  Acting::
+
+            trainer = BaseTrainer.for_acting("runs/PPO_ES_Walker2d-v5/checkpoints/000010")
+            action = trainer.compute_single_action(obs, explore=False)
+
+        Raises:
+            CheckpointError: as for :meth:`from_checkpoint`, or the algorithm holds no
+                flat policy to act with (the message says what to use instead).
+        """
+        from hierl.algorithms.registry import get_trainer_class
+
+        meta, state = _load_trainer_checkpoint(checkpoint_dir)
+        cls, config = get_trainer_class(str(meta.get("algorithm"))), dict(meta["config"])
+        while True:  # a member may nest again: down to the flat trainer that acts
+            try:
+                flat, config, state = cls.acting_checkpoint(config, state)
+            except CheckpointError as e:
+                raise CheckpointError(f"'{checkpoint_dir}': {e}") from None
+            except (KeyError, TypeError, ValueError) as e:  # a malformed nested state
+                what = f"missing entry {e}" if isinstance(e, KeyError) else f"{e}"
+                raise CheckpointError(
+                    f"checkpoint '{checkpoint_dir}' of {cls.name} names no policy to act "
+                    f"with: {type(e).__name__}: {what}"
+                ) from e
+            if flat is cls:
+                break
+            cls = flat
+        return _rebuild(cls, config, state, checkpoint_dir, allow_imports, config_overrides)
+
+    @classmethod
+    def acting_checkpoint(
+        cls, config: dict[str, Any], state: Mapping[str, Any]
+    ) -> tuple[type[BaseTrainer], dict[str, Any], Mapping[str, Any]]:
+        """The flat trainer that acts for a checkpoint of this algorithm, as ``(its
+        class, its config dict as a checkpoint stores it, its state)``, given the
+        checkpoint's stored ``config`` and ``state`` (used by :meth:`for_acting`).
+
+        ``Trainer`` returns itself with ``ACTING_OVERRIDES`` applied; a nested trainer
+        whose result is one flat policy (PPO-ES: its recorded best member) overrides
+        this; the default refuses.
+
+        Raises:
+            CheckpointError: this algorithm holds no single flat policy.
+        """
+        raise CheckpointError(
+            f"a checkpoint of the nested algorithm {cls.name or cls.__name__} holds no single "
+            "flat policy to act with; load it in Python with BaseTrainer.from_checkpoint"
+        )
 
     def stop(self) -> None:
         """Release every actor and process the trainer started (and close the logs:
@@ -274,3 +316,42 @@ class BaseTrainer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _load_trainer_checkpoint(checkpoint_dir: str | Path) -> tuple[dict[str, Any], Any]:
+    """``(meta, state)`` of a trainer checkpoint whose meta holds a config dict."""
+    meta, state = load_checkpoint(checkpoint_dir)
+    if meta.get("kind") != CHECKPOINT_KIND:
+        raise CheckpointError(f"'{checkpoint_dir}' is not a hierl trainer checkpoint")
+    meta["config"] = meta.get("config") or {}
+    if not isinstance(meta["config"], dict):
+        raise CheckpointError(f"checkpoint '{checkpoint_dir}' has a config that is not a dict")
+    return meta, state
+
+
+def _rebuild(
+    cls: type[BaseTrainer],
+    stored: dict[str, Any],
+    state: Any,
+    checkpoint_dir: str | Path,
+    allow_imports: Collection[str],
+    overrides: dict[str, Any],
+) -> BaseTrainer:
+    """A ``cls`` trainer built from the ``stored`` config (imports checked, ``overrides``
+    applied) with ``state`` restored; stopped again if the state does not fit."""
+    from hierl.algorithms.checkpoint_imports import check_checkpoint_imports
+
+    check_checkpoint_imports(stored, allow_imports, checkpoint_dir, replaced=overrides)
+    config = cls.config_from_checkpoint(dict(stored), dict(overrides), checkpoint_dir)
+    if config.get("env") is None:
+        raise CheckpointError(
+            f"checkpoint '{checkpoint_dir}' was made with a callable env; pass env=... "
+            "to from_checkpoint"
+        )
+    trainer = cls(config)
+    try:
+        trainer._set_state_checked(state, checkpoint_dir)
+    except CheckpointError:
+        trainer.stop()
+        raise
+    return trainer

@@ -403,9 +403,7 @@ def add_rollout_command(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
 
 def cmd_rollout(args: argparse.Namespace) -> int:
     from hierl.algorithms.playback import RolloutOptions, log_episodes, rollout
-    from hierl.algorithms.registry import get_trainer_class
-    from hierl.algorithms.trainer import Trainer
-    from hierl.algorithms.trainer_config import ACTING_OVERRIDES
+    from hierl.algorithms.trainer_base import BaseTrainer
     from hierl.checkpoint import CheckpointError, load_checkpoint
     from hierl.config import ConfigError
 
@@ -422,20 +420,12 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             video_dir=args.video_dir,
         )
         meta = load_checkpoint(path)[0]
-        algo = str(meta.get("algorithm"))
-        if not issubclass(get_trainer_class(algo), Trainer):
-            raise CLIError(
-                f"rollout serves one policy, but '{path}' is a checkpoint of the nested "
-                f"algorithm {algo}; load it in Python with BaseTrainer.from_checkpoint"
-            )
         overrides = _rollout_env_overrides(args, meta.get("config") or {})
         if args.output:
             overrides.update(
                 output=args.output, batch_mode="complete_episodes", rollout_fragment_length=1
             )
-        trainer = Trainer.from_checkpoint(
-            path, allow_imports=args.allow_import, **{**ACTING_OVERRIDES, **overrides}
-        )
+        trainer = BaseTrainer.for_acting(path, allow_imports=args.allow_import, **overrides)
     except (CheckpointError, ConfigError) as e:
         hint = ""
         if args.env is not None and isinstance(e, CheckpointError):
@@ -533,10 +523,8 @@ def add_export_command(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from hierl.algorithms.registry import get_trainer_class
-    from hierl.algorithms.trainer import Trainer
-    from hierl.algorithms.trainer_config import ACTING_OVERRIDES
-    from hierl.checkpoint import CheckpointError, load_checkpoint
+    from hierl.algorithms.trainer_base import BaseTrainer
+    from hierl.checkpoint import CheckpointError
     from hierl.config import ConfigError
     from hierl.export import FORMATS
     from hierl.sample_batch import DEFAULT_POLICY_ID
@@ -546,14 +534,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     path = resolve_checkpoint(args.checkpoint)
     output = Path(args.output) if args.output else path.with_name(f"{path.name}_{args.format}")
     try:
-        algo = str(load_checkpoint(path)[0].get("algorithm"))
-        if not issubclass(get_trainer_class(algo), Trainer):
-            raise CLIError(
-                f"export writes one policy, but '{path}' is a checkpoint of the nested "
-                f"algorithm {algo}; load it in Python with BaseTrainer.from_checkpoint and "
-                "export one of its trainers' policies with Trainer.export_policy"
-            )
-        trainer = Trainer.from_checkpoint(path, allow_imports=args.allow_import, **ACTING_OVERRIDES)
+        trainer = BaseTrainer.for_acting(path, allow_imports=args.allow_import)
     except (CheckpointError, ConfigError) as e:
         raise CLIError(str(e)) from None
     try:

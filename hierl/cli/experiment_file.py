@@ -7,12 +7,18 @@ An experiment file maps experiment names to experiments, each with a ``run`` key
 top-level mapping with ``run``.  Command-line flags override what the experiment gives:
 ``--algo``, ``--env``, ``--stop`` (replacing the file's conditions), ``--checkpoint-freq``,
 ``--seed``, and later ``--config`` / ``--set`` values over its config.
+
+Without any ``--config``, ``hierl train --algo ALGO --env ENV`` trains with the tuned file
+of ``examples/tuned/`` whose experiment runs ALGO on ENV, if there is one
+(:func:`tuned_experiments`): the task's settings, as RL Zoo's ``train.py`` reads its
+per-env hyperparameters.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from hierl.cli.common import CLIError
@@ -38,6 +44,38 @@ class TrainExperiment:
     """Its iterations between checkpoints."""
     ignored: tuple[str, ...]
     """The Tune-only keys it sets (``TUNE_ONLY``), ignored by a single run."""
+
+
+TUNED_DIR = Path(__file__).resolve().parents[2] / "examples" / "tuned"
+"""The tuned experiment files of a source checkout (absent from an installed wheel)."""
+
+
+def tuned_experiments(algo: str, env: str) -> list[tuple[Path, str]]:
+    """``(file, experiment name)`` of every experiment in ``TUNED_DIR`` that runs ``algo``
+    (any case) on ``env`` with one config (no search), files in name order; [] when there
+    is no such directory.  A file that cannot be read is skipped: it is not the one asked
+    for."""
+    import yaml
+
+    from hierl.yaml_loader import load_yaml
+
+    found = []
+    for path in sorted(TUNED_DIR.glob("*.yaml")):
+        try:
+            data = load_yaml(path.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        if not is_experiment_file(data):
+            continue
+        for name, body in data.items():
+            config = body.get("config") if isinstance(body.get("config"), Mapping) else {}
+            runs = str(body["run"]).lower() == algo.lower()
+            if runs and body.get("env", config.get("env")) == env:
+                from hierl.tune.experiments import searched_keys  # imports Ray Tune
+
+                if not searched_keys(config):
+                    found.append((path, str(name)))
+    return found
 
 
 def is_experiment_file(data: Any) -> bool:

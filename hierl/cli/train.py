@@ -301,7 +301,9 @@ def add_train_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
             "  hierl train --resume hierl_results/PPO_CartPole-v1_20250101-120000 \\\n"
             "      --stop timesteps_total=1e6\n\n"
             "Config sources apply in order: --config files/objects, then --set, then "
-            "--env/--seed/\n--num-evaluators.\n"
+            "--env/--seed/\n--num-evaluators. Without --config, the tuned file of "
+            "examples/tuned/ for --algo on --env\n(if there is one) is used, as if "
+            "given with --config; --config '{}' opts out.\n"
             "Without --stop, training stops when episode_reward_mean reaches the env's "
             f"reward_threshold\n(if it has one) or timesteps_total reaches {TIMESTEPS_CAP}."
         ),
@@ -411,6 +413,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from hierl.algorithms.registry import canonical_name
     from hierl.config import ConfigError
 
+    _use_tuned_file(args)
     config: dict[str, Any] = {}
     experiment = None
     for text in args.config or []:  # later --config values override earlier ones
@@ -509,6 +512,27 @@ def cmd_train(args: argparse.Namespace) -> int:
         _write_json(out_dir / PARAMS_FILE, trainer.config.to_dict())
 
     return _run_training(trainer, args, stop, checkpoint_freq, out_dir, title, [], start)
+
+
+def _use_tuned_file(args: argparse.Namespace) -> None:
+    """With --algo and --env and no --config: train with the tuned file for that task, if
+    ``examples/tuned/`` has one (the first by file name), saying so and how to opt out."""
+    if args.config or args.algo is None or args.env is None:
+        return
+    from hierl.cli.experiment_file import tuned_experiments
+
+    found = tuned_experiments(args.algo, args.env)
+    if not found:
+        return
+    (path, name), others = found[0], [p.name for p, _ in found[1:]]
+    args.config, args.experiment = [str(path)], name
+    if not args.quiet:
+        also = f" (also for this task: {', '.join(others)})" if others else ""
+        print(
+            f"{PROG}: using the tuned settings for {args.algo} on {args.env} in {path}{also}; "
+            f"--config '{{}}' trains with {args.algo}'s plain defaults",
+            flush=True,
+        )
 
 
 def _resume_train(args: argparse.Namespace) -> int:

@@ -34,8 +34,7 @@ import numpy as np
 
 from hierl.algorithms.serving import PolicySnapshot
 from hierl.algorithms.trainer import Trainer
-from hierl.algorithms.trainer_config import ACTING_OVERRIDES
-from hierl.checkpoint import CheckpointError, load_checkpoint
+from hierl.algorithms.trainer_base import BaseTrainer
 from hierl.evaluators.rollout_core import act, batch_obs
 from hierl.evaluators.wire import (
     MAX_BATCH,
@@ -109,30 +108,22 @@ class ServedPolicy:
         max_observations: int = MAX_BATCH,
         allow_imports: Collection[str] = (),
     ) -> ServedPolicy:
-        """Rebuild the checkpoint's trainer in this process (no remote evaluators) and
-        serve its policies.  The run's ``input`` and ``output`` are left closed: serving
-        samples nothing and writes nothing.
+        """Rebuild the trainer that acts for the checkpoint in this process
+        (:meth:`BaseTrainer.for_acting`: no remote evaluators; PPO-ES / A3C-ES: the best
+        member) and serve its policies.  The run's ``input`` and ``output`` are left
+        closed: serving samples nothing and writes nothing.
 
         Raises:
             CheckpointError: the checkpoint is missing, corrupt, does not fit its algorithm,
-                or is of a nested algorithm (a population, AlphaZero) that holds no single
-                trainer's policies, or its config names a module outside
-                ``allow_imports`` (see :mod:`hierl.algorithms.checkpoint_imports`).
+                or is of a nested algorithm that holds no single flat policy, or its config
+                names a module outside ``allow_imports`` (see
+                :mod:`hierl.algorithms.checkpoint_imports`).
         """
-        from hierl.algorithms.registry import get_trainer_class
-
         path = Path(checkpoint)
-        meta, _ = load_checkpoint(path)
-        algorithm = str(meta.get("algorithm"))
-        if not issubclass(get_trainer_class(algorithm), Trainer):
-            raise CheckpointError(
-                f"'{path}' is a checkpoint of the nested algorithm {algorithm}, which holds "
-                "no single policy to serve; serve a checkpoint of one of its trainers"
-            )
         # CRUCIAL: a replica acts but never samples: it must not open the run's input
         # (with "external", every replica would bind the same port; logged files need not
-        # exist where replicas run) nor write output.
-        trainer = Trainer.from_checkpoint(path, allow_imports=allow_imports, **ACTING_OVERRIDES)
+        # exist where replicas run) nor write output (ACTING_OVERRIDES, in for_acting).
+        trainer = BaseTrainer.for_acting(path, allow_imports=allow_imports)
         return cls(trainer, max_observations, checkpoint=str(path))
 
     def _probe_extras(self, policy_id: str) -> tuple[str, ...]:
