@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import gymnasium as gym
 import numpy as np
@@ -553,3 +554,37 @@ def test_sac_learns_pendulum():
         greedy = trainer.compute_single_action(np.array([1.0, 0.0, 0.0], np.float32))
     assert run.reached, run
     assert greedy.shape == (1,) and -2.0 <= greedy[0] <= 2.0
+
+
+def test_hierl_list_and_config_show_sac(capsys):
+    from hierl.cli import main
+
+    assert main(["list"]) == 0
+    rows = capsys.readouterr().out
+    assert re.search(r"^SAC +replay +soft actor-critic", rows, re.M)
+    assert re.search(r"^APEX_SAC +apex +Ape-X SAC", rows, re.M)
+    assert main(["config", "SAC"]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"^  lr = 0.0003$", text, re.M) and "target_entropy" in text
+    assert "initial_alpha" in text and "exploration_noise" not in text
+
+
+def test_a_served_checkpoint_answers_the_greedy_action(tmp_path):
+    from hierl.serve.policy import ServedPolicy
+
+    with SACTrainer(TINY_PENDULUM) as trainer:
+        for _ in range(6):
+            trainer.train()
+        path = trainer.save(tmp_path / "ckpt")
+        obs = np.random.default_rng(2).uniform(-1, 1, (50, 3)).astype(np.float32)
+        expected = np.stack([trainer.compute_single_action(o, explore=False) for o in obs])
+    served = ServedPolicy.from_checkpoint(path)
+    try:
+        assert served.spec()["algorithm"] == "SAC"
+        (answer,) = served.act([served.parse({"observations": obs.tolist()})])
+        np.testing.assert_allclose(answer["actions"], expected, rtol=0, atol=1e-6)
+        assert np.ptp(expected) > 1e-3  # not all one action: the check can fail
+        (sampled,) = served.act([served.parse({"observations": obs.tolist(), "explore": True})])
+        assert not np.allclose(sampled["actions"], expected)
+    finally:
+        served.trainer.stop()

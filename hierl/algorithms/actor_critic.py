@@ -12,6 +12,7 @@ The algorithms (``ddpg.py``, ``sac.py``) add their networks, acting rule and upd
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
@@ -78,6 +79,24 @@ class DDPGCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         return self.net(torch.cat([obs, u], dim=-1)).squeeze(-1)
+
+
+class GreedyActorCritic(nn.Module):
+    """An actor-critic's greedy policy for export (``ActorCriticPolicy.export_model``):
+    observation rows to ``(env action, actor outputs, min_i Q_i(s, u))``, ``u`` the
+    actor's greedy normalised action (``actor.greedy_outputs``)."""
+
+    def __init__(self, actor: nn.Module, critics: list[nn.Module], center, half) -> None:
+        super().__init__()
+        self.actor = actor
+        self.critics = nn.ModuleList(critics)
+        self.register_buffer("action_center", center.clone())
+        self.register_buffer("action_half", half.clone())
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        u, dist_inputs = self.actor.greedy_outputs(obs)
+        values = torch.stack([q(obs, u) for q in self.critics]).amin(0)
+        return self.action_center + self.action_half * u, dist_inputs, values
 
 
 class ActorCriticPolicy(PolicyGraph):
@@ -213,6 +232,14 @@ class ActorCriticPolicy(PolicyGraph):
             for p, t in zip(online.parameters(), target.parameters(), strict=True):
                 t.lerp_(p, tau)  # t + tau (p - t)
 
+    def export_model(self) -> GreedyActorCritic:
+        """The greedy policy as a new module (copies of the actor and the critics) for
+        :func:`hierl.export.export_policy`: the env action of ``compute_actions(...,
+        explore=False)``, the actor's outputs and ``min_i Q_i`` at that action."""
+        critics = [copy.deepcopy(c) for c in self.model.critics()]
+        actor = copy.deepcopy(self.model.actor)
+        return GreedyActorCritic(actor, critics, self._center, self._half)
+
     # -- weights and state -----------------------------------------------------------------
     def get_weights(self) -> Weights:
         """Online and target networks as numpy arrays (copies), by ``state_dict`` name."""
@@ -242,4 +269,4 @@ class ActorCriticPolicy(PolicyGraph):
         self.num_updates = int(state["num_updates"])
 
 
-__all__ = ["ActorCriticConfig", "ActorCriticPolicy", "DDPGCritic"]
+__all__ = ["ActorCriticConfig", "ActorCriticPolicy", "DDPGCritic", "GreedyActorCritic"]

@@ -178,6 +178,12 @@ class DDPGActor(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(obs))
 
+    def greedy_outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mu(s), the pre-tanh output)``: the action and what export reports as the
+        actor's outputs."""
+        pre = self.net(obs)
+        return torch.tanh(pre), pre
+
 
 class DDPGModel(nn.Module):
     """Actor, critic(s) and their target copies in one module (one stable naming).

@@ -167,6 +167,12 @@ class SACActor(nn.Module):
         """``tanh(mean(s))``: the deterministic action."""
         return torch.tanh(self(obs)[0])
 
+    def greedy_outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(tanh(mean(s)), [mean, log_std])``: the greedy action and what export reports
+        as the actor's outputs."""
+        mean, log_std = self(obs)
+        return torch.tanh(mean), torch.cat([mean, log_std], dim=-1)
+
 
 class SACModel(nn.Module):
     """Actor, twin critics, their target copies and ``log_alpha`` in one module.
