@@ -60,3 +60,34 @@ def test_measure_reports_both_sides_and_their_ratio(bench):
     assert figures["hierl_updates_per_s"] > 0 and figures["torch_updates_per_s"] > 0
     ratio = figures["hierl_updates_per_s"] / figures["torch_updates_per_s"]
     assert figures["ratio"] == pytest.approx(ratio)
+
+
+@pytest.mark.parametrize("algo", ["SAC", "TD3"])
+def test_sb3_peer_of_learning_py_gets_the_experiment_s_settings(algo, tmp_path):
+    from hierl.tune.experiments import load_experiments
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        learning = importlib.import_module("learning")
+    finally:
+        sys.path.remove(str(BENCH))
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        f"x:\n  run: {algo}\n  env: Pendulum-v1\n  config:\n    tau: 0.01\n"
+        "    model: {hiddens: [32, 16], activation: relu}\n"
+        "    timesteps_per_iteration: 100\n    evaluation_interval: 1\n"
+        "    optimizer_config: {learning_starts: 50, buffer_size: 5000}\n"
+    )
+    ((_, spec),) = load_experiments(str(path)).items()
+    model, _, _ = learning.SB3_PEERS[algo](spec, seed=3)
+    assert (model.tau, model.gamma, model.batch_size) == (0.01, 0.99, 256)
+    assert (model.learning_starts, model.buffer_size) == (50, 5000)
+    assert model.policy_kwargs["net_arch"] == [32, 16]
+    assert model.learning_rate == 3e-4  # SAC: lr; TD3: actor_lr = critic_lr
+    if algo == "SAC":
+        assert model.target_entropy == -1.0 and float(model.log_ent_coef.detach().exp()) == 1.0
+    else:
+        assert model.policy_delay == 2 and model.target_policy_noise == 0.2
+    csv_path = learning.run_sb3(spec, 3, 200, tmp_path)  # evaluated every 100 steps
+    rows = learning.read_curve(csv_path)
+    assert [r["timesteps"] for r in rows] == [100, 200]
