@@ -533,15 +533,17 @@ def test_apex_sac_preset():
 
 # -- learning ----------------------------------------------------------------------------------
 @pytest.mark.learning
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_sac_learns_pendulum():
+    # SB3 zoo's Pendulum lr (1e-3) with small networks and batches of 64 (one update per
+    # env step); tests/LEARNING.md has seeds 0-4.
     config = {
         "env": "Pendulum-v1",
         "seed": SEED,
         "model": {"hiddens": [64, 64], "activation": "relu"},
         "lr": 1e-3,
-        "train_batch_size": 128,
-        "replay_ratio": 128.0,
+        "train_batch_size": 64,
+        "replay_ratio": 64.0,
         "random_timesteps": 1000,
         "learning_starts": 1000,
         "metrics_smoothing_episodes": 10,
