@@ -23,7 +23,12 @@ One learner update (``SACPolicy.learn_on_replay_batch``)::
 The policy acts in a normalised space: ``u = tanh(x)``, ``x ~ N(mean(s), std(s))``, maps to
 ``low + (u + 1) (high - low) / 2``; the critics see ``u``.  Greedy actions are
 ``tanh(mean(s))``.  As in Stable-Baselines3 (whose defaults ``SACConfig`` takes), the
-temperature's target entropy ``-|A|`` is in that normalised space.
+temperature's target entropy ``-|A|`` is in that normalised space.  With ``n_step > 1``
+the target sums m rewards and bootstraps the soft value of the m-th next state: the
+entropy bonuses of the steps in between are not added (as RLlib's SAC does).
+
+Discrete actions (Christodoulou 2019) are not implemented: the policy graph needs a Box
+action space.
 """
 
 from __future__ import annotations
