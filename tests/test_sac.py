@@ -533,10 +533,12 @@ def test_apex_sac_preset():
 
 # -- learning ----------------------------------------------------------------------------------
 @pytest.mark.learning
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_sac_learns_pendulum():
     # SB3 zoo's Pendulum lr (1e-3) with small networks and batches of 64 (one update per
-    # env step); tests/LEARNING.md has seeds 0-4.
+    # env step); tests/LEARNING.md has seeds 0-4.  Seed 0 reached -400 at 5.2k steps in
+    # 534 s at nice 19 on the 2-core machine under a load average of 55-75 (the guard
+    # allows for such load; far less on a quiet machine).
     config = {
         "env": "Pendulum-v1",
         "seed": SEED,
