@@ -531,6 +531,48 @@ def test_apex_sac_preset():
     assert result["timesteps_total"] > 0
 
 
+@pytest.mark.ray
+@pytest.mark.timeout(180)
+def test_apex_sac_with_two_evaluators_and_two_shards(ray_session):
+    trainer = ApexSACTrainer(
+        {
+            "env": "Pendulum-v1",
+            "model": {"hiddens": [32, 32], "activation": "relu"},
+            "num_evaluators": 2,
+            "num_cpus_per_evaluator": 0.5,
+            "rollout_fragment_length": 20,
+            "train_batch_size": 32,
+            "replay_ratio": 8.0,
+            "buffer_size": 2000,
+            "learning_starts": 200,
+            "num_replay_shards": 2,
+            "max_weight_sync_delay": 100,
+            "min_step_time_s": 0.5,
+            "sample_timeout_s": 120,
+        }
+    )
+    try:
+        opt = trainer.optimizer
+        assert isinstance(opt, ApexOptimizer) and len(opt.replay.shards) == 2
+        assert opt.epsilons == []  # no ladder: each evaluator samples from the policy
+        before = trainer.get_weights()["default_policy"]
+        results = [trainer.train() for _ in range(4)]
+        after = trainer.get_weights()["default_policy"]
+        remotes = trainer.evaluators.remote_evaluators
+        alphas = trainer.evaluators.get(
+            [e.apply.remote(lambda ev: ev.policy.alpha) for e in remotes]
+        )
+    finally:
+        trainer.stop()
+    last = results[-1]
+    assert last["num_learner_updates"] > 0 and last["num_weight_syncs"] > 0
+    assert last["num_steps_trained"] == 32 * last["num_learner_updates"]
+    assert last["num_samples_dropped"] == 0 and last["timesteps_total"] > 200
+    assert math.isfinite(last["learner/critic_loss"]) and math.isfinite(last["learner/alpha"])
+    assert changed(before, after, "actor.") and changed(before, after, "log_alpha")
+    assert all(a != 1.0 for a in alphas)  # the evaluators got the learner's temperature
+
+
 # -- learning ----------------------------------------------------------------------------------
 @pytest.mark.learning
 @pytest.mark.timeout(900)
