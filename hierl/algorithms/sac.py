@@ -47,6 +47,7 @@ from torch.nn import functional as F
 from hierl.algorithms.actor_critic import ActorCriticConfig, ActorCriticPolicy, DDPGCritic
 from hierl.algorithms.trainer import Trainer
 from hierl.algorithms.trainer_config import same_defaults
+from hierl.devices import host_floats
 from hierl.models.networks import MLP, ModelConfig
 from hierl.policy_graph import NONFINITE_GRADS_SKIPPED, LearnResult
 from hierl.sample_batch import SampleBatch as SB
@@ -318,12 +319,16 @@ class SACPolicy(ActorCriticPolicy):
             actor_stats,
             **alpha_stats,
             **{NONFINITE_GRADS_SKIPPED: skipped},
-            critic_loss=float(critic_loss.detach()),
-            alpha=float(alpha),
-            entropy=float(-logp_pi.mean()),
-            mean_q=float(qs[0].detach().mean()),
-            mean_target=float(target.mean()),
-            mean_abs_td_error=float(td.abs().mean()),
+            **host_floats(  # one read from the device
+                {
+                    "critic_loss": critic_loss.detach(),
+                    "alpha": alpha,
+                    "entropy": -logp_pi.mean(),
+                    "mean_q": qs[0].detach().mean(),
+                    "mean_target": target.mean(),
+                    "mean_abs_td_error": td.abs().mean(),
+                }
+            ),
         )
         return LearnResult(stats, td.cpu().numpy())
 
