@@ -14,8 +14,8 @@ Sampling from the replay buffer is not timed on either side.
 The two are timed in alternating rounds (``--rounds`` of ``--updates`` each) in one
 process.  The ratio (goal >= 0.9) is the median over rounds of hierl's updates/s over
 the baseline's in the round beside it (paired: a load that drifts over the run affects
-both sides of a pair alike); the ratio of the two sides' median rounds is reported too.  Written to ``benchmarks/results/sac_update.json`` with the machine's
-load averages.
+both sides of a pair alike); the ratio of the two sides' median rounds is reported too.
+Written to ``benchmarks/results/sac_update.json`` with the machine's load averages.
 
 Usage::
 
