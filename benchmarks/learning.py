@@ -8,8 +8,8 @@ its ``stop.timesteps_total``), checkpointing every ``checkpoint_freq`` iteration
 ``--resume`` continues each seed from its last checkpoint (kept in the gitignored
 ``benchmarks/results/learning/``; restore is exact where the env can be snapshotted, as
 classic-control and Atari envs can: a run cut into chunks gives the same curve as one
-run).  ``--peer sb3`` runs SB3's PPO with the same hyperparameters beside it, in the same
-process, one after the other (PPO only).  ``--target R`` also reports, per seed, the env
+run).  ``--peer sb3`` runs SB3's PPO, SAC or TD3 with the same hyperparameters beside it,
+in the same process, one after the other.  ``--target R`` also reports, per seed, the env
 steps and wall-clock of the first evaluation of at least ``R``; with ``--stop-at-target``
 each seed's run ends there (time-to-target comparisons).
 
@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from common import BENCH_DIR, RESULTS_DIR, read_curve
 
 from hierl import get_trainer_class
@@ -115,8 +116,6 @@ def make_sb3_ppo(spec: ExperimentSpec, seed: int) -> tuple[Any, Any, Any]:
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-    if spec.run != "PPO":
-        raise SystemExit(f"--peer sb3 runs PPO only, not {spec.run}")
     c = spec.config
     n_envs = int(c.get("num_envs_per_evaluator", 1))
     norm = c.get("observation_filter") == "MeanStdFilter"
@@ -152,18 +151,87 @@ def make_sb3_ppo(spec: ExperimentSpec, seed: int) -> tuple[Any, Any, Any]:
     return model, env, eval_env
 
 
-def run_sb3_ppo(spec: ExperimentSpec, seed: int, budget: int, out: Path) -> Path:
-    """SB3's PPO (:func:`make_sb3_ppo`) to ``budget`` steps, evaluated as hierl is."""
+def make_sb3_off_policy(spec: ExperimentSpec, seed: int) -> tuple[Any, Any, Any]:
+    """SB3's SAC or TD3 with the experiment's settings as hierl resolves them (its
+    config class's defaults where the file sets none): one env, one gradient step per
+    env step, uniformly random actions for the first ``learning_starts`` steps."""
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import SAC, TD3
+    from stable_baselines3.common.noise import NormalActionNoise
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    cfg = get_trainer_class(spec.run).config_class.from_dict({**spec.config, "env": spec.env})
+    replay = cfg.optimizer_config
+    if replay.replay_ratio != replay.train_batch_size or cfg.rollout_fragment_length != 1:
+        raise SystemExit("--peer sb3 for SAC/TD3 needs one update per env step")
+    env, eval_env = (DummyVecEnv([lambda: gym.make(spec.env)]) for _ in range(2))
+    act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[cfg.model.activation]
+    common = {
+        "buffer_size": replay.buffer_size,
+        "batch_size": replay.train_batch_size,
+        "learning_starts": replay.learning_starts,
+        "tau": cfg.tau,
+        "gamma": cfg.gamma,
+        "train_freq": 1,
+        "gradient_steps": 1,
+        "policy_kwargs": {"net_arch": list(cfg.model.hiddens), "activation_fn": act},
+        "seed": seed,
+        "device": "cpu",
+    }
+    if spec.run == "SAC":
+        ent_coef = "auto_" + repr(cfg.initial_alpha) if cfg.learn_alpha else cfg.initial_alpha
+        target = "auto" if cfg.target_entropy is None else cfg.target_entropy
+        model = SAC(
+            "MlpPolicy",
+            env,
+            learning_rate=cfg.lr,
+            ent_coef=ent_coef,
+            target_entropy=target,
+            **common,
+        )
+    else:
+        if cfg.actor_lr != cfg.critic_lr:
+            raise SystemExit("--peer sb3 for TD3 needs actor_lr == critic_lr (SB3 has one)")
+        dim = env.action_space.shape[0]
+        noise = NormalActionNoise(np.zeros(dim), cfg.exploration_noise * np.ones(dim))
+        model = TD3(
+            "MlpPolicy",
+            env,
+            learning_rate=cfg.actor_lr,
+            action_noise=noise,
+            policy_delay=cfg.policy_delay,
+            target_policy_noise=cfg.target_noise,
+            target_noise_clip=cfg.target_noise_clip,
+            **common,
+        )
+    return model, env, eval_env
+
+
+SB3_PEERS = {"PPO": make_sb3_ppo, "SAC": make_sb3_off_policy, "TD3": make_sb3_off_policy}
+"""The algorithms ``--peer sb3`` runs, and their builders."""
+
+
+def run_sb3(spec: ExperimentSpec, seed: int, budget: int, out: Path) -> Path:
+    """SB3's peer of the experiment (``SB3_PEERS``) to ``budget`` steps, evaluated as
+    hierl is: every ``evaluation_interval`` iterations' worth of env steps."""
     import torch
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
 
-    model, env, eval_env = make_sb3_ppo(spec, seed)
+    if spec.run not in SB3_PEERS:
+        raise SystemExit(f"--peer sb3 runs {', '.join(SB3_PEERS)}, not {spec.run}")
+    model, env, eval_env = SB3_PEERS[spec.run](spec, seed)
     c = spec.config
     n_envs = env.num_envs
     norm = isinstance(env, VecNormalize)
-    every = int(c.get("evaluation_interval", 10)) * int(c["train_batch_size"])
+    if spec.run == "PPO":
+        per_iteration = int(c["train_batch_size"])
+    else:
+        cls = get_trainer_class(spec.run).config_class
+        per_iteration = cls.from_dict({**c, "env": spec.env}).timesteps_per_iteration
+    every = int(c.get("evaluation_interval", 10)) * per_iteration
     episodes = int(c.get("evaluation_num_episodes", 5))
     rows: list[dict[str, float]] = []
     start = time.perf_counter()
@@ -352,7 +420,7 @@ def main() -> None:
         run_hierl(spec, seed, budget, out, args.resume, stop_at)
         if args.peer == "sb3":
             print(f"{name}: sb3 seed {seed}", flush=True)
-            run_sb3_ppo(spec, seed, budget, out)
+            run_sb3(spec, seed, budget, out)
     summary = summarize(name, out, spec, budget, args.target)
     command = " ".join(
         ["python benchmarks/learning.py", args.file, f"--seeds {args.seeds}"]

@@ -1,4 +1,4 @@
-"""Export a TorchPolicyGraph's greedy policy as a self-contained TorchScript or ONNX model.
+"""Export a torch policy's greedy policy as a self-contained TorchScript or ONNX model.
 
 The exported model maps raw env observations (batched) straight to env actions, with
 everything hierl does in between folded in, so that serving it needs neither hierl nor
@@ -10,10 +10,11 @@ Ray (torch alone for TorchScript, onnxruntime alone for ONNX):
 2. the observation filter (a MeanStdFilter's running statistics, frozen at export);
 3. the model;
 4. greedy action selection (the distribution's ``deterministic_sample``: argmax for
-   Discrete / MultiDiscrete, the Gaussian mean for Box) and the mapping onto the env's
-   action space of :func:`hierl.models.preprocessors.to_env_action` (``start`` added,
-   Box actions rounded for integer dtypes, clipped to ``[low, high]``, in the space's
-   dtype).
+   Discrete / MultiDiscrete, the Gaussian mean for Box; DDPG/TD3: the actor's action,
+   SAC: ``tanh`` of the squashed Gaussian's mean, scaled to the bounds) and the mapping
+   onto the env's action space of :func:`hierl.models.preprocessors.to_env_action`
+   (``start`` added, Box actions rounded for integer dtypes, clipped to ``[low, high]``,
+   in the space's dtype).
 
 So ``model(obs)[0]`` equals ``trainer.compute_single_action(obs, explore=False)`` row by
 row.  Inputs and outputs (``B``: the batch dimension, dynamic):
@@ -26,7 +27,9 @@ row.  Inputs and outputs (``B``: the batch dimension, dynamic):
 * outputs ``actions`` ``(B, *action_shape)`` in the action space's dtype (int64 for
   Discrete), ``action_dist_inputs`` ``(B, D)`` float32 (logits, or Gaussian
   ``[mean, log_std]``, before clipping), ``vf_preds`` ``(B,)`` float32 (the value
-  estimate; DQN: ``max_a Q``), then for recurrent models ``state_out_0``, ... (the state
+  estimate; DQN: ``max_a Q``; DDPG/TD3/SAC: ``min_i Q_i(s, greedy action)``; their
+  ``action_dist_inputs`` are the actor's outputs: DDPG/TD3 the pre-tanh action, SAC the
+  Gaussian's ``[mean, log_std]``), then for recurrent models ``state_out_0``, ... (the state
   to pass to the next call).
 
 Loading, without hierl::
@@ -199,14 +202,20 @@ class _ActionMapping(nn.Module):
 
 
 class GreedyPolicy(nn.Module):
-    """A TorchPolicyGraph's greedy policy as one module: preprocessing, filter, model,
+    """A policy's greedy policy as one module: preprocessing, filter, model,
     deterministic action and env-action mapping (see the module docstring).
+
+    The policy is a TorchPolicyGraph, or has ``export_model()``: a new torch module
+    mapping preprocessed (and filtered) observation rows to ``(greedy actions,
+    action_dist_inputs, vf_preds)``, the actions in env units before the clipping to
+    the space (the replay actor-critics: ``ActorCriticPolicy.export_model``).
 
     ``forward(obs, *state_in) -> (actions, action_dist_inputs, vf_preds, *state_out)``.
 
     Args:
         policy: The policy graph; its model is copied (to the CPU, in eval mode), so the
-            policy keeps training unchanged.
+            policy keeps training unchanged.  Not a TorchPolicyGraph: its
+            ``export_model()`` (feed-forward only).
         normalization: The observation filter as ``(mean, scale, clip)``, or None (no
             filter).
 
@@ -238,6 +247,9 @@ class GreedyPolicy(nn.Module):
     def forward(self, obs: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Actions, distribution inputs, values (and the next state) for a batch."""
         x = self.filter(self.encoder(obs))
+        if self.dist_class is None:  # an export_model(): its own greedy action
+            greedy, dist_inputs, values = self.model(x)
+            return (self.actions(greedy), dist_inputs, values)
         if self.is_recurrent:
             dist_inputs, values, state_out = self.model(x.unsqueeze(1), list(state))
             dist_inputs, values = dist_inputs[:, 0], values[:, 0]
@@ -287,9 +299,10 @@ class GreedyPolicy(nn.Module):
 
 def _torch_parts(policy: PolicyGraph) -> tuple[nn.Module, type]:
     """``(model, dist_class)`` of a policy: a TorchPolicyGraph's own, or what another
-    policy's ``export_model()`` returns (a module mapping filtered observations to
-    ``(dist_inputs, values)``, and the distribution whose ``deterministic_sample`` is
-    the policy's greedy action: ES's deterministic MLP)."""
+    policy's ``export_model()`` returns: a module mapping filtered observations to
+    ``(dist_inputs, values)`` and the distribution whose ``deterministic_sample`` is the
+    policy's greedy action (ES's deterministic MLP), or a module mapping them to
+    ``(greedy_action, dist_inputs, values)`` and None (DDPG, TD3, SAC)."""
     if isinstance(policy, TorchPolicyGraph):
         return policy.model, policy.dist_class
     export_model = getattr(policy, "export_model", None)
@@ -298,7 +311,8 @@ def _torch_parts(policy: PolicyGraph) -> tuple[nn.Module, type]:
     raise ExportError(
         f"policy {type(policy).__name__} is not a TorchPolicyGraph and has no "
         "export_model(): export turns a torch model into TorchScript / ONNX (PPO, APPO, "
-        "IMPALA, PG, A2C, MARWIL, DQN, ES and custom TorchPolicyGraphs can be exported)"
+        "IMPALA, PG, A2C, MARWIL, DQN, DDPG, TD3, SAC, ES and custom TorchPolicyGraphs "
+        "can be exported)"
     )
 
 
@@ -356,7 +370,8 @@ def export_policy(
     its outputs must equal the torch module's within ``TOLERANCE``.
 
     Args:
-        policy: A TorchPolicyGraph (feed-forward or recurrent).
+        policy: A TorchPolicyGraph (feed-forward or recurrent), or a policy with
+            ``export_model()`` (see :class:`GreedyPolicy`).
         directory: Created if missing; files of an earlier export are replaced.
         format: ``"torchscript"`` (``policy.pt``) or ``"onnx"`` (``policy.onnx``).
         normalization: The observation filter as ``(mean, scale, clip)`` (None: none).
@@ -478,7 +493,7 @@ def _write_onnx(module: GreedyPolicy, path: Path) -> Runner:
     return run
 
 
-def _check_greedy(policy: TorchPolicyGraph, module: GreedyPolicy) -> None:
+def _check_greedy(policy: PolicyGraph, module: GreedyPolicy) -> None:
     """ExportError unless the module's actions are ``policy.compute_actions(...,
     explore=False)`` mapped onto the env: a subclass that overrides ``compute_actions``
     with another greedy rule than its ``dist_class``'s ``deterministic_sample`` of the

@@ -359,8 +359,8 @@ def test_rollout_output_logs_whole_episodes_with_their_action_logp(trained, caps
 
 # -- help, list, config ----------------------------------------------------------------
 ALGORITHMS = [
-    *("A2C", "A3C", "A3C_ES", "ALPHAZERO", "APEX", "APEX_DDPG", "APPO", "BC", "DDPG", "DQN"),
-    *("ES", "IMPALA", "MARWIL", "PG", "PPO", "PPO_ES", "TD3"),
+    *("A2C", "A3C", "A3C_ES", "ALPHAZERO", "APEX", "APEX_DDPG", "APEX_SAC", "APPO", "BC"),
+    *("DDPG", "DQN", "ES", "IMPALA", "MARWIL", "PG", "PPO", "PPO_ES", "SAC", "TD3"),
 ]
 
 

@@ -51,6 +51,7 @@ CONFIGS = {
     "DQN": {**OFF_POLICY, "env": "CartPole-v1"},
     "DDPG": {**OFF_POLICY, "env": "Pendulum-v1", "random_timesteps": 16},
     "TD3": {**OFF_POLICY, "env": "Pendulum-v1", "random_timesteps": 16},
+    "SAC": {**OFF_POLICY, "env": "Pendulum-v1", "random_timesteps": 16},
 }
 
 

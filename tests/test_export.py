@@ -16,9 +16,11 @@ import onnxruntime
 import pytest
 import torch
 
-from hierl.algorithms.ddpg import DDPGTrainer
+from hierl.algorithms.ddpg import TD3Trainer
 from hierl.algorithms.dqn import DQNTrainer
+from hierl.algorithms.es import ESTrainer
 from hierl.algorithms.ppo import PPOTrainer
+from hierl.algorithms.sac import SACTrainer
 from hierl.checkpoint import save_checkpoint
 from hierl.cli import main
 from hierl.evaluators import register_env
@@ -216,6 +218,55 @@ def test_exported_outputs_equal_compute_single_action(trained, tmp_path, name, f
     assert one["actions"].shape == (1, *expected.shape[1:])
 
 
+ACTOR_CRITIC = {
+    "env": "Pendulum-v1",
+    "model": {"hiddens": [16, 16], "activation": "relu"},
+    "rollout_fragment_length": 10,
+    "train_batch_size": 16,
+    "replay_ratio": 16.0,
+    "learning_starts": 30,
+    "random_timesteps": 30,
+    "timesteps_per_iteration": 100,
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("trainer_class", [SACTrainer, TD3Trainer])
+def test_replay_actor_critics_export_the_greedy_action_and_twin_min_value(
+    tmp_path, trainer_class, fmt
+):
+    with trainer_class(ACTOR_CRITIC) as trainer:
+        trainer.train()
+        exported = trainer.export_policy(tmp_path / "out", fmt)
+        policy = trainer.get_policy()
+        obs = _observations(policy.observation_space, ROWS).astype(np.float32)
+        expected = np.stack([trainer.compute_single_action(o, explore=False) for o in obs])
+        got = _load(exported)({"obs": obs})
+        model = policy.model
+        with torch.no_grad():
+            x = torch.as_tensor(obs)
+            u = policy.unscale_actions(torch.as_tensor(expected))
+            q = torch.minimum(model.critic(x, u), model.critic2(x, u)).numpy()
+            if trainer_class is SACTrainer:  # greedy: tanh of the Gaussian's mean
+                mean, log_std = model.actor(x)
+                dist_inputs = torch.cat([mean, log_std], -1).numpy()
+                np.testing.assert_allclose(
+                    policy.scale_actions(torch.tanh(mean)).numpy(), expected, atol=1e-5
+                )
+            else:
+                dist_inputs = model.actor.net(x).numpy()
+    assert exported.spec["outputs"][0] == {
+        "name": "actions",
+        "shape": [None, 1],
+        "dtype": "float32",
+    }
+    assert (np.abs(expected) < 2.0).all() and np.ptp(expected) > 1e-3  # not all at a bound
+    np.testing.assert_allclose(got["actions"], expected, rtol=0, atol=LOGIT_TOLERANCE)
+    np.testing.assert_allclose(got["action_dist_inputs"], dist_inputs, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got["vf_preds"], q, rtol=0, atol=1e-4)
+
+
 def test_mean_std_filter_statistics_are_folded_in(trained, tmp_path):
     trainer = trained("mean_std_filter")
     mean, scale, clip = trainer.local_evaluator.filters["default_policy"].normalization()
@@ -312,9 +363,9 @@ def test_export_errors_name_what_is_valid(trained, tmp_path, monkeypatch):
     with pytest.raises(ExportError, match=r"pip install 'hierl\[export\]'"):
         trainer.export_policy(tmp_path, "onnx")
     monkeypatch.undo()
-    ddpg = DDPGTrainer({**SMALL, "env": "Pendulum-v1"})
-    with ddpg, pytest.raises(ExportError, match="DDPGPolicy is not a TorchPolicyGraph"):
-        ddpg.export_policy(tmp_path, "torchscript")
+    es = ESTrainer({"env": "CartPole-v1", "noise_size": 2**16, "model": {"hiddens": [8]}})
+    with es, pytest.raises(ExportError, match="ESPolicy is not a TorchPolicyGraph and has no"):
+        es.export_policy(tmp_path, "torchscript")
     dict_obs = PPOTrainer({**SMALL_PPO, "env": "export_test/DictObs"})
     with dict_obs, pytest.raises(ExportError, match="FlattenObservation"):
         dict_obs.export_policy(tmp_path, "onnx")

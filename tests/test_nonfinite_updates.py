@@ -21,6 +21,7 @@ from hierl.algorithms.impala import APPOTrainer, IMPALATrainer
 from hierl.algorithms.marwil import MARWILConfig, MARWILPolicy
 from hierl.algorithms.pg import PGTrainer
 from hierl.algorithms.ppo import PPOConfig, PPOPolicy, PPOTrainer
+from hierl.algorithms.sac import SACTrainer
 from hierl.evaluators.filters import MeanStdFilter
 from hierl.optimizers.learner_thread import LearnerThread
 from hierl.optimizers.multi_gpu.learner import MultiDeviceLearner
@@ -264,7 +265,7 @@ def test_impala_and_appo_refuse(trainer_class):
         assert policy.learn_on_batch(batch)[NONFINITE_GRADS_SKIPPED] == 0.0
 
 
-# -- replay learners: DQN (and CQL), DDPG, TD3 --------------------------------------------
+# -- replay learners: DQN (and CQL), DDPG, TD3, SAC -----------------------------------------
 @pytest.mark.parametrize("cql_alpha", [0.0, 1.0])
 def test_dqn_refuses_and_returns_no_priorities(cql_alpha):
     with DQNTrainer({**CARTPOLE, "cql_alpha": cql_alpha}) as trainer:
@@ -279,8 +280,8 @@ def test_dqn_refuses_and_returns_no_priorities(cql_alpha):
         assert result.stats[NONFINITE_GRADS_SKIPPED] == 0.0 and result.td_error is not None
 
 
-@pytest.mark.parametrize("trainer_class", [DDPGTrainer, TD3Trainer])
-def test_ddpg_and_td3_refuse_the_critic_step_and_everything_after_it(trainer_class):
+@pytest.mark.parametrize("trainer_class", [DDPGTrainer, TD3Trainer, SACTrainer])
+def test_ddpg_td3_and_sac_refuse_the_critic_step_and_everything_after_it(trainer_class):
     config = {"env": "Pendulum-v1", "num_evaluators": 0, "seed": 0, "rollout_fragment_length": 16}
     with trainer_class(config) as trainer:
         policy = trainer.get_policy()

@@ -51,6 +51,13 @@ SMALL = {
         "optimizer_config.buffer_size=1000",
     ],
     "ES": ["optimizer_config.episodes_per_batch=2", "optimizer_config.max_episode_steps=50"],
+    "SAC": [
+        "random_timesteps=32",
+        "timesteps_per_iteration=64",
+        "optimizer_config.learning_starts=32",
+        "optimizer_config.buffer_size=1000",
+        "optimizer_config.train_batch_size=16",
+    ],
     "TD3": [
         "random_timesteps=32",
         "timesteps_per_iteration=64",

@@ -39,24 +39,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from hierl.algorithms.off_policy import OffPolicyConfig
+from hierl.algorithms.actor_critic import ActorCriticConfig, ActorCriticPolicy, DDPGCritic
 from hierl.algorithms.trainer import Trainer
 from hierl.algorithms.trainer_config import same_defaults
-from hierl.models.networks import MLP, ModelConfig, check_default_model
-from hierl.models.preprocessors import get_preprocessor
-from hierl.policy_graph import NONFINITE_GRADS_SKIPPED, LearnResult, PolicyGraph, Weights
-from hierl.postprocessing import N_STEP_DISCOUNTS, compute_n_step
+from hierl.models.networks import MLP, ModelConfig
+from hierl.policy_graph import NONFINITE_GRADS_SKIPPED, LearnResult
 from hierl.sample_batch import SampleBatch as SB
-from hierl.torch_policy_graph import (
-    clip_grad_norm,
-    load_module_weights,
-    load_optimizer_state,
-    make_adam,
-    module_weights,
-    optimizer_state,
-    step_if_finite,
-    writable_array,
-)
+from hierl.torch_policy_graph import make_adam
 
 DDPG_REPLAY = {
     "train_batch_size": 256,
@@ -69,7 +58,7 @@ uniform replay over the last million rows."""
 
 
 @dataclasses.dataclass
-class DDPGConfig(OffPolicyConfig):
+class DDPGConfig(ActorCriticConfig):
     """DDPG settings.
 
     The defaults are the TD3 paper's re-tuned DDPG ("Our DDPG", Fujimoto et al. 2018,
@@ -82,25 +71,12 @@ class DDPGConfig(OffPolicyConfig):
 
     optimizer_defaults = same_defaults(("replay", "apex"), **DDPG_REPLAY)
 
-    model: ModelConfig = dataclasses.field(
-        default_factory=lambda: ModelConfig(hiddens=(256, 256), activation="relu")
-    )
-    """Hidden layers and activation of the actor and of each critic (the other
-    ModelConfig fields are not used)."""
     lr: float = 1e-3
     """Not used: DDPG has two optimizers (``actor_lr``, ``critic_lr``)."""
-    rollout_fragment_length: int = 1
-    """Env steps per sub-env per sample; with ``replay_ratio = train_batch_size`` each
-    sampled step is followed by one update (TD3's interleaving)."""
-    timesteps_per_iteration: int = 1000
-    """Env steps per ``train()`` (each optimizer step samples only one)."""
     actor_lr: float = 1e-3
     """Learning rate of the actor's Adam optimizer."""
     critic_lr: float = 1e-3
     """Learning rate of the critics' Adam optimizer."""
-    tau: float = 0.005
-    """Polyak coefficient: ``target <- tau * online + (1 - tau) * target`` after each actor
-    update (1.0: hard copy)."""
     twin_q: bool = False
     """Two critics; the TD target takes their minimum (TD3's clipped double-Q)."""
     policy_delay: int = 1
@@ -114,8 +90,6 @@ class DDPGConfig(OffPolicyConfig):
     exploration_noise: float = 0.1
     """Std of the Gaussian noise added to the actor's action when exploring, as a fraction
     of half the action range; ``set_exploration_scale(x)`` multiplies it by ``x``."""
-    random_timesteps: int = 1000
-    """Sampled env steps (the global timestep) with uniformly random actions first."""
     n_step: int = 1
     """n-step TD targets (Ape-X); windows stay inside one sample fragment, so
     ``rollout_fragment_length`` must be >= ``n_step``."""
@@ -128,15 +102,9 @@ class DDPGConfig(OffPolicyConfig):
         super().__post_init__()
         for name in ("actor_lr", "critic_lr", "target_noise_clip", "huber_threshold"):
             self.check(name, getattr(self, name) > 0, "must be > 0")
-        for name in ("exploration_noise", "target_noise", "random_timesteps"):
+        for name in ("exploration_noise", "target_noise"):
             self.check(name, getattr(self, name) >= 0, "must be >= 0")
-        self.check("tau", 0.0 < self.tau <= 1.0, "must be in (0, 1]")
         self.check("policy_delay", self.policy_delay >= 1, "must be >= 1")
-        self.check(
-            "rollout_fragment_length",
-            self.rollout_fragment_length == 0 or self.rollout_fragment_length >= self.n_step,
-            f"must be >= n_step={self.n_step} (n-step windows stay inside a fragment)",
-        )
         self.check(
             "lr_schedule",
             self.lr_schedule is None,
@@ -210,16 +178,11 @@ class DDPGActor(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(obs))
 
-
-class DDPGCritic(nn.Module):
-    """``Q(s, u)`` on the concatenated observation and normalised action (TD3's layout)."""
-
-    def __init__(self, obs_size: int, act_dim: int, config: ModelConfig):
-        super().__init__()
-        self.net = MLP(obs_size + act_dim, config.hiddens, config.activation, 1)
-
-    def forward(self, obs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([obs, u], dim=-1)).squeeze(-1)
+    def greedy_outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mu(s), the pre-tanh output)``: the action and what export reports as the
+        actor's outputs."""
+        pre = self.net(obs)
+        return torch.tanh(pre), pre
 
 
 class DDPGModel(nn.Module):
@@ -252,7 +215,7 @@ class DDPGModel(nn.Module):
 
 
 # -- the policy graph ------------------------------------------------------------------------
-class DDPGPolicy(PolicyGraph):
+class DDPGPolicy(ActorCriticPolicy):
     """DDPG/TD3 policy graph: act with noise, learn on replayed batches, Polyak targets.
 
     ``config`` is a :class:`DDPGConfig` (or a subclass).  Weights (``get_weights``) include
@@ -263,53 +226,20 @@ class DDPGPolicy(PolicyGraph):
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any):
         super().__init__(observation_space, action_space, config)
-        if not isinstance(action_space, gym.spaces.Box):
-            raise ValueError(
-                f"DDPG/TD3 need a continuous Box action space, got {action_space!r} "
-                f"({type(action_space).__name__})"
-            )
-        low = np.asarray(action_space.low, np.float64).reshape(-1)
-        high = np.asarray(action_space.high, np.float64).reshape(-1)
-        if not (np.isfinite(low).all() and np.isfinite(high).all()):
-            raise ValueError(
-                f"DDPG/TD3 need finite action bounds to scale the tanh actor, got {action_space!r}"
-            )
-        if not np.issubdtype(action_space.dtype, np.floating):
-            raise ValueError(f"DDPG/TD3 need a float Box action space, got {action_space!r}")
-        use_cuda = getattr(config, "num_gpus", 0) > 0 and torch.cuda.is_available()
-        self.device = torch.device("cuda" if use_cuda else "cpu")
-        self.act_shape = tuple(action_space.shape)
-        self.act_dim = int(low.size)
-        obs_size = get_preprocessor(observation_space).size
-        check_default_model(config.model, "DDPG's actor and critics")
-        self.model = DDPGModel(obs_size, self.act_dim, config.model, config.twin_q).to(self.device)
-        self._center = torch.as_tensor((high + low) / 2, dtype=torch.float32, device=self.device)
-        self._half = torch.as_tensor((high - low) / 2, dtype=torch.float32, device=self.device)
-        self.actor_optimizer = make_adam(list(self.model.actor.parameters()), config.actor_lr)
-        critic_params = [p for c in self.model.critics() for p in c.parameters()]
-        self.critic_optimizer = make_adam(critic_params, config.critic_lr)
-        self.num_updates = 0
-        """Critic updates so far (every ``policy_delay``-th also updates actor and targets)."""
         self.noise_scale = 1.0
         """Multiplies ``exploration_noise``; pinned per evaluator by
         ``set_exploration_scale``."""
         self.last_actor_loss = math.nan
 
-    # -- action scaling --------------------------------------------------------------------
-    def scale_actions(self, u: torch.Tensor) -> torch.Tensor:
-        """Normalised ``u`` in ``[-1, 1]`` → env actions in ``[low, high]``."""
-        return self._center + self._half * u
+    def make_model(self, obs_size: int) -> DDPGModel:
+        """Actor, critic(s) and their targets."""
+        return DDPGModel(obs_size, self.act_dim, self.config.model, self.config.twin_q)
 
-    def unscale_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        """Env actions in ``[low, high]`` → normalised ``[-1, 1]`` (inverse of scale_actions)."""
-        return (actions.reshape(-1, self.act_dim).float() - self._center) / self._half
-
-    def _tensor(self, value: Any) -> torch.Tensor:
-        return torch.as_tensor(writable_array(value), device=self.device)
-
-    def _obs(self, obs: Any) -> torch.Tensor:
-        x = self._tensor(obs).float()
-        return x.reshape(x.shape[0], -1)
+    def make_optimizers(self) -> None:
+        """Adam for the actor (``actor_lr``) and one for the critics (``critic_lr``)."""
+        self.actor_optimizer = make_adam(list(self.model.actor.parameters()), self.config.actor_lr)
+        critic_params = [p for c in self.model.critics() for p in c.parameters()]
+        self.critic_optimizer = make_adam(critic_params, self.config.critic_lr)
 
     # -- act -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -329,8 +259,7 @@ class DDPGPolicy(PolicyGraph):
                 std = cfg.exploration_noise * self.noise_scale
                 if std > 0:
                     u = (u + std * torch.randn_like(u)).clamp(-1.0, 1.0)
-        actions = self.scale_actions(u).cpu().numpy().reshape(-1, *self.act_shape)
-        return actions.astype(self.action_space.dtype, copy=False), [], {}
+        return self.env_actions(u), [], {}
 
     def set_exploration_scale(self, scale: float | None) -> None:
         """Scale the exploration noise by ``scale`` (``ExplorationScale``: Ape-X's
@@ -348,34 +277,7 @@ class DDPGPolicy(PolicyGraph):
             raise ValueError(f"exploration scale (noise) must be finite and >= 0, got {scale}")
         self.noise_scale = float(scale)
 
-    # -- postprocess -----------------------------------------------------------------------
-    def postprocess_trajectory(self, batch, other_agent_batches=None):
-        """n-step returns when ``n_step > 1`` (see ``postprocess_trajectories``)."""
-        return self.postprocess_trajectories(batch)
-
-    def postprocess_trajectories(self, batch: SB) -> SB:
-        """With ``n_step > 1``: n-step rewards and NEW_OBS/TERMINATEDS of each row's window
-        end, plus ``N_STEP_DISCOUNTS`` (``compute_n_step``); else the batch as is."""
-        if self.config.n_step == 1:
-            return batch
-        return compute_n_step(batch, self.config.n_step, self.config.gamma)
-
     # -- loss ------------------------------------------------------------------------------
-    def _tensors(self, batch: SB) -> dict[str, torch.Tensor]:
-        batch = SB(batch)  # a shallow copy: the caller's batch stays compressed
-        batch.decompress_if_needed([SB.OBS, SB.NEW_OBS])
-        out = {
-            SB.OBS: self._obs(batch[SB.OBS]),
-            SB.NEW_OBS: self._obs(batch[SB.NEW_OBS]),
-            "u": self.unscale_actions(self._tensor(batch[SB.ACTIONS])),
-            SB.REWARDS: self._tensor(batch[SB.REWARDS]).float(),
-            SB.TERMINATEDS: self._tensor(batch[SB.TERMINATEDS]).float(),
-        }
-        for column in (SB.PRIO_WEIGHTS, N_STEP_DISCOUNTS):
-            if column in batch:
-                out[column] = self._tensor(batch[column]).float()
-        return out
-
     @torch.no_grad()
     def td_targets(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """``r + gamma (1 - terminated) min_i Q'_i(s', u')`` with ``u'`` the target actor's
@@ -390,10 +292,7 @@ class DDPGPolicy(PolicyGraph):
             )
             u_next = (u_next + noise).clamp(-1.0, 1.0)
         q_next = torch.stack([q(new_obs, u_next) for q in self.model.target_critics()]).amin(0)
-        # CRUCIAL: only termination stops bootstrapping; truncated steps (time limits) bootstrap.
-        not_terminal = 1.0 - batch[SB.TERMINATEDS]
-        discount = batch.get(N_STEP_DISCOUNTS, cfg.gamma)
-        return batch[SB.REWARDS] + discount * not_terminal * q_next
+        return self.bootstrap(batch, q_next)
 
     def _critic_loss(self, q: torch.Tensor, target: torch.Tensor, weights: torch.Tensor):
         cfg = self.config
@@ -402,19 +301,6 @@ class DDPGPolicy(PolicyGraph):
         else:
             per_row = (q - target) ** 2
         return (weights * per_row).mean()
-
-    def _clip(self, module: nn.Module, prefix: str) -> dict[str, torch.Tensor]:
-        clip = getattr(self.config, "grad_clip", None)
-        if not clip:
-            return {}
-        return {f"{prefix}_grad_gnorm": clip_grad_norm(list(module.parameters()), clip)}
-
-    def _step(self, which: str, values: dict[str, Any], batch: SB) -> dict[str, float]:
-        """The ``critic`` or ``actor`` optimizer's step, refused if a gradient it would
-        apply is not finite (``step_if_finite``)."""
-        optimizer = getattr(self, f"{which}_optimizer")
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        return step_if_finite(optimizer, params, values, f"DDPGPolicy {which}", batch)
 
     def learn_on_replay_batch(self, batch: SB) -> LearnResult:
         """One critic update; every ``policy_delay``-th also the actor and the targets.
@@ -461,21 +347,6 @@ class DDPGPolicy(PolicyGraph):
         )
         return LearnResult(stats, td.cpu().numpy())
 
-    def learn_on_batch(self, batch: SB) -> dict[str, float]:
-        """Same as ``learn_on_replay_batch`` (unweighted when the batch has no weights)."""
-        return self.learn_on_replay_batch(batch).stats
-
-    @torch.no_grad()
-    def update_target(self, tau: float | None = None) -> None:
-        """Polyak averaging ``target <- tau * online + (1 - tau) * target`` of the actor and
-        every critic (``tau`` defaults to ``config.tau``; 1.0 copies)."""
-        tau = self.config.tau if tau is None else float(tau)
-        if not 0.0 <= tau <= 1.0:
-            raise ValueError(f"tau must be in [0, 1], got {tau}")
-        for online, target in self.model.online_target_pairs():
-            for p, t in zip(online.parameters(), target.parameters(), strict=True):
-                t.lerp_(p, tau)  # t + tau (p - t)
-
     @torch.no_grad()
     def compute_td_errors(self, batch: SB) -> np.ndarray:
         """``|Q_1(s, a) - y|`` of fresh rows (``TDErrors``: Ape-X initial priorities)."""
@@ -483,22 +354,11 @@ class DDPGPolicy(PolicyGraph):
         td = self.model.critic(tb[SB.OBS], tb["u"]) - self.td_targets(tb)
         return td.abs().cpu().numpy()
 
-    # -- weights and state -----------------------------------------------------------------
-    def get_weights(self) -> Weights:
-        """Online and target networks as numpy arrays (copies), by ``state_dict`` name."""
-        return module_weights(self.model)
-
-    def set_weights(self, weights: Weights) -> None:
-        """Load weights from ``get_weights``; a missing name or shape mismatch raises."""
-        load_module_weights(self.model, weights, "DDPGPolicy")
-
+    # -- state ---------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
         """Weights (with targets), both optimizers' moments and the counters."""
         return {
             **super().get_state(),
-            "actor_optimizer": optimizer_state(self.actor_optimizer),
-            "critic_optimizer": optimizer_state(self.critic_optimizer),
-            "num_updates": self.num_updates,
             "noise_scale": self.noise_scale,
             "last_actor_loss": self.last_actor_loss,
         }
@@ -506,9 +366,6 @@ class DDPGPolicy(PolicyGraph):
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Inverse of ``get_state``."""
         super().set_state(state)
-        load_optimizer_state(self.actor_optimizer, state["actor_optimizer"], self.device)
-        load_optimizer_state(self.critic_optimizer, state["critic_optimizer"], self.device)
-        self.num_updates = int(state["num_updates"])
         self.noise_scale = float(state["noise_scale"])
         self.last_actor_loss = float(state["last_actor_loss"])
 

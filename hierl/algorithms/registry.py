@@ -30,6 +30,10 @@ _TRAINERS: dict[str, tuple[str, str]] = {
         "hierl.algorithms.ddpg:ApexDDPGTrainer",
         "Ape-X DDPG: distributed prioritized replay for continuous actions",
     ),
+    "APEX_SAC": (
+        "hierl.algorithms.sac:ApexSACTrainer",
+        "Ape-X SAC: distributed prioritized replay fed by SAC's own stochastic policy",
+    ),
     "APPO": (
         "hierl.algorithms.impala:APPOTrainer",
         "asynchronous PPO: the clipped surrogate on V-trace advantages",
@@ -63,6 +67,10 @@ _TRAINERS: dict[str, tuple[str, str]] = {
     "PPO_ES": (
         "hierl.algorithms.population:PPOESTrainer",
         "a population of PPO trainers under an evolution-strategies loop",
+    ),
+    "SAC": (
+        "hierl.algorithms.sac:SACTrainer",
+        "soft actor-critic: twin critics, squashed Gaussian policy, tuned entropy temperature",
     ),
     "TD3": (
         "hierl.algorithms.ddpg:TD3Trainer",
