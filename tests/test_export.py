@@ -18,7 +18,6 @@ import torch
 
 from hierl.algorithms.ddpg import TD3Trainer
 from hierl.algorithms.dqn import DQNTrainer
-from hierl.algorithms.es import ESTrainer
 from hierl.algorithms.ppo import PPOTrainer
 from hierl.algorithms.sac import SACTrainer
 from hierl.checkpoint import save_checkpoint
@@ -27,6 +26,8 @@ from hierl.evaluators import register_env
 from hierl.export import ExportedPolicy, ExportError
 from hierl.sample_batch import DEFAULT_POLICY_ID
 from tests.support.learning_runs import SEED, train_until
+from tests.test_non_torch_policy import BASE as NUMPY_Q
+from tests.test_non_torch_policy import NumpyQTrainer
 
 FORMATS = ("torchscript", "onnx")
 SMALL = {"num_evaluators": 0, "num_envs_per_evaluator": 2, "seed": 0}
@@ -363,9 +364,9 @@ def test_export_errors_name_what_is_valid(trained, tmp_path, monkeypatch):
     with pytest.raises(ExportError, match=r"pip install 'hierl\[export\]'"):
         trainer.export_policy(tmp_path, "onnx")
     monkeypatch.undo()
-    es = ESTrainer({"env": "CartPole-v1", "noise_size": 2**16, "model": {"hiddens": [8]}})
-    with es, pytest.raises(ExportError, match="ESPolicy is not a TorchPolicyGraph and has no"):
-        es.export_policy(tmp_path, "torchscript")
+    numpy_policy = NumpyQTrainer({**NUMPY_Q, "optimizer": "local"})
+    with numpy_policy, pytest.raises(ExportError, match="NumpyQPolicy is not a TorchPolicyGraph"):
+        numpy_policy.export_policy(tmp_path, "torchscript")
     dict_obs = PPOTrainer({**SMALL_PPO, "env": "export_test/DictObs"})
     with dict_obs, pytest.raises(ExportError, match="FlattenObservation"):
         dict_obs.export_policy(tmp_path, "onnx")
