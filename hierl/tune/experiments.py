@@ -127,7 +127,8 @@ class ExperimentSpec(Config):
     seed: int = 0
     """Base seed: trial ``i`` of the experiment (in Tune's trial order) gets seed
     ``seed + i``, so repeated samples of a grid point differ; a ``seed`` in ``config``
-    (fixed or a search space) is used as is instead."""
+    (fixed or a search space) is used as is instead.  It also seeds the sampling of the
+    search space: two experiments with the same space and seed draw the same configs."""
     checkpoint_freq: int = 0
     """Iterations between checkpoints (0: only at the end)."""
     checkpoint_at_end: bool = True
@@ -328,6 +329,7 @@ def run_experiment(
     directory (``storage_path/name``) also gets ``spec`` (``EXPERIMENT_FILE``), so that
     ``resume_experiment`` can continue it."""
     from ray import tune
+    from ray.tune.search import BasicVariantGenerator
 
     run_config = tune.RunConfig(
         name=name,
@@ -350,6 +352,9 @@ def run_experiment(
         tune_config=tune.TuneConfig(
             metric=spec.metric,
             mode=spec.mode,
+            # CRUCIAL: a seeded sampler, so that two experiments with the same space and
+            # seed (a PBT population and its fixed baseline) start from the same configs.
+            search_alg=BasicVariantGenerator(random_state=spec.seed),
             scheduler=make_scheduler(spec),
             num_samples=spec.num_samples,
             max_concurrent_trials=spec.max_concurrent_trials or None,
