@@ -183,7 +183,8 @@ def plot(path: Path, experiments: dict[str, dict[str, Any]], keys: list[str]) ->
                     label=f"trial {trial[-1]} (seed {rows[0]['seed']})",
                 )
             for row, key in enumerate(keys, start=1):
-                axes[row][col].step(steps, [r[key] for r in rows], where="post", color=color)
+                # a row holds the config its iteration trained with: up to its steps
+                axes[row][col].step(steps, [r[key] for r in rows], where="pre", color=color)
         for exploit in experiments[name]["exploits"]:
             ax = axes[0][col]
             ax.axvline(
@@ -192,8 +193,9 @@ def plot(path: Path, experiments: dict[str, dict[str, Any]], keys: list[str]) ->
                 linewidth=0.5,
                 linestyle=":",
             )
+        marks = ", exploits (dotted)" if experiments[name]["exploits"] else ""
         axes[0][col].set_title(
-            f"{name}: greedy evaluation (dots), training return (faint)", fontsize=9
+            f"{name}: greedy evaluation (dots), training return (faint){marks}", fontsize=9
         )
         axes[0][col].legend(fontsize=7)
         axes[-1][col].set_xlabel("env steps of the trial")
