@@ -197,7 +197,8 @@ def plot(path: Path, experiments: dict[str, dict[str, Any]], keys: list[str]) ->
         axes[0][col].set_title(
             f"{name}: greedy evaluation (dots), training return (faint){marks}", fontsize=9
         )
-        axes[0][col].legend(fontsize=7)
+        if trials:
+            axes[0][col].legend(fontsize=7)
         axes[-1][col].set_xlabel("env steps of the trial")
         for row, key in enumerate(keys, start=1):
             axes[row][col].set_ylabel(key, fontsize=8)
@@ -226,23 +227,22 @@ def summarize(
     experiments: dict[str, dict[str, Any]] = {}
     for exp_name, spec in specs.items():
         exp_dir = storage / exp_name
-        trials = read_trials(exp_dir, keys)
-        if not trials:
-            raise SystemExit(f"no trial results under {exp_dir}")
-        fresh = evaluate_checkpoints(exp_dir, eval_episodes) if eval_episodes else {}
-        timestamps = [
-            r["timestamp"] - r["time_total_s"] for rows in trials.values() for r in rows[:1]
-        ]
-        end = max(r["timestamp"] for rows in trials.values() for r in rows)
+        trials = read_trials(exp_dir, keys) if exp_dir.is_dir() else {}
+        budget = spec.stop.get("timesteps_total")
+        fresh = evaluate_checkpoints(exp_dir, eval_episodes) if eval_episodes and trials else {}
+        starts = [rows[0]["timestamp"] - rows[0]["time_total_s"] for rows in trials.values()]
+        ends = [r["timestamp"] for rows in trials.values() for r in rows]
         experiments[exp_name] = {
             "pbt": _is_pbt(spec),
+            "budget": budget,
             "trials": trials,
             "exploits": read_exploits(exp_dir),
-            "wall_s": end - min(timestamps),
+            "wall_s": max(ends) - min(starts) if trials else None,
             "final": {
                 t: {
                     "seed": rows[-1]["seed"],
                     "timesteps": rows[-1]["timesteps"],
+                    "finished": budget is None or rows[-1]["timesteps"] >= budget,
                     "final_eval_return": _final_eval(rows),
                     "fresh_eval_return": fresh.get(t),
                     "final_config": {k: rows[-1][k] for k in keys},
@@ -261,10 +261,15 @@ def summarize(
     score = "fresh_eval_return" if eval_episodes else "final_eval_return"
     best = {}
     for exp_name, exp in experiments.items():
-        trial, final = max(exp["final"].items(), key=lambda kv: kv[1][score])
-        best[exp_name] = {"trial": trial, **final}
+        if exp["final"]:
+            trial, final = max(exp["final"].items(), key=lambda kv: kv[1][score])
+            best[exp_name] = {"trial": trial, **final}
     pbt = [n for n, e in experiments.items() if e["pbt"]]
     fixed = [n for n, e in experiments.items() if not e["pbt"]]
+    unfinished = {
+        n: specs[n].num_samples - sum(f["finished"] for f in e["final"].values())
+        for n, e in experiments.items()
+    }
     summary = {
         "name": name,
         "file": str(file),
@@ -274,14 +279,21 @@ def summarize(
             n: {k: v for k, v in e.items() if k != "trials"} for n, e in experiments.items()
         },
         "best": best,
+        "unfinished_trials": unfinished,
+        "verdict": None,
         "git": git_info(),
         "machine": machine_info(),
     }
-    if len(pbt) == 1 and len(fixed) == 1:
+    if len(pbt) == 1 and len(fixed) == 1 and not any(unfinished.values()):
+        # CRUCIAL: a verdict only at the same budget: every trial of both at its end
         holds = best[pbt[0]][score] > best[fixed[0]][score]
         summary["verdict"] = {"pbt": pbt[0], "fixed": fixed[0], "pbt_beats_fixed": holds}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     return summary
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None or value != value else f"{value:.0f}"
 
 
 def _fmt_config(config: dict[str, Any]) -> str:
@@ -312,19 +324,29 @@ def update_results_md(summary: dict[str, Any], command: str, results_md: Path = 
     ]
     for exp_name, exp in summary["experiments"].items():
         for trial, f in sorted(exp["final"].items()):
+            steps = f"{f['timesteps']:,}" + ("" if f["finished"] else " (running)")
             lines.append(
-                f"| {exp_name} | {trial} | {f['seed']} | {f['timesteps']:,} | {f[score]:.0f} | "
-                f"{f['final_eval_return']:.0f} | {_fmt_config(f['first_config'])} | "
+                f"| {exp_name} | {trial} | {f['seed']} | {steps} | {_num(f[score])} | "
+                f"{_num(f['final_eval_return'])} | {_fmt_config(f['first_config'])} | "
                 f"{_fmt_config(f['final_config'])} |"
             )
     lines.append("")
     for exp_name, exp in summary["experiments"].items():
+        wall = f"{exp['wall_s'] / 60:.1f} min wall-clock" if exp["wall_s"] else "not started"
         lines.append(
-            f"- {exp_name}: {len(exp['final'])} trials, {exp['wall_s'] / 60:.1f} min wall-clock"
+            f"- {exp_name}: {len(exp['final'])} trials, {wall}"
             + (f", {len(exp['exploits'])} exploits" if exp["pbt"] else "")
         )
     verdict = summary.get("verdict")
-    if verdict:
+    unfinished = {n: k for n, k in summary["unfinished_trials"].items() if k}
+    if unfinished:
+        lines += [
+            "",
+            "**No verdict yet: not every trial has reached the budget** ("
+            + ", ".join(f"{n}: {k} trial(s) to finish" for n, k in unfinished.items())
+            + ").",
+        ]
+    elif verdict:
         p, f = summary["best"][verdict["pbt"]], summary["best"][verdict["fixed"]]
         beats = "beats" if verdict["pbt_beats_fixed"] else "does not beat"
         lines += [

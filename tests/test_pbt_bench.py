@@ -17,6 +17,7 @@ p:
   run: PPO
   env: CartPole-v1
   num_samples: 2
+  stop: {timesteps_total: 200}
   scheduler:
     type: pbt
     perturbation_interval: 1
@@ -27,6 +28,7 @@ f:
   run: PPO
   env: CartPole-v1
   num_samples: 2
+  stop: {timesteps_total: 200}
   config: *space
 """
 
@@ -109,3 +111,30 @@ def test_schedules_verdict_and_results_block(tmp_path, pbt):
     assert text.count("<!-- begin demo -->") == 1 and "kept" in text
     assert "**Verdict: the best PBT trial beats the best fixed trial** (70, trial a_00001" in text
     assert "| p | a_00001 | 1 | 200 | 70 | 70 | lr=0.0001 | lr=0.0012 |" in text
+
+
+def test_no_verdict_before_every_trial_reaches_the_budget(tmp_path, pbt):
+    file = tmp_path / "exp.yaml"
+    file.write_text(FILE)
+    storage = tmp_path / "storage"
+    _trial(
+        storage / "p", "t0", [_row("a_00000", 1, 1e-3, 10, None), _row("a_00000", 2, 1e-3, 20, 50)]
+    )
+    _trial(storage / "p", "t1", [_row("a_00001", 1, 1e-4, 5, None), _row("a_00001", 2, 1e-4, 8, 9)])
+    md = tmp_path / "RESULTS.md"
+    # the fixed experiment has not started: its two trials are missing
+    summary = pbt.summarize(storage, file, "demo", eval_episodes=0, curves_dir=tmp_path / "c")
+    assert summary["verdict"] is None and summary["unfinished_trials"] == {"p": 0, "f": 2}
+    pbt.update_results_md(summary, "python benchmarks/pbt.py S", md)
+    assert (
+        "No verdict yet: not every trial has reached the budget** (f: 2 trial(s)" in md.read_text()
+    )
+    assert "- f: 0 trials, not started" in md.read_text()
+    # one fixed trial still running (100 of 200 steps), with a higher return than PBT's
+    _trial(storage / "f", "t0", [_row("b_00000", 1, 1e-3, 10, 90)])
+    _trial(storage / "f", "t1", [_row("b_00001", 1, 1e-4, 5, None), _row("b_00001", 2, 1e-4, 8, 9)])
+    summary = pbt.summarize(storage, file, "demo", eval_episodes=0, curves_dir=tmp_path / "c")
+    assert summary["verdict"] is None and summary["unfinished_trials"] == {"p": 0, "f": 1}
+    pbt.update_results_md(summary, "python benchmarks/pbt.py S", md)
+    text = md.read_text()
+    assert "| f | b_00000 | 0 | 100 (running) | 90 |" in text and "Verdict" not in text
