@@ -110,8 +110,14 @@ def _tag_index(tag: str) -> int:
     return int(str(tag).split("_", 1)[0])
 
 
-def evaluate_checkpoints(exp_dir: Path, episodes: int) -> dict[str, float]:
-    """Each trial's last checkpoint playing ``episodes`` greedy episodes, by trial id."""
+FRESH_EVAL_FILE = "fresh_evaluation.json"
+"""Kept in each trial's directory: ``{checkpoint name: {episodes: return}}``, so that a
+rerun evaluates only checkpoints it has not evaluated."""
+
+
+def evaluate_checkpoints(exp_dir: Path, episodes: int, trial_ids: set[str]) -> dict[str, float]:
+    """The last checkpoint of each trial of ``trial_ids`` playing ``episodes`` greedy
+    episodes (the trial's own evaluation seed), by trial id."""
     from hierl.algorithms.trainer_base import BaseTrainer
 
     out = {}
@@ -121,14 +127,22 @@ def evaluate_checkpoints(exp_dir: Path, episodes: int) -> dict[str, float]:
         if not checkpoints or not results:
             continue
         trial_id = json.loads(results[0])["trial_id"]
-        trainer = BaseTrainer.from_checkpoint(
-            checkpoints[-1], evaluation_num_episodes=episodes, evaluation_interval=1
-        )
-        try:
-            result = trainer.evaluation.run(trainer.local_evaluator)
-        finally:
-            trainer.stop()
-        out[trial_id] = float(result[EVAL_KEY])
+        if trial_id not in trial_ids:
+            continue
+        cache_path = trial_dir / FRESH_EVAL_FILE
+        cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
+        cached = cache.get(checkpoints[-1].name, {}).get(str(episodes))
+        if cached is None:
+            trainer = BaseTrainer.from_checkpoint(
+                checkpoints[-1], evaluation_num_episodes=episodes, evaluation_interval=1
+            )
+            try:
+                cached = float(trainer.evaluation.run(trainer.local_evaluator)[EVAL_KEY])
+            finally:
+                trainer.stop()
+            cache.setdefault(checkpoints[-1].name, {})[str(episodes)] = cached
+            cache_path.write_text(json.dumps(cache, indent=2) + "\n")
+        out[trial_id] = cached
     return out
 
 
@@ -229,7 +243,10 @@ def summarize(
         exp_dir = storage / exp_name
         trials = read_trials(exp_dir, keys) if exp_dir.is_dir() else {}
         budget = spec.stop.get("timesteps_total")
-        fresh = evaluate_checkpoints(exp_dir, eval_episodes) if eval_episodes and trials else {}
+        done = {
+            t for t, rows in trials.items() if budget is None or rows[-1]["timesteps"] >= budget
+        }
+        fresh = evaluate_checkpoints(exp_dir, eval_episodes, done) if eval_episodes else {}
         starts = [rows[0]["timestamp"] - rows[0]["time_total_s"] for rows in trials.values()]
         ends = [r["timestamp"] for rows in trials.values() for r in rows]
         experiments[exp_name] = {
@@ -242,7 +259,7 @@ def summarize(
                 t: {
                     "seed": rows[-1]["seed"],
                     "timesteps": rows[-1]["timesteps"],
-                    "finished": budget is None or rows[-1]["timesteps"] >= budget,
+                    "finished": t in done,
                     "final_eval_return": _final_eval(rows),
                     "fresh_eval_return": fresh.get(t),
                     "final_config": {k: rows[-1][k] for k in keys},
@@ -262,7 +279,7 @@ def summarize(
     best = {}
     for exp_name, exp in experiments.items():
         if exp["final"]:
-            trial, final = max(exp["final"].items(), key=lambda kv: kv[1][score])
+            trial, final = max(exp["final"].items(), key=lambda kv: _rank(kv[1][score]))
             best[exp_name] = {"trial": trial, **final}
     pbt = [n for n, e in experiments.items() if e["pbt"]]
     fixed = [n for n, e in experiments.items() if not e["pbt"]]
@@ -290,6 +307,11 @@ def summarize(
         summary["verdict"] = {"pbt": pbt[0], "fixed": fixed[0], "pbt_beats_fixed": holds}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     return summary
+
+
+def _rank(value: float | None) -> float:
+    """A return to rank trials by (none yet: last)."""
+    return -math.inf if value is None or value != value else value
 
 
 def _num(value: float | None) -> str:

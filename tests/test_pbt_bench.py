@@ -138,3 +138,30 @@ def test_no_verdict_before_every_trial_reaches_the_budget(tmp_path, pbt):
     pbt.update_results_md(summary, "python benchmarks/pbt.py S", md)
     text = md.read_text()
     assert "| f | b_00000 | 0 | 100 (running) | 90 |" in text and "Verdict" not in text
+
+
+def test_fresh_evaluation_of_last_checkpoints_is_cached(tmp_path, pbt, monkeypatch):
+    from hierl.algorithms.registry import get_trainer_class
+    from hierl.algorithms.trainer_base import BaseTrainer
+
+    trial = tmp_path / "f" / "t0"
+    _trial(tmp_path / "f", "t0", [_row("b_00000", 1, 1e-3, 10, None)])
+    trainer = get_trainer_class("PG")(
+        {"env": "CartPole-v1", "num_evaluators": 0, "train_batch_size": 100, "seed": 0}
+    )
+    try:
+        trainer.train()
+        trainer.save(trial / "checkpoint_000000")
+    finally:
+        trainer.stop()
+    (first,) = pbt.evaluate_checkpoints(tmp_path / "f", 2, {"b_00000"}).values()
+    assert first > 0
+    assert pbt.evaluate_checkpoints(tmp_path / "f", 2, set()) == {}  # unfinished: skipped
+
+    def no_rebuild(*args, **kwargs):
+        raise AssertionError("evaluated again")
+
+    monkeypatch.setattr(BaseTrainer, "from_checkpoint", staticmethod(no_rebuild))
+    assert pbt.evaluate_checkpoints(tmp_path / "f", 2, {"b_00000"}) == {"b_00000": first}
+    cache = json.loads((trial / pbt.FRESH_EVAL_FILE).read_text())
+    assert cache == {"checkpoint_000000": {"2": first}}
