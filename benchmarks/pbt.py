@@ -123,8 +123,9 @@ def evaluate_checkpoints(exp_dir: Path, episodes: int, trial_ids: set[str]) -> d
     out = {}
     for trial_dir in sorted(p for p in exp_dir.iterdir() if p.is_dir()):
         checkpoints = sorted(trial_dir.glob("checkpoint_*"))
-        results = (trial_dir / "result.json").read_text().splitlines()
-        if not checkpoints or not results:
+        result_file = trial_dir / "result.json"
+        results = result_file.read_text().splitlines() if result_file.exists() else []
+        if not checkpoints or not results:  # a trial not started yet
             continue
         trial_id = json.loads(results[0])["trial_id"]
         if trial_id not in trial_ids:

@@ -154,6 +154,7 @@ def test_fresh_evaluation_of_last_checkpoints_is_cached(tmp_path, pbt, monkeypat
         trainer.save(trial / "checkpoint_000000")
     finally:
         trainer.stop()
+    (tmp_path / "f" / "t1_pending").mkdir()  # Tune made its directory, nothing in it yet
     (first,) = pbt.evaluate_checkpoints(tmp_path / "f", 2, {"b_00000"}).values()
     assert first > 0
     assert pbt.evaluate_checkpoints(tmp_path / "f", 2, set()) == {}  # unfinished: skipped
