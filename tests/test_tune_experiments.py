@@ -218,3 +218,87 @@ def test_mlflow_callback_logs_every_iteration_of_a_trial(ray_session, tmp_path, 
     history = client.get_metric_history(run.info.run_id, "episode_reward_mean")
     assert sorted(m.step for m in history) == [200, 400, 600]  # at timesteps_total
     assert mlflow is not None
+
+
+TWO_EXPERIMENTS = """\
+a:
+  run: PG
+  env: CartPole-v1
+  num_samples: 2
+  seed: 5
+  stop: {training_iteration: 1}
+  config: &space
+    train_batch_size: 100
+    num_envs_per_evaluator: 1
+    lr: {loguniform: [0.0001, 0.01]}
+b:
+  run: PG
+  env: CartPole-v1
+  num_samples: 2
+  seed: 5
+  stop: {training_iteration: 1}
+  config: *space
+"""
+
+
+def _trial_rows(exp_dir: Path) -> dict[str, list[dict]]:
+    """Each trial's result rows, by trial id."""
+    rows = {}
+    for trial in exp_dir.iterdir():
+        if trial.is_dir():
+            lines = (trial / "result.json").read_text().splitlines()
+            results = [json.loads(line) for line in lines]
+            rows[results[0]["trial_id"]] = results
+    return rows
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_tune_file_resume_keeps_finished_experiments_and_runs_the_rest(ray_session, tmp_path):
+    # one file, two experiments over the same space and seed (a PBT population and its
+    # fixed baseline): the same configs; `FILE --resume` after a cut between them
+    path = _write(tmp_path, TWO_EXPERIMENTS)
+    storage = tmp_path / "results"
+    base = ["tune", str(path), "--storage-path", str(storage), "--verbose", "0"]
+    assert main([*base, "--experiment", "a"]) == 0  # as if cut before 'b' started
+    first_a = _trial_rows(storage / "a")
+    assert not (storage / "b").exists()
+    assert main([*base, "--resume"]) == 0
+    assert _trial_rows(storage / "a") == first_a  # finished trials are not run again
+    b = _trial_rows(storage / "b")
+    assert len(b) == 2 and all(len(rows) == 1 for rows in b.values())
+    # the experiment's seed seeds the sampler too: both drew the same two learning rates
+    lrs = {
+        name: sorted(r[0]["config"]["lr"] for r in _trial_rows(storage / name).values())
+        for name in ("a", "b")
+    }
+    assert lrs["a"] == lrs["b"] and lrs["a"][0] != lrs["a"][1]
+
+
+def test_tune_file_resume_refuses_an_experiment_started_with_other_settings(tmp_path, capsys):
+    from hierl.tune.experiments import EXPERIMENT_FILE
+
+    path = _write(tmp_path, TWO_EXPERIMENTS)
+    storage = tmp_path / "results"
+    (storage / "a").mkdir(parents=True)
+    started = load_experiments(path)["a"]
+    started.stop = {"training_iteration": 7}
+    (storage / "a" / EXPERIMENT_FILE).write_text(json.dumps(started.to_dict()))
+    argv = ["tune", str(path), "--storage-path", str(storage), "--resume"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "experiment 'a'" in err and "(stop differ from the file's)" in err
+    assert f"hierl tune --resume {storage / 'a'}" in err
+    assert not (storage / "b").exists()  # nothing ran
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["tune", "--resume"], "--resume without DIR resumes the experiments of FILE"),
+        (["tune", "F.yaml", "--resume", "--stop", "training_iteration=2"], "--stop does not go"),
+    ],
+)
+def test_tune_file_resume_bad_arguments_are_one_error(tmp_path, capsys, argv, message):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err

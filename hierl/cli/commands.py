@@ -134,6 +134,10 @@ def _print_fields(values: dict[str, Any], docs: dict[str, str], indent: str) -> 
             print(f"{indent}    {one_line(docs[key])}")
 
 
+RESUME_FILE = "<the experiments of FILE>"
+"""``args.resume`` of ``hierl tune FILE --resume`` (no DIR)."""
+
+
 def add_tune_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hierl tune`` (its options, help and handler) to the subcommands ``sub``."""
     tune = sub.add_parser(
@@ -153,11 +157,14 @@ def add_tune_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     )
     tune.add_argument(
         "--resume",
+        nargs="?",
+        const=RESUME_FILE,
         metavar="DIR",
         help="continue the interrupted Tune experiment in DIR (STORAGE_PATH/NAME, as "
         "'hierl tune' printed it): unfinished trials resume from their last checkpoints, "
         "errored ones too (Tune's Tuner.restore; DIR must be trusted: Tune unpickles its "
-        "experiment state)",
+        "experiment state). Without DIR, after FILE: every experiment of FILE that has "
+        "Tune state under --storage-path resumes, the others start",
     )
     tune.add_argument(
         "--storage-path",
@@ -193,10 +200,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from hierl.tune.experiments import (
         load_experiments,
         resume_experiment,
+        resume_or_run_experiment,
         run_experiment,
     )
 
-    if args.resume is not None:
+    if args.resume == RESUME_FILE:  # hierl tune FILE --resume
+        if args.file is None:
+            raise CLIError("--resume without DIR resumes the experiments of FILE: give FILE")
+        if args.stop is not None:
+            raise CLIError(
+                "--resume continues the experiments as they were started; --stop does not "
+                "go with it"
+            )
+    elif args.resume is not None:
         for flag, value in {
             "FILE": args.file,
             "--experiment": args.experiment,
@@ -234,8 +250,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     done = []
     with _trial_user_errors_without_traceback():
         for name, spec in experiments.items():
+            run = resume_or_run_experiment if args.resume == RESUME_FILE else run_experiment
             try:
-                results = run_experiment(name, spec, args.storage_path, verbose=args.verbose)
+                results = run(name, spec, args.storage_path, verbose=args.verbose)
             except ConfigError as e:  # e.g. a trial that can never be placed on this cluster
                 raise CLIError(str(e)) from None
             done.append((name, spec, results))

@@ -127,7 +127,8 @@ class ExperimentSpec(Config):
     seed: int = 0
     """Base seed: trial ``i`` of the experiment (in Tune's trial order) gets seed
     ``seed + i``, so repeated samples of a grid point differ; a ``seed`` in ``config``
-    (fixed or a search space) is used as is instead."""
+    (fixed or a search space) is used as is instead.  It also seeds the sampling of the
+    search space: two experiments with the same space and seed draw the same configs."""
     checkpoint_freq: int = 0
     """Iterations between checkpoints (0: only at the end)."""
     checkpoint_at_end: bool = True
@@ -328,8 +329,37 @@ def run_experiment(
     directory (``storage_path/name``) also gets ``spec`` (``EXPERIMENT_FILE``), so that
     ``resume_experiment`` can continue it."""
     from ray import tune
+    from ray.tune.search import BasicVariantGenerator
 
-    run_config = tune.RunConfig(
+    run_config = _run_config(name, spec, storage_path, verbose)
+    exp_dir = experiment_dir(name, storage_path)
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(spec.to_dict(), indent=2, default=str) + "\n"
+    atomic_write(exp_dir / EXPERIMENT_FILE, lambda tmp: tmp.write_text(text))
+    tuner = tune.Tuner(
+        trainable(spec.run, base_seed=spec.seed),
+        param_space=spec.param_space(),
+        tune_config=tune.TuneConfig(
+            metric=spec.metric,
+            mode=spec.mode,
+            # CRUCIAL: a seeded sampler, so that two experiments with the same space and
+            # seed (a PBT population and its fixed baseline) start from the same configs.
+            search_alg=BasicVariantGenerator(random_state=spec.seed),
+            scheduler=make_scheduler(spec),
+            num_samples=spec.num_samples,
+            max_concurrent_trials=spec.max_concurrent_trials or None,
+        ),
+        run_config=run_config,
+    )
+    return tuner.fit()
+
+
+def _run_config(
+    name: str, spec: ExperimentSpec, storage_path: str | Path | None, verbose: int
+) -> Any:
+    from ray import tune
+
+    return tune.RunConfig(
         name=name,
         storage_path=str(Path(storage_path).resolve()) if storage_path else None,
         stop=dict(spec.stop) or None,
@@ -340,21 +370,36 @@ def run_experiment(
         verbose=verbose,
         callbacks=[ResourceWaitLogger(), *make_logger_callbacks(spec.callbacks)],
     )
-    exp_dir = Path(str(run_config.storage_path)) / name
-    exp_dir.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(spec.to_dict(), indent=2, default=str) + "\n"
-    atomic_write(exp_dir / EXPERIMENT_FILE, lambda tmp: tmp.write_text(text))
-    tuner = tune.Tuner(
-        trainable(spec.run, base_seed=spec.seed),
-        param_space=spec.param_space(),
-        tune_config=tune.TuneConfig(
-            metric=spec.metric,
-            mode=spec.mode,
-            scheduler=make_scheduler(spec),
-            num_samples=spec.num_samples,
-            max_concurrent_trials=spec.max_concurrent_trials or None,
-        ),
-        run_config=run_config,
+
+
+def experiment_dir(name: str, storage_path: str | Path | None = None) -> Path:
+    """The directory ``run_experiment`` gives experiment ``name`` (``storage_path/name``,
+    Tune's default storage path when None)."""
+    from ray import tune
+
+    storage = str(Path(storage_path).resolve()) if storage_path else None
+    return Path(str(tune.RunConfig(name=name, storage_path=storage).storage_path)) / name
+
+
+def _saved_spec(path: Path) -> ExperimentSpec:
+    """The spec ``run_experiment`` saved in experiment directory ``path``."""
+    try:
+        data = json.loads((path / EXPERIMENT_FILE).read_text())
+    except FileNotFoundError:
+        raise ConfigError(
+            f"'{path}' is not an experiment directory of 'hierl tune' (no {EXPERIMENT_FILE}); "
+            "give STORAGE_PATH/EXPERIMENT_NAME"
+        ) from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"cannot read '{path / EXPERIMENT_FILE}': {e}") from None
+    return ExperimentSpec.from_dict(data)
+
+
+def _restore(path: Path, spec: ExperimentSpec) -> Any:
+    from ray import tune
+
+    tuner = tune.Tuner.restore(
+        str(path), trainable(spec.run, base_seed=spec.seed), resume_errored=True
     )
     return tuner.fit()
 
@@ -370,24 +415,42 @@ def resume_experiment(path: str | Path) -> tuple[str, ExperimentSpec, Any]:
     from ray import tune
 
     path = Path(path).expanduser().resolve()
-    try:
-        data = json.loads((path / EXPERIMENT_FILE).read_text())
-    except FileNotFoundError:
-        raise ConfigError(
-            f"'{path}' is not an experiment directory of 'hierl tune' (no {EXPERIMENT_FILE}); "
-            "give STORAGE_PATH/EXPERIMENT_NAME"
-        ) from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"cannot read '{path / EXPERIMENT_FILE}': {e}") from None
-    spec = ExperimentSpec.from_dict(data)
+    spec = _saved_spec(path)
     if not tune.Tuner.can_restore(str(path)):
         raise ConfigError(
             f"'{path}' holds no Tune experiment state to restore (did its first trial start?)"
         )
-    tuner = tune.Tuner.restore(
-        str(path), trainable(spec.run, base_seed=spec.seed), resume_errored=True
-    )
-    return path.name, spec, tuner.fit()
+    return path.name, spec, _restore(path, spec)
+
+
+def resume_or_run_experiment(
+    name: str, spec: ExperimentSpec, storage_path: str | Path | None = None, verbose: int = 1
+) -> Any:
+    """``hierl tune FILE --resume``: continue experiment ``name`` of a file where
+    ``storage_path/name`` holds its Tune state (trials finished stay finished; the others
+    resume from their last checkpoints), else run it from the start.  Returns its
+    ``ResultGrid``.
+
+    Raises:
+        ConfigError: the directory holds an experiment whose saved spec differs from
+            ``spec`` (the file was edited since): naming the keys that differ.
+    """
+    from ray import tune
+
+    path = experiment_dir(name, storage_path)
+    if (path / EXPERIMENT_FILE).exists():
+        saved = json.loads(json.dumps(_saved_spec(path).to_dict(), default=str))
+        now = json.loads(json.dumps(spec.to_dict(), default=str))
+        changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+        if changed:
+            raise ConfigError(
+                f"experiment '{name}' in '{path}' was started with other settings "
+                f"({', '.join(changed)} differ from the file's): 'hierl tune --resume {path}' "
+                "continues it as it was started; another --storage-path starts afresh"
+            )
+    if not tune.Tuner.can_restore(str(path)):
+        return run_experiment(name, spec, storage_path, verbose)
+    return _restore(path, spec)
 
 
 def summary_rows(name: str, spec: ExperimentSpec, results: Any, top: int = 3) -> list[dict]:
