@@ -68,7 +68,7 @@ def run_hierl(
     rows: list[dict[str, float]] = []
     if resume and ckpt.exists():
         trainer.restore(ckpt)
-        done = trainer.optimizer.num_steps_sampled
+        done = trainer.timesteps_total
         rows = [r for r in read_curve(csv_path) if r["timesteps"] <= done]
         print(f"  seed {seed}: resumed at {done} env steps", flush=True)
     finished = bool(rows) and (rows[-1]["timesteps"] >= budget or _reached(rows, stop_at))

@@ -192,27 +192,44 @@ class PopulationTrainer(BaseTrainer):
         # CRUCIAL: NaN (no finished episode yet) ranks lowest, not arbitrarily.
         ranked = sorted(range(n), key=lambda i: _rank_key(self.scores[i]))
         mid = len(ranked) // 2
-        copies = []
+        copies, copied_bytes = [], 0
         for winner, loser in zip(ranked[len(ranked) - mid :], ranked[:mid], strict=True):
             if self.rng.random() < cfg.copy_probability:
                 seed = int(self.rng.integers(2**31))
-                weights = self._call(winner, "get_weights")
-                self._call(loser, "set_weights", perturbed(weights, cfg.noise_stdev, seed))
+                copied_bytes += self._copy_member(winner, loser, seed)
                 copies.append({"winner": winner, "loser": loser, "seed": seed})
         best, steps = ranked[-1], self.timesteps_total - steps_before
         result = {
-            **{k: v for k, v in last[best].items() if k.startswith("episode_")},
+            # the best member's greedy evaluation too, on rounds whose last iteration of
+            # it evaluated (member_config's evaluation_interval)
+            **{k: v for k, v in last[best].items() if k.startswith(("episode_", "evaluation/"))},
             "timesteps_this_iter": steps,
             "timesteps_total": self.timesteps_total,
             "sample_throughput": steps / max(time.perf_counter() - start, 1e-9),
             "population/best_member": best,
             "population/copies": copies,
+            "population/bytes_copied": copied_bytes,
             "population/num_member_restarts": self.num_member_restarts,
         }
         for i in range(n):
             result[f"population/episode_reward_mean/{i}"] = self.scores[i]
             result[f"population/iterations/{i}"] = iterations[i]
+            if "evaluation/episode_reward_mean" in last[i]:
+                result[f"population/evaluation_reward_mean/{i}"] = last[i][
+                    "evaluation/episode_reward_mean"
+                ]
         return self.finish_iteration(result, start)
+
+    def _copy_member(self, winner: int, loser: int, seed: int) -> int:
+        """Exploit and explore: member ``loser`` gets ``winner``'s weights plus noise
+        from ``seed`` and its observation filters; the bytes of the arrays copied."""
+        weights = self._call(winner, "get_weights")
+        # CRUCIAL: the filters too: under its own observation statistics the loser's
+        # copy of the weights would compute another function than the winner's.
+        filters = self._call(winner, "get_filters")
+        self._call(loser, "set_weights", perturbed(weights, self.config.noise_stdev, seed))
+        self._call(loser, "set_filters", filters)
+        return _nbytes(weights) + _nbytes(filters)
 
     def get_state(self) -> dict[str, Any]:
         """Every member's complete state plus the loop's counters and RNG."""
@@ -332,6 +349,13 @@ class PopulationTrainer(BaseTrainer):
         except Exception as error:
             actor = self._recover(index, error)
             return self._get(getattr(actor, method).remote(*args))
+
+
+def _nbytes(tree: Any) -> int:
+    """The bytes of the numpy arrays in a nested dict (weights, filter statistics)."""
+    if isinstance(tree, dict):
+        return sum(_nbytes(v) for v in tree.values())
+    return int(tree.nbytes) if isinstance(tree, np.ndarray) else 0
 
 
 def _rank_key(score: float) -> float:
