@@ -68,6 +68,11 @@ def test_ppo_es_curve_has_evaluations_and_resumes_from_its_checkpoint(
     resumed = learning.read_curve(path)
     assert resumed[:2] == rows  # kept, not retrained
     assert [r["timesteps"] for r in resumed] == [400, 800, 1200]
+    # a finished seed is not started again (parallel --only-seed runs, then the summary)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(learning, "get_trainer_class", None)  # calling it would fail
+        assert learning.run_hierl(spec, 0, 1200, out, resume=True) == path
+    assert learning.read_curve(path) == resumed
 
 
 @pytest.mark.ray
