@@ -1,26 +1,28 @@
 """What PPO-ES's nesting costs: its rounds against the same members trained independently.
 
-    python benchmarks/nesting_overhead.py --population 4 --rounds 4 --iterations 5
+    python benchmarks/nesting_overhead.py --population 4 --iterations 5 --pairs 8
 
 One PPO-ES trainer (``population`` CartPole PPO members, each sampling in its own Ray
 actor as in ``examples/tuned/walker2d-ppo-es.yaml``); after a warm-up round the same member
-actors train in alternating blocks, ``--repeats`` times each:
+actors train in ``--pairs`` pairs of, in alternating order:
 
-- *nested*: ``rounds`` ES rounds of ``iterations`` ``train()`` calls per member (the
-  round's barrier: every member waits for the slowest; then ranking and the exploit copies);
-- *independent*: ``rounds * iterations`` ``train()`` calls per member, each member's next
-  call sent as its last returns, no rounds, no copies (the same actors and configs).
+- *nested*: one ES round of ``iterations`` ``train()`` calls per member (the round's
+  barrier: every member waits for the slowest; then ranking and the exploit copies);
+- *independent*: ``iterations`` ``train()`` calls per member, each member's next call sent
+  as its last returns, no round, no copies (the same actors and configs).
 
-Reports per block the wall-clock, the overhead ``(nested - independent) / nested``, the
-driver's CPU seconds, per round the time between rounds (from the last member's result to
-the end of ``train()``: ranking and the copies), the members' mean idle time at the
-round's barrier, and the bytes copied (weights and filter statistics; each crosses the wire
-twice, winner to driver to loser).  Writes ``benchmarks/results/nesting_overhead.json``.
+Reports the overhead ``1 - independent / nested`` over all pairs (and the median pair's),
+per round the time between rounds (from the last member's result to the end of
+``train()``: ranking and the copies), the members' mean idle time at the round's barrier,
+the driver's CPU seconds and the bytes copied (weights and filter statistics; each crosses
+the wire twice, winner to driver to loser), each also as a share of the rounds'
+wall-clock.  Writes ``benchmarks/results/nesting_overhead.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from typing import Any
@@ -115,9 +117,8 @@ def independent_block(trainer: PPOESTrainer, iterations: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--population", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=4, help="ES rounds per nested block")
     parser.add_argument("--iterations", type=int, default=5, help="train() per member a round")
-    parser.add_argument("--repeats", type=int, default=2, help="blocks of each kind")
+    parser.add_argument("--pairs", type=int, default=8, help="(ES round, independent block) pairs")
     args = parser.parse_args()
     config = {
         "env": "CartPole-v1",
@@ -126,35 +127,55 @@ def main() -> None:
         "round_time_s": 1e6,
         "member_config": MEMBER,
     }
-    blocks: list[dict[str, Any]] = []
+    pairs: list[dict[str, Any]] = []
     with PPOESTrainer(config) as trainer:
         clock = RoundClock(trainer)
         trainer.train()  # warm-up: actors, torch, envs
         meter = CpuMeter({"ours": process_tree()})
         with meter:
-            for repeat in range(args.repeats):
-                nested = nested_block(trainer, clock, args.rounds)
-                independent = independent_block(trainer, args.rounds * args.iterations)
-                overhead = (nested["wall_s"] - independent["wall_s"]) / nested["wall_s"]
-                blocks.append({"nested": nested, "independent": independent, "overhead": overhead})
-                rounds = nested["rounds"]
+            for k in range(args.pairs):
+                # CRUCIAL: the load of a shared machine drifts; alternating which kind goes
+                # first and pairing each round with its neighbour cancels most of it
+                if k % 2 == 0:
+                    nested = nested_block(trainer, clock, 1)
+                    independent = independent_block(trainer, args.iterations)
+                else:
+                    independent = independent_block(trainer, args.iterations)
+                    nested = nested_block(trainer, clock, 1)
+                [one] = nested["rounds"]
+                pair = {**one, "nested_s": nested["wall_s"], "independent_s": independent["wall_s"]}
+                pair["driver_cpu_s"] = nested["driver_cpu_s"]
+                pairs.append(pair)
                 print(
-                    f"block {repeat}: nested {nested['wall_s']:.1f} s, independent "
-                    f"{independent['wall_s']:.1f} s, overhead {100 * overhead:+.1f}%; per round: "
-                    f"between rounds {statistics.mean(r['between_rounds_s'] for r in rounds):.3f} s"
-                    f" (copies {statistics.mean(r['copy_s'] for r in rounds):.3f} s), barrier "
-                    f"idle {statistics.mean(r['barrier_idle_s'] for r in rounds):.2f} s, "
-                    f"{rounds[0]['bytes_copied']:,} bytes copied; driver CPU "
-                    f"{nested['driver_cpu_s']:.2f} s nested, "
-                    f"{independent['driver_cpu_s']:.2f} s independent",
+                    f"pair {k}: round {pair['nested_s']:.2f} s, independent "
+                    f"{pair['independent_s']:.2f} s; between rounds {one['between_rounds_s']:.3f} s"
+                    f" (copies {one['copy_s']:.3f} s), barrier idle {one['barrier_idle_s']:.2f} s, "
+                    f"{one['bytes_copied']:,} bytes copied, "
+                    f"driver CPU {pair['driver_cpu_s']:.2f} s",
                     flush=True,
                 )
+    nested_s = sum(p["nested_s"] for p in pairs)
     figures = {
-        "blocks": blocks,
-        "overhead_median": statistics.median(b["overhead"] for b in blocks),
+        "pairs": pairs,
+        "nested_s": nested_s,
+        "independent_s": sum(p["independent_s"] for p in pairs),
+        "overhead": 1 - sum(p["independent_s"] for p in pairs) / nested_s,
+        "overhead_median": statistics.median(1 - p["independent_s"] / p["nested_s"] for p in pairs),
+        "between_rounds_share": sum(p["between_rounds_s"] for p in pairs) / nested_s,
+        "barrier_idle_share": sum(p["barrier_idle_s"] for p in pairs) / nested_s,
+        "driver_cpu_share": sum(p["driver_cpu_s"] for p in pairs) / nested_s,
+        "bytes_copied_per_round": pairs[0]["bytes_copied"],
         "cores": meter.cores,
+        "load_average": os.getloadavg(),
     }
-    print(f"median overhead {100 * figures['overhead_median']:+.1f}%; {meter.describe()}")
+    print(
+        f"overhead {100 * figures['overhead']:+.1f}% of the rounds' wall-clock (median pair "
+        f"{100 * figures['overhead_median']:+.1f}%); between rounds "
+        f"{100 * figures['between_rounds_share']:.2f}%, barrier idle (mean member) "
+        f"{100 * figures['barrier_idle_share']:.1f}%, driver CPU "
+        f"{100 * figures['driver_cpu_share']:.2f}%; {meter.describe()}; load average "
+        f"{figures['load_average']}"
+    )
     print(f"wrote {record('nesting_overhead', {**config, **vars(args)}, figures)}")
 
 
