@@ -82,6 +82,15 @@ def test_config_errors_name_the_field():
         PPOESTrainer.config_class.from_dict(population_config(max_member_restarts=-1))
 
 
+def test_populations_of_consecutive_seeds_share_no_member_seed():
+    def member_seeds(seed: int) -> set[int]:
+        cfg = PPOESTrainer.config_class.from_dict(population_config(seed=seed, population_size=4))
+        return {PPOESTrainer._member_dict(cfg, i)["seed"] for i in range(4)}
+
+    assert member_seeds(0) == {0, 1, 2, 3}
+    assert member_seeds(1) == {4, 5, 6, 7} and not member_seeds(2) & member_seeds(1)
+
+
 def test_resources_are_every_members_bundles():
     bundles = trainer_bundles(PPOESTrainer, population_config(num_cpus_for_driver=0.5))
     assert bundles == [{"CPU": 0.5}] + [{"CPU": 0.25}, {"CPU": 0.25}] * 2

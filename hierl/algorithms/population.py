@@ -50,7 +50,8 @@ class PopulationConfig(BaseConfig):
         }
     )
     """The members' own algorithm config (``env``, ``env_config`` and ``seed`` come from
-    this config; member i gets ``seed + i``).  The default fits 4 members in 2 CPUs."""
+    this config; member i gets ``seed * population_size + i``).  The default fits 4
+    members in 2 CPUs."""
     round_time_s: float = 60.0
     """Each round keeps calling ``train()`` on every member until this many seconds
     passed (each member trains at least once per round)."""
@@ -125,7 +126,9 @@ class PopulationTrainer(BaseTrainer):
 
     @staticmethod
     def _member_dict(cfg: PopulationConfig, i: int) -> dict[str, Any]:
-        seed = None if cfg.seed is None else cfg.seed + i
+        # CRUCIAL: not seed + i: populations of consecutive seeds (learning.py's seeds,
+        # Tune's trials) would share all members but one.
+        seed = None if cfg.seed is None else cfg.seed * cfg.population_size + i
         return {**cfg.member_config, "env": cfg.env, "env_config": cfg.env_config, "seed": seed}
 
     @classmethod
