@@ -62,14 +62,18 @@ def run_hierl(
 ) -> Path:
     """Train one seed to ``budget`` env steps (or until a greedy evaluation reaches
     ``stop_at``); the CSV's path."""
-    cls = get_trainer_class(spec.run)
-    trainer = cls({**spec.config, "env": spec.env, "seed": seed})
     csv_path = out / f"hierl_seed{seed}.csv"
     ckpt = RESULTS_DIR / "learning" / out.name / f"checkpoint_seed{seed}"  # not in the repo
-    rows: list[dict[str, float]] = []
+    if resume and ckpt.exists() and csv_path.exists():
+        rows = read_curve(csv_path)  # written with the checkpoint, at the end too
+        if rows and (rows[-1]["timesteps"] >= budget or _reached(rows, stop_at)):
+            print(f"  seed {seed}: finished at {int(rows[-1]['timesteps'])} env steps", flush=True)
+            return csv_path
+    trainer = get_trainer_class(spec.run)({**spec.config, "env": spec.env, "seed": seed})
+    rows = []
     if resume and ckpt.exists():
         trainer.restore(ckpt)
-        done = trainer.optimizer.num_steps_sampled
+        done = trainer.timesteps_total
         rows = [r for r in read_curve(csv_path) if r["timesteps"] <= done]
         print(f"  seed {seed}: resumed at {done} env steps", flush=True)
     finished = bool(rows) and (rows[-1]["timesteps"] >= budget or _reached(rows, stop_at))
@@ -395,6 +399,12 @@ def main() -> None:
     parser.add_argument("--peer", choices=["sb3"], help="also run this library")
     parser.add_argument("--resume", action="store_true", help="continue from checkpoints")
     parser.add_argument(
+        "--only-seed",
+        type=int,
+        help="run this one of the seeds and write no summary (seeds in parallel processes; "
+        "then summarize with --seeds N --resume)",
+    )
+    parser.add_argument(
         "--target", type=float, help="also report when evaluation first reached this return"
     )
     parser.add_argument(
@@ -414,9 +424,14 @@ def main() -> None:
         raise SystemExit("no budget: pass --budget STEPS or set stop.timesteps_total")
     out = CURVES_DIR / name
     out.mkdir(parents=True, exist_ok=True)
+    stop_at = args.target if args.stop_at_target else None
+    if args.only_seed is not None:
+        if not 0 <= args.only_seed < args.seeds:
+            parser.error(f"--only-seed {args.only_seed} is not one of seeds 0..{args.seeds - 1}")
+        run_hierl(spec, args.only_seed, budget, out, args.resume, stop_at)
+        return
     for seed in range(args.seeds):
         print(f"{name}: hierl seed {seed}", flush=True)
-        stop_at = args.target if args.stop_at_target else None
         run_hierl(spec, seed, budget, out, args.resume, stop_at)
         if args.peer == "sb3":
             print(f"{name}: sb3 seed {seed}", flush=True)

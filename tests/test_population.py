@@ -16,6 +16,7 @@ from hierl.algorithms.ppo import PPOTrainer
 from hierl.algorithms.resources import trainer_bundles
 from hierl.algorithms.trainer_base import BaseTrainer
 from hierl.config import ConfigError
+from hierl.sample_batch import DEFAULT_POLICY_ID
 from tests.support.learning_runs import SEED, LearningRun, record
 
 MEMBER = {
@@ -79,6 +80,15 @@ def test_config_errors_name_the_field():
         PPOESTrainer.config_class.from_dict(population_config(copy_probability=2.0))
     with pytest.raises(ConfigError, match="max_member_restarts"):
         PPOESTrainer.config_class.from_dict(population_config(max_member_restarts=-1))
+
+
+def test_populations_of_consecutive_seeds_share_no_member_seed():
+    def member_seeds(seed: int) -> set[int]:
+        cfg = PPOESTrainer.config_class.from_dict(population_config(seed=seed, population_size=4))
+        return {PPOESTrainer._member_dict(cfg, i)["seed"] for i in range(4)}
+
+    assert member_seeds(0) == {0, 1, 2, 3}
+    assert member_seeds(1) == {4, 5, 6, 7} and not member_seeds(2) & member_seeds(1)
 
 
 def test_resources_are_every_members_bundles():
@@ -260,3 +270,48 @@ def test_errors_other_than_member_failures_propagate_unchanged():
     with pytest.raises(ValueError, match="non-finite loss") as raised:
         trainer._recover(0, error)
     assert raised.value is error and trainer.member_failures == []
+
+
+def filters_of(trainer, member: int):
+    return trainer._get(trainer.members[member][0].get_filters.remote())
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(180)
+def test_losers_copy_winner_filters_and_rounds_report_the_best_members_evaluation(ray_session):
+    # members sample in their drivers with MeanStdFilter; the loser copies the winner
+    # exactly (no noise): the same weights under the same filter compute the same function
+    member = {
+        "num_evaluators": 0,
+        "num_cpus_for_driver": 0.25,
+        "train_batch_size": 200,
+        "sgd_minibatch_size": 100,
+        "num_sgd_iter": 1,
+        "model": {"hiddens": [8]},
+        "observation_filter": "MeanStdFilter",
+        "evaluation_interval": 2,
+        "evaluation_num_episodes": 1,
+    }
+    config = population_config(
+        seed=SEED, member_config=member, noise_stdev=0.0, max_member_iterations_per_round=1
+    )
+    with PPOESTrainer(config) as trainer:
+        first = trainer.train()  # member iteration 1: no evaluation yet
+        assert not any(k.startswith("evaluation/") for k in first)
+        second = trainer.train()  # member iteration 2: every member evaluated
+        [copy] = second["population/copies"]
+        winner, loser = filters_of(trainer, copy["winner"]), filters_of(trainer, copy["loser"])
+        rs_winner, rs_loser = winner[DEFAULT_POLICY_ID]["rs"], loser[DEFAULT_POLICY_ID]["rs"]
+        assert rs_winner["n"] > 0 and rs_loser["n"] == rs_winner["n"]
+        for key in ("mean", "m2"):
+            np.testing.assert_array_equal(rs_loser[key], rs_winner[key], err_msg=key)
+        assert_weights_equal(
+            weights_of(trainer, copy["loser"]), weights_of(trainer, copy["winner"])
+        )
+        best = second["population/best_member"]
+        assert (
+            second["evaluation/episode_reward_mean"]
+            == (second[f"population/evaluation_reward_mean/{best}"])
+        )
+        assert second["evaluation/episodes"] == 1
+        assert second["population/bytes_copied"] > 0

@@ -44,7 +44,10 @@ def test_tuned_examples_build_their_configs(path):
     ((name, spec),) = load_experiments(path).items()
     assert name == path.stem and spec.stop["timesteps_total"] > 0
     config = get_trainer_class(spec.run).config_class.from_dict({**spec.config, "env": spec.env})
-    assert config.evaluation_interval > 0
+    # a population (PPO-ES) reports its best member's evaluation: the members evaluate
+    members = getattr(config, "member_config", None)
+    interval = config.evaluation_interval if members is None else members["evaluation_interval"]
+    assert interval > 0
 
 
 @pytest.mark.parametrize(

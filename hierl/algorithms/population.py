@@ -52,7 +52,8 @@ class PopulationConfig(BaseConfig):
         }
     )
     """The members' own algorithm config (``env``, ``env_config`` and ``seed`` come from
-    this config; member i gets ``seed + i``).  The default fits 4 members in 2 CPUs."""
+    this config; member i gets ``seed * population_size + i``).  The default fits 4
+    members in 2 CPUs."""
     round_time_s: float = 60.0
     """Each round keeps calling ``train()`` on every member until this many seconds
     passed (each member trains at least once per round)."""
@@ -127,7 +128,9 @@ class PopulationTrainer(BaseTrainer):
 
     @staticmethod
     def _member_dict(cfg: PopulationConfig, i: int) -> dict[str, Any]:
-        seed = None if cfg.seed is None else cfg.seed + i
+        # CRUCIAL: not seed + i: populations of consecutive seeds (learning.py's seeds,
+        # Tune's trials) would share all members but one.
+        seed = None if cfg.seed is None else cfg.seed * cfg.population_size + i
         return {**cfg.member_config, "env": cfg.env, "env_config": cfg.env_config, "seed": seed}
 
     @classmethod
@@ -191,29 +194,34 @@ class PopulationTrainer(BaseTrainer):
                 self.timesteps_total += int(result.get("timesteps_this_iter", 0))
             if wants_more(i):
                 pending[self.members[i][0].train.remote()] = i
-        # CRUCIAL: NaN (no finished episode yet) ranks lowest, not arbitrarily.
-        ranked = sorted(range(n), key=lambda i: _rank_key(self.scores[i]))
+        ranked = _ranked(self.scores)  # CRUCIAL: NaN (no finished episode yet) ranks lowest
         mid = len(ranked) // 2
-        copies = []
+        copies, copied_bytes = [], 0
         for winner, loser in zip(ranked[len(ranked) - mid :], ranked[:mid], strict=True):
             if self.rng.random() < cfg.copy_probability:
                 seed = int(self.rng.integers(2**31))
-                weights = self._call(winner, "get_weights")
-                self._call(loser, "set_weights", perturbed(weights, cfg.noise_stdev, seed))
+                copied_bytes += self._copy_member(winner, loser, seed)
                 copies.append({"winner": winner, "loser": loser, "seed": seed})
         best, steps = ranked[-1], self.timesteps_total - steps_before
         result = {
-            **{k: v for k, v in last[best].items() if k.startswith("episode_")},
+            # the best member's greedy evaluation too, on rounds whose last iteration of
+            # it evaluated (member_config's evaluation_interval)
+            **{k: v for k, v in last[best].items() if k.startswith(("episode_", "evaluation/"))},
             "timesteps_this_iter": steps,
             "timesteps_total": self.timesteps_total,
             "sample_throughput": steps / max(time.perf_counter() - start, 1e-9),
             "population/best_member": best,
             "population/copies": copies,
+            "population/bytes_copied": copied_bytes,
             "population/num_member_restarts": self.num_member_restarts,
         }
         for i in range(n):
             result[f"population/episode_reward_mean/{i}"] = self.scores[i]
             result[f"population/iterations/{i}"] = iterations[i]
+            if "evaluation/episode_reward_mean" in last[i]:
+                result[f"population/evaluation_reward_mean/{i}"] = last[i][
+                    "evaluation/episode_reward_mean"
+                ]
         return self.finish_iteration(result, start)
 
     @property
@@ -222,6 +230,17 @@ class PopulationTrainer(BaseTrainer):
         round's ``population/best_member`` (the last on ties, also before any finished
         episode)."""
         return _ranked(self.scores)[-1]
+
+    def _copy_member(self, winner: int, loser: int, seed: int) -> int:
+        """Exploit and explore: member ``loser`` gets ``winner``'s weights plus noise
+        from ``seed`` and its observation filters; the bytes of the arrays copied."""
+        weights = self._call(winner, "get_weights")
+        # CRUCIAL: the filters too: under its own observation statistics the loser's
+        # copy of the weights would compute another function than the winner's.
+        filters = self._call(winner, "get_filters")
+        self._call(loser, "set_weights", perturbed(weights, self.config.noise_stdev, seed))
+        self._call(loser, "set_filters", filters)
+        return _nbytes(weights) + _nbytes(filters)
 
     def get_state(self) -> dict[str, Any]:
         """Every member's complete state, each one's latest score, the best member (who
@@ -382,6 +401,13 @@ def _checked_scores(scores: Any, n: int) -> list[float]:
 def _ranked(scores: list[float]) -> list[int]:
     """Member indices from the worst score to the best (ties in index order)."""
     return sorted(range(len(scores)), key=lambda i: _rank_key(scores[i]))
+
+
+def _nbytes(tree: Any) -> int:
+    """The bytes of the numpy arrays in a nested dict (weights, filter statistics)."""
+    if isinstance(tree, dict):
+        return sum(_nbytes(v) for v in tree.values())
+    return int(tree.nbytes) if isinstance(tree, np.ndarray) else 0
 
 
 def _rank_key(score: float) -> float:

@@ -306,6 +306,11 @@ class Trainer(BaseTrainer):
         """Episodes finished in all training iterations."""
         return self.episode_stats.episodes_total
 
+    @property
+    def timesteps_total(self) -> int:
+        """Env steps sampled in all training iterations."""
+        return self.optimizer.num_steps_sampled
+
     def train(self) -> dict[str, Any]:
         """Run one iteration; return the flat result dict (:mod:`hierl.algorithms.metrics`)."""
         start = time.perf_counter()
@@ -411,6 +416,17 @@ class Trainer(BaseTrainer):
         """Load weights into the driver's policies and broadcast them."""
         self.local_evaluator.set_weights(weights)
         self.optimizer.push_local_weights()
+
+    def get_filters(self) -> dict[str, dict[str, Any]]:
+        """The total statistics of the driver's observation filters, by policy id: what
+        the weights were trained under (their inputs are the filtered observations)."""
+        return self.local_evaluator.get_filters(flush_after=False)
+
+    def set_filters(self, states: Mapping[str, dict[str, Any]]) -> None:
+        """Replace the driver's filter statistics by ``states`` (of ``get_filters``) and
+        broadcast them, so that weights copied from another trainer compute its function."""
+        self.local_evaluator.sync_filters(states)
+        self.evaluators.push_filters()
 
     # -- checkpoints -------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
