@@ -267,5 +267,5 @@ def test_population_acting_checkpoint_gives_the_best_members_config_and_state():
         config, {"members": members, "best_member": 2}
     )
     assert cls is PPOESTrainer.member_class
-    assert member["seed"] == 5 and member["env"] == "CartPole-v1"
+    assert member["seed"] == 3 * 3 + 2 and member["env"] == "CartPole-v1"
     assert state == {"member": 2}
