@@ -50,7 +50,11 @@ SMALL = {
         "optimizer_config.learning_starts=32",
         "optimizer_config.buffer_size=1000",
     ],
-    "ES": ["optimizer_config.episodes_per_batch=2", "optimizer_config.max_episode_steps=50"],
+    "ES": [
+        "optimizer_config.episodes_per_batch=2",
+        "optimizer_config.max_episode_steps=50",
+        "optimizer_config.top_directions=1",
+    ],
     "TD3": [
         "random_timesteps=32",
         "timesteps_per_iteration=64",
