@@ -477,11 +477,12 @@ class EpisodePlayer(RolloutCore):
             if info.get(LIFE_LOSS):  # the game goes on: play it to its end
                 raw, info = self.call_env(self.env, "reset", sub_env=0)
                 state = [np.asarray(s)[None] for s in policy.get_initial_state()]
-            # one Box observation: a copy with a batch axis is np.stack([raw]), cheaper
-            batched = np.array(raw)[None] if box else batch_obs(space, [raw])
+            # one Box observation: a batch axis without np.stack's copy (the float32
+            # conversion of the preprocessor copies; a kept row is copied if it did not)
+            batched = np.asarray(raw)[None] if box else batch_obs(space, [raw])
             flat = self.preprocessor.transform(batched)
             if record_observations:
-                rows.append(flat)
+                rows.append(flat.copy() if np.may_share_memory(flat, raw) else flat)
             # CRUCIAL: update=False: normalise with the current statistics, unchanged by
             # this episode (the caller records its observations, or not).
             obs = normalize(flat)

@@ -295,7 +295,8 @@ def to_env_action(action_space: gym.Space, actions: np.ndarray) -> np.ndarray:
         a = np.rint(a) if dtype.kind in "iu" else a.astype(dtype, copy=False)
         # np.maximum/np.minimum (new arrays: the policy's actions stay unclipped) rather
         # than np.clip, whose dispatch costs more than one env's action
-        a = np.minimum(np.maximum(a, action_space.low), action_space.high)
+        a = np.maximum(a, action_space.low)
+        np.minimum(a, action_space.high, out=a)
         return a.astype(dtype, copy=False)
     if isinstance(action_space, spaces.Discrete):
         a = np.asarray(actions, dtype=np.int64).reshape(-1)
