@@ -282,6 +282,28 @@ def test_es_learns_cartpole_with_remote_evaluators(ray_session):
     assert run.reached, run
 
 
+@pytest.mark.learning
+@pytest.mark.timeout(240)
+def test_es_learns_inverted_pendulum_with_a_linear_policy():
+    # The paper's ES (centered ranks, Adam) on a small MuJoCo task with ARS's linear
+    # policy, in-process: seeds 0-4 reach a perturbed-episode mean of 950 (of 1,000) in
+    # 147k-218k env steps (tests/LEARNING.md); the budget is 400k.
+    cfg = {
+        "env": "InvertedPendulum-v5",
+        "num_evaluators": 0,
+        "model": {"hiddens": []},
+        "episodes_per_batch": 20,
+        "noise_stdev": 0.05,
+        "stepsize": 0.05,
+        "eval_prob": 0.0,
+        "noise_size": 2**20,
+        "seed": SEED,
+    }
+    with ESTrainer(cfg) as trainer:
+        run = train_until(trainer, 950, 400_000)
+    assert run.reached, run
+
+
 # -- reference scaling of the update (openai/evolution-strategies-starter es.py) --------
 def test_es_gradient_is_divided_by_the_number_of_returns_only():
     # reference: g = Σ (F⁺_i - F⁻_i) ε_i; g /= returns_n2.size  (no 1/sigma)
@@ -334,3 +356,95 @@ def test_es_adam_input_is_minus_g_plus_l2_theta_with_reference_scaling():
         # make it 50x weaker at sigma = 0.02
         l2_part = adam_input + g
         np.testing.assert_allclose(l2_part, l2 * theta, rtol=1e-6, atol=1e-9)
+
+
+# -- ARS's options (Mania et al. 2018, V2-t): shift, top-b directions, sigma_R, SGD --------
+def _batch(indices, returns, lengths):
+    from hierl.optimizers.es.rollouts import RolloutResult
+
+    return RolloutResult(
+        noise_indices=np.asarray(indices),
+        returns=np.asarray(returns, dtype=np.float64),
+        lengths=np.asarray(lengths, dtype=np.int64),
+        eval_returns=np.zeros(0),
+        eval_lengths=np.zeros(0, dtype=int),
+    )
+
+
+def test_top_directions_and_reward_std_closed_form():
+    from hierl.optimizers.es.updates import reward_std_scaled, top_directions
+
+    returns = np.array([[1.0, 9.0], [5.0, 2.0], [0.0, 3.0], [9.0, 4.0]])
+    # maxima 9, 5, 3, 9: the two 9s (pairs 0 and 3), then pair 1; ties keep the earlier
+    assert top_directions(returns, 2).tolist() == [0, 3]
+    assert top_directions(returns, 3).tolist() == [0, 1, 3]
+    assert top_directions(returns, 0).tolist() == [0, 1, 2, 3]
+    assert top_directions(returns, 4).tolist() == [0, 1, 2, 3]
+    # std of (1, 3, 5, 7) is sqrt(5)
+    np.testing.assert_allclose(
+        reward_std_scaled(np.array([[1.0, 3.0], [5.0, 7.0]])),
+        np.array([[1.0, 3.0], [5.0, 7.0]]) / np.sqrt(5.0),
+    )
+    np.testing.assert_array_equal(reward_std_scaled(np.full((2, 2), 4.0)), np.full((2, 2), 4.0))
+
+
+def test_shift_top_b_reward_std_and_sgd_update_match_the_hand_computed_step():
+    # returns (r⁺, r⁻) and lengths of 3 pairs; shift 1 per step:
+    #   pair 0: (10 - 10, 4 - 2) = (0, 2)   max 2
+    #   pair 1: (12 - 4, 6 - 6)  = (8, 0)   max 8
+    #   pair 2: (7 - 1, 3 - 3)   = (6, 0)   max 6
+    # top 2: pairs 1 and 2 → (8, 0, 6, 0), std = 3.5355…; without the shift pair 0 (10)
+    # would have been kept instead of pair 2 (7).
+    # g = ((8 - 0) ε₁ + (6 - 0) ε₂) / std / 4;  sgd: θ ← θ + 0.1 (g - 0.01 θ)
+    cfg = {
+        **TINY,
+        "episodes_per_batch": 6,
+        "return_shift": 1.0,
+        "top_directions": 2,
+        "fitness_shaping": "reward_std",
+        "update_rule": "sgd",
+        "stepsize": 0.1,
+        "l2_coeff": 0.01,
+    }
+    with ESTrainer(cfg) as trainer:
+        opt, policy = trainer.optimizer, trainer.get_policy()
+        theta = policy.get_flat_weights()
+        indices = np.array([0, 17, 400])
+        batch = _batch(indices, [[10, 4], [12, 6], [7, 3]], [[10, 2], [4, 6], [1, 3]])
+        stats = opt._update(policy, theta, batch)
+        noise = opt.noise.rows(indices, opt.dim).astype(np.float64)
+        std = np.std([8.0, 0.0, 6.0, 0.0])
+        g = (8.0 * noise[1] + 6.0 * noise[2]) / std / 4
+        expected = theta + 0.1 * (g - 0.01 * theta.astype(np.float64))
+        np.testing.assert_allclose(policy.get_flat_weights(), expected, rtol=1e-5, atol=1e-7)
+        assert stats["num_pairs_used"] == 2 and stats["num_pairs"] == 3
+        assert opt.adam.t == 0  # sgd leaves Adam alone
+
+
+def test_return_shift_is_training_only():
+    # CartPole pays 1 per step: shifted by 1 per step every return is 0, so the update
+    # has nothing to follow (l2 0: the weights stay), while the reported episode
+    # rewards stay the env's.
+    cfg = {**TINY, "return_shift": 1.0, "l2_coeff": 0.0}
+    with ESTrainer(cfg) as trainer:
+        before = _flat(trainer)
+        result = trainer.train()
+        np.testing.assert_array_equal(_flat(trainer), before)
+        assert result["episode_reward_mean"] > 5  # unshifted: each step paid 1
+        assert result["learner/grad_norm"] == 0.0
+    with ESTrainer({**TINY, "l2_coeff": 0.0}) as trainer:  # unshifted: the weights move
+        before = _flat(trainer)
+        trainer.train()
+        assert not np.array_equal(_flat(trainer), before)
+
+
+def test_ars_option_errors_name_the_value():
+    with pytest.raises(ConfigError, match=r"top_directions' = 6 .*\[0, 5\]"):
+        ESConfig.from_dict({"env": "CartPole-v1", "episodes_per_batch": 10, "top_directions": 6})
+    with pytest.raises(ConfigError, match="return_shift"):
+        ESConfig.from_dict({"env": "CartPole-v1", "return_shift": float("nan")})
+    with pytest.raises(ConfigError, match="update_rule"):
+        ESConfig.from_dict({"env": "CartPole-v1", "update_rule": "rmsprop"})
+    es = ESConfig(env="CartPole-v1").optimizer_config  # off by default: the paper's ES
+    assert (es.return_shift, es.top_directions, es.update_rule) == (0.0, 0, "adam")
+    assert es.fitness_shaping == "centered_ranks"

@@ -170,6 +170,28 @@ def test_mean_std_filter_buffer_flush_and_apply():
     np.testing.assert_allclose(out, [[0.0, 0.0]], atol=1e-6)
 
 
+def test_frozen_filter_normalises_bit_for_bit_without_recording():
+    f = MeanStdFilter((3,), clip=2.0)
+    rng = np.random.default_rng(0)
+    f(rng.normal(3.0, 0.5, size=(40, 3)))
+    normalize = f.frozen()
+    rows = rng.normal(3.0, 2.0, size=(20, 1, 3)).astype(np.float32)  # some beyond the clip
+    n_before = f.rs.n
+    for row in rows:
+        out = normalize(row)
+        assert out.dtype == np.float32
+        np.testing.assert_array_equal(out, f(row, update=False))  # the same arithmetic
+    assert f.rs.n == n_before  # nothing recorded
+    assert np.abs(normalize(np.full((1, 3), 1e6, np.float32))).max() == 2.0
+
+    class Doubling(MeanStdFilter):  # a subclass's own __call__ is what frozen() calls
+        def __call__(self, x, update=True):
+            return 2 * super().__call__(x, update)
+
+    d = Doubling((3,))
+    np.testing.assert_array_equal(d.frozen()(np.ones((1, 3))), [[2.0, 2.0, 2.0]])
+
+
 @pytest.mark.timeout(300)
 def test_remote_evaluators_sample_sync_weights_and_filters(ray_session, counting_env):
     config = PGConfig.from_dict({"env": "CartPole-v1", "model": {"hiddens": (8, 8)}})

@@ -60,7 +60,11 @@ SMALL = {
         "member_config.sgd_minibatch_size=16",
         "member_config.num_sgd_iter=1",
     ],
-    "ES": ["optimizer_config.episodes_per_batch=2", "optimizer_config.max_episode_steps=50"],
+    "ES": [
+        "optimizer_config.episodes_per_batch=2",
+        "optimizer_config.max_episode_steps=50",
+        "optimizer_config.top_directions=1",
+    ],
     "SAC": [
         "random_timesteps=32",
         "timesteps_per_iteration=64",

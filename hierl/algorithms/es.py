@@ -93,8 +93,12 @@ class ESPolicy(PolicyGraph):
         if isinstance(self.action_space, gym.spaces.Discrete):
             return out.argmax(axis=1), [], {}
         space = self.action_space
-        actions = np.clip(out.reshape(-1, *space.shape), space.low, space.high)
-        return actions.astype(np.float32), [], {}
+        # np.minimum/np.maximum in place (``out`` is a new float32 array): np.clip's
+        # dispatch costs more than one row
+        actions = out.reshape(-1, *space.shape)
+        np.maximum(actions, space.low, out=actions)
+        np.minimum(actions, space.high, out=actions)
+        return actions, [], {}
 
     def forward(self, obs_batch: np.ndarray) -> np.ndarray:
         """The model's outputs, computed in numpy from a copy of its weights.
@@ -106,11 +110,12 @@ class ESPolicy(PolicyGraph):
             linears = [m for m in self.model.net if isinstance(m, torch.nn.Linear)]
             self._layers = [(m.weight.numpy().T.copy(), m.bias.numpy().copy()) for m in linears]
         x = np.asarray(obs_batch, dtype=np.float32).reshape(-1, self.in_size)
-        for i, (w, b) in enumerate(self._layers):
-            x = x @ w + b
-            if i < len(self._layers) - 1:
-                x = self._activation(x)
-        return x
+        *hidden, (w_out, b_out) = self._layers
+        for w, b in hidden:
+            x = self._activation(x @ w + b)
+        out = x @ w_out
+        out += b_out
+        return out
 
     def get_flat_weights(self) -> np.ndarray:
         """All parameters, concatenated in ``named_parameters`` order (float32 copy)."""

@@ -14,7 +14,9 @@ would make the running statistics, and every later normalised observation, NaN f
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -97,6 +99,12 @@ class NoFilter:
     def __call__(self, x: np.ndarray, update: bool | np.ndarray = True) -> np.ndarray:
         """Return ``x`` unchanged (``update`` as for ``MeanStdFilter``)."""
         return x
+
+    def frozen(self) -> Callable[[np.ndarray], np.ndarray]:
+        """``x -> self(x, update=False)`` with the statistics as they are now: for loops
+        that normalise many single rows without recording them (ES's episodes).  The
+        result is only valid until the statistics change."""
+        return functools.partial(self.__call__, update=False)
 
     def normalization(self) -> tuple[np.ndarray, np.ndarray, float] | None:
         """The filter as ``clip((x - mean) / scale, -clip, clip)``: ``(mean, scale,
@@ -196,6 +204,24 @@ class MeanStdFilter(NoFilter):
         """``(mean, std + STD_EPSILON, clip)`` of the running statistics (see
         :meth:`NoFilter.normalization`)."""
         return self.rs.mean.copy(), self.rs.std + STD_EPSILON, float(self.clip)
+
+    def frozen(self) -> Callable[[np.ndarray], np.ndarray]:
+        """``self(x, update=False)`` with the mean and ``std + STD_EPSILON`` computed once
+        (the same arithmetic, bit for bit): calling the filter recomputes the std from
+        the moments on every call, which costs more than the normalisation of one row.
+        A subclass that overrides ``__call__`` gets the plain call."""
+        if type(self).__call__ is not MeanStdFilter.__call__:
+            return super().frozen()
+        mean, scale, clip = self.normalization()
+
+        def normalize(x: np.ndarray) -> np.ndarray:
+            out = x - mean
+            out /= scale
+            np.minimum(out, clip, out=out)
+            np.maximum(out, -clip, out=out)
+            return out.astype(np.float32)
+
+        return normalize
 
     def get_state(self) -> dict[str, Any]:
         """Total statistics (the buffer is transient)."""

@@ -464,6 +464,11 @@ class EpisodePlayer(RolloutCore):
         """Reset with ``seed`` and play until the episode ends or ``max_steps`` steps
         (-1: no limit); the episode then ends as in every loop (:meth:`end_episode`)."""
         policy, space = self.policy, self.policy.observation_space
+        box = isinstance(space, gym.spaces.Box)
+        # CRUCIAL: the filter does not change during the episode (update=False below), so
+        # its normalisation is computed once, not per step (ES plays millions of steps
+        # one row at a time; the per-step std computation cost more than the row).
+        normalize = self.filter.frozen()
         raw, info = self.call_env(self.env, "reset", seed=seed, sub_env=0)
         self.start_episode(0, self.new_episode_id(), raw, info)
         state = [np.asarray(s)[None] for s in policy.get_initial_state()]
@@ -472,12 +477,15 @@ class EpisodePlayer(RolloutCore):
             if info.get(LIFE_LOSS):  # the game goes on: play it to its end
                 raw, info = self.call_env(self.env, "reset", sub_env=0)
                 state = [np.asarray(s)[None] for s in policy.get_initial_state()]
-            flat = self.preprocessor.transform(batch_obs(space, [raw]))
+            # one Box observation: a batch axis without np.stack's copy (the float32
+            # conversion of the preprocessor copies; a kept row is copied if it did not)
+            batched = np.asarray(raw)[None] if box else batch_obs(space, [raw])
+            flat = self.preprocessor.transform(batched)
             if record_observations:
-                rows.append(flat)
+                rows.append(flat.copy() if np.may_share_memory(flat, raw) else flat)
             # CRUCIAL: update=False: normalise with the current statistics, unchanged by
             # this episode (the caller records its observations, or not).
-            obs = self.filter(flat, update=False)
+            obs = normalize(flat)
             step = act(policy, obs, policy.action_space, state, explore)
             raw, reward, terminated, truncated, info = self.call_env(
                 self.env, "step", step.env_actions[0], sub_env=0

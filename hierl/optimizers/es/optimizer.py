@@ -8,8 +8,13 @@ Salimans et al. 2017, https://arxiv.org/abs/1703.03864, as ported in RLlib (ICML
         draw offsets i and env seeds; split the pairs evenly over the evaluators
         each evaluator: episodes with θ + sigma ε_i and θ - sigma ε_i  (es/rollouts)
         (num_aggregators > 0: aggregator actors fan out and merge: driver fan-in = A)
-    F = centered_ranks(returns);  g = 1/n Σ (F⁺ - F⁻) ε_i   (n = number of returns)
+    R = returns - return_shift · lengths;  keep the top_directions best pairs (0: all)
+    F = centered_ranks(R);  g = 1/n Σ (F⁺ - F⁻) ε_i   (n = number of returns kept)
     θ ← Adam(θ, -g + l2_coeff·θ);  set on the local policy (shipped with the next round)
+
+``return_shift``, ``top_directions``, ``fitness_shaping: reward_std`` and ``update_rule:
+sgd`` are ARS's (Mania et al. 2018, https://arxiv.org/abs/1803.07055, V2-t); all off by
+default, where the step is the paper's ES.
 
 The scaling of ``g`` and the L2 term are those of the reference code
 (openai/evolution-strategies-starter ``es_distributed/es.py``: ``g /= returns_n2.size``;
@@ -39,9 +44,22 @@ from hierl.optimizers.es.rollouts import (
     evaluate_perturbations,
     merge_results,
 )
-from hierl.optimizers.es.updates import FlatAdam, centered_ranks, es_gradient
+from hierl.optimizers.es.updates import (
+    FlatAdam,
+    centered_ranks,
+    es_gradient,
+    reward_std_scaled,
+    top_directions,
+)
 from hierl.optimizers.registry import register_optimizer
 from hierl.policy_graph import FlatWeights, LearnerStats
+
+SHAPING = {
+    "centered_ranks": centered_ranks,
+    "reward_std": reward_std_scaled,
+    "none": lambda returns: returns,
+}
+"""``fitness_shaping`` → the function from ``(P, 2)`` returns to update weights."""
 
 
 @dataclasses.dataclass
@@ -65,8 +83,21 @@ class ESOptimizerConfig(OptimizerConfig):
     """Also play on (in further rounds) until this many env steps (0: no minimum)."""
     eval_prob: float = 0.003
     """Chance per pair of one extra unperturbed episode (reported as ``eval_return_mean``)."""
-    fitness_shaping: Literal["centered_ranks", "none"] = "centered_ranks"
-    """Returns → weights: centered ranks in [-0.5, 0.5], or the raw returns."""
+    fitness_shaping: Literal["centered_ranks", "reward_std", "none"] = "centered_ranks"
+    """Returns → weights: centered ranks in [-0.5, 0.5] (the paper's), the returns divided
+    by their standard deviation (ARS's ``sigma_R``), or the raw returns."""
+    return_shift: float = 0.0
+    """Subtracted per env step from the perturbed episodes' returns before ``top_directions``
+    and shaping: ARS's survival-bonus shift (1.0 on Hopper and Walker2d, their per-step
+    alive bonus), which stops standing still from being the easy optimum.  Training only:
+    evaluation returns and the reported episode rewards stay the env's."""
+    top_directions: int = 0
+    """ARS's ``b``: update with the ``b`` pairs whose better member returned most (after the
+    shift), shaping over those ``2b`` returns only (0: every pair, the paper's ES)."""
+    update_rule: Literal["adam", "sgd"] = "adam"
+    """``adam``: Adam descends ``-g + l2_coeff · θ`` (the paper's).  ``sgd``: ARS's plain step
+    ``θ ← θ + stepsize · (g - l2_coeff · θ)``; ``g`` divides by ``2b`` where ARS divides
+    by ``b``, so ARS's step size ``alpha`` is ``stepsize = 2 alpha`` here."""
     noise_size: int = DEFAULT_NOISE_SIZE
     """Entries of the shared float32 noise table (must exceed the parameter count)."""
     noise_seed: int = 123
@@ -92,6 +123,13 @@ class ESOptimizerConfig(OptimizerConfig):
         self.check("eval_prob", 0.0 <= self.eval_prob <= 1.0, "must be in [0, 1]")
         self.check("noise_size", self.noise_size >= 1, "must be >= 1")
         self.check("max_episode_steps", self.max_episode_steps >= 0, "must be >= 0")
+        self.check("return_shift", math.isfinite(self.return_shift), "must be a finite number")
+        pairs = math.ceil(self.episodes_per_batch / 2)
+        self.check(
+            "top_directions",
+            0 <= self.top_directions <= pairs,
+            f"must be in [0, {pairs}] (the pairs of episodes_per_batch; 0: all)",
+        )
         self.check("num_aggregators", self.num_aggregators >= 0, "must be >= 0")
         self.check("num_cpus_per_aggregator", self.num_cpus_per_aggregator >= 0, ">= 0")
         self.check("adam_beta1", 0.0 <= self.adam_beta1 < 1.0, "must be in [0, 1)")
@@ -234,12 +272,20 @@ class ESOptimizer(PolicyOptimizer):
         cfg = self.config
         if batch.returns.size == 0:
             return {}
-        shaped = centered_ranks(batch.returns) if cfg.fitness_shaping != "none" else batch.returns
-        noise = self.noise.rows(batch.noise_indices, self.dim)
+        # CRUCIAL: the shift changes the training signal only (batch.returns, reported as
+        # episode rewards, stay the env's).
+        returns = batch.returns - cfg.return_shift * batch.lengths
+        keep = top_directions(returns, cfg.top_directions)
+        returns = returns[keep]
+        shaped = SHAPING[cfg.fitness_shaping](returns)
+        noise = self.noise.rows(batch.noise_indices[keep], self.dim)
         g = es_gradient(shaped[:, 0], shaped[:, 1], noise)
-        # CRUCIAL: Adam descends, ES ascends: pass -g, plus the L2 term's gradient, exactly
-        # ``optimizer.update(-g + config.l2coeff * theta)`` of the reference es.py.
-        new_theta = self.adam.step(theta, -g + cfg.l2_coeff * theta)
+        if cfg.update_rule == "sgd":
+            new_theta = (theta + cfg.stepsize * (g - cfg.l2_coeff * theta)).astype(theta.dtype)
+        else:
+            # CRUCIAL: Adam descends, ES ascends: pass -g, plus the L2 term's gradient,
+            # exactly ``optimizer.update(-g + config.l2coeff * theta)`` of the reference es.py.
+            new_theta = self.adam.step(theta, -g + cfg.l2_coeff * theta)
         policy.set_flat_weights(new_theta)
         self.num_updates += 1
         theta_norm = float(np.linalg.norm(theta))
@@ -250,6 +296,7 @@ class ESOptimizer(PolicyOptimizer):
             "noise_stdev": cfg.noise_stdev,
             "perturbed_return_mean": float(batch.returns.mean()),
             "num_pairs": int(batch.returns.shape[0]),
+            "num_pairs_used": int(keep.size),
         }
 
     def collect_episodes(self) -> list[EpisodeRecord]:

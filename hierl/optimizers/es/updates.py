@@ -48,6 +48,42 @@ def centered_ranks(x: np.ndarray) -> np.ndarray:
     return (ranks / (flat.size - 1) - 0.5).reshape(x.shape)
 
 
+def top_directions(returns: np.ndarray, b: int) -> np.ndarray:
+    """Indices (ascending) of the ``b`` antithetic pairs with the largest ``max(r⁺, r⁻)``.
+
+    ARS (Mania et al. 2018, https://arxiv.org/abs/1803.07055, Algorithm 2 step 6, "V1-t /
+    V2-t") keeps only the best ``b`` of its ``N`` directions, ranked by the better member
+    of each pair, so the update follows the directions that found the most reward.
+    ``b <= 0`` or ``b >= P`` keeps every pair.  Ties keep the earlier pair.
+
+    >>> top_directions(np.array([[1.0, 9.0], [5.0, 2.0], [0.0, 3.0]]), 2).tolist()
+    [0, 1]
+    """
+    returns = np.asarray(returns, dtype=np.float64).reshape(-1, 2)
+    pairs = returns.shape[0]
+    if b <= 0 or b >= pairs:
+        return np.arange(pairs)
+    best = returns.max(axis=1)
+    # stable sort on -best: among equal maxima the earlier pair wins
+    return np.sort(np.argsort(-best, kind="stable")[:b])
+
+
+def reward_std_scaled(returns: np.ndarray) -> np.ndarray:
+    """``returns / std(returns)`` (ARS V1/V2's ``sigma_R`` scaling; std over every entry).
+
+    ARS divides its update by the standard deviation of the ``2b`` returns it uses
+    (Algorithm 2 step 7); only differences ``r⁺ - r⁻`` enter the update, so dividing the
+    returns is the same.  A zero std (all returns equal) leaves the returns as they are:
+    their differences are zero and so is the update.
+
+    >>> reward_std_scaled(np.array([[1.0, 3.0]])).tolist()
+    [[1.0, 3.0]]
+    """
+    x = np.asarray(returns, dtype=np.float64)
+    std = float(x.std()) if x.size else 0.0
+    return x / std if std > 0 else x.copy()
+
+
 def es_gradient(
     returns_pos: np.ndarray,
     returns_neg: np.ndarray,
