@@ -1,9 +1,10 @@
 """Acting from an AlphaZero checkpoint: the best model wrapped in its MCTS, nothing else.
 
 Training runs self-play, replay, learner and arena actors; acting needs only the arena's
-champion (the checkpoint's ``best_weights``) and the search.  :meth:`AlphaZeroPlayer.from_checkpoint`
-reads just those weights (the replay buffer stays on disk), builds the network in this
-process (no Ray, no actor) and searches with **acting settings** given as arguments:
+champion (the checkpoint's ``best_weights``) and the search.
+:meth:`AlphaZeroPlayer.from_checkpoint` reads just those weights (the replay buffer stays
+on disk), builds the network in this process (no Ray, no actor) and searches with
+**acting settings** given as arguments:
 
 * ``simulations``: MCTS simulations per move (default: the run's ``num_simulations``);
 * ``temperature``: 0 plays the most visited move (greedy, the default); τ > 0 samples a
@@ -12,7 +13,8 @@ process (no Ray, no actor) and searches with **acting settings** given as argume
   self-play used ``dirichlet_fraction``), concentration ``dirichlet_alpha`` of the run.
 
 Greedy search is deterministic up to tie-breaks: evaluation matches diversify games with
-random opening plies instead (``opening_moves`` of :func:`hierl.algorithms.alphazero.match.play_match`).
+random opening plies instead (``opening_moves`` of
+:func:`hierl.algorithms.alphazero.match.play_match`).
 
 Calling loop::
 
