@@ -1,5 +1,7 @@
-"""``hierl play CHECKPOINT``: play an AlphaZero checkpoint's best model at a board game,
-against you at the terminal or against a built-in opponent for N games.
+"""AlphaZero checkpoints at the command line: ``hierl play CHECKPOINT`` plays its best
+model at its board game, against you at the terminal or against a built-in opponent for
+N games; ``hierl export`` writes its network and ``hierl rollout`` points here
+(:func:`export_alphazero`, :func:`refuse_rollout`).
 
 The model acts through :class:`hierl.algorithms.alphazero.player.AlphaZeroPlayer` (no
 Ray, no actors); matches use :func:`hierl.algorithms.alphazero.match.play_match` and the
@@ -240,4 +242,47 @@ def play_human(
         model_won = ((ply - 1) % 2 == 0) == model_first
         write("the model wins" if model_won else "you win")
     sys.stdout.flush()
+    return 0
+
+
+# -- export and rollout of an AlphaZero checkpoint ---------------------------------------
+def is_alphazero(checkpoint: Any) -> bool:
+    """Whether ``checkpoint`` is an ALPHAZERO checkpoint (reads its metadata only)."""
+    from hierl.algorithms.alphazero.player import is_alphazero_checkpoint
+
+    return is_alphazero_checkpoint(checkpoint)
+
+
+def refuse_rollout(checkpoint: Any) -> None:
+    """``hierl rollout`` of an AlphaZero checkpoint: a CLIError pointing at ``hierl play``."""
+    raise CLIError(
+        f"'{checkpoint}' is an ALPHAZERO checkpoint: a two-player board game has no "
+        "single-agent episodes to roll out; play its model with 'hierl play "
+        f"{checkpoint} --opponent random|mcts|alphabeta' (or against you: no --opponent)"
+    )
+
+
+def export_alphazero(args: argparse.Namespace, checkpoint: Any, output: Any) -> int:
+    """``hierl export`` of an AlphaZero checkpoint: its network, without the search."""
+    from hierl.algorithms.alphazero.export import SEARCH_NOTE, export_network
+    from hierl.algorithms.alphazero.player import AlphaZeroPlayer
+    from hierl.checkpoint import CheckpointError
+    from hierl.config import ConfigError
+
+    if args.policy_id is not None:
+        raise CLIError("--policy-id is for multi-agent checkpoints; ALPHAZERO has one network")
+    try:
+        player = AlphaZeroPlayer.from_checkpoint(checkpoint, allow_imports=args.allow_import)
+        meta = {
+            "algorithm": "ALPHAZERO",
+            "env": player.config.env,
+            "iteration": player.iteration,
+            "best_version": player.version,
+        }
+        exported = export_network(player, output, args.format, meta)
+    except (CheckpointError, ConfigError, ValueError) as e:  # ExportError is a ValueError
+        raise CLIError(str(e)) from None
+    for written in exported.paths:
+        print(written.resolve(), flush=True)
+    print(f"note: search {SEARCH_NOTE}", file=sys.stderr, flush=True)
     return 0
