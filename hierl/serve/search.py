@@ -62,7 +62,7 @@ class ServedSearch:
         self.default_simulations = min(player.simulations, self.max_simulations)
         self.checkpoint = checkpoint
         self._lock = threading.Lock()
-        digest = array_digest(player.network.get_weights())
+        digest = array_digest(player.get_weights())
         self.version: dict[str, Any] = {"iteration": player.iteration, "hash": digest}
         """The weights answering (they never change: no pushes to a search app)."""
 

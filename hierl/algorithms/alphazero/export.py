@@ -48,7 +48,7 @@ class BoardNetwork(nn.Module):
 
     def __init__(self, player: AlphaZeroPlayer):
         super().__init__()
-        self.net = player.network.model
+        self.net = player.model
         self.game = player.game
 
     def forward(self, board_planes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -38,8 +38,15 @@ import numpy as np
 from hierl.algorithms.alphazero.config import AlphaZeroConfig
 from hierl.algorithms.alphazero.games import BoardGame
 from hierl.algorithms.alphazero.mcts import MCTS, select_actions, visit_policy
-from hierl.algorithms.alphazero.policy import AlphaZeroPolicy
+from hierl.algorithms.alphazero.policy import (
+    AlphaZeroNet,
+    build_network,
+    evaluate_boards,
+    game_for_config,
+)
 from hierl.checkpoint import CheckpointError, load_checkpoint
+from hierl.policy_graph import Weights
+from hierl.torch_policy_graph import load_module_weights, module_weights
 
 ACTING_KEYS = ("best_weights", "best_version", "iteration")
 """The entries of an AlphaZero checkpoint's state that acting reads."""
@@ -81,7 +88,9 @@ class AlphaZeroPlayer:
     (``select_moves``), so it plays matches against the built-in opponents.
 
     Args:
-        network: the policy graph holding the network (its optimizer is not used).
+        game: the rules.
+        model: the network (no optimizer: acting never trains).
+        config: the run's config (search constants: ``c_puct``, ``dirichlet_alpha``).
         simulations, temperature, noise: the acting settings (module docstring).
         seed: seeds root noise, sampling and tie-breaks.
         iteration, version: what the checkpoint says (reported by ``hierl play`` and serve).
@@ -89,7 +98,9 @@ class AlphaZeroPlayer:
 
     def __init__(
         self,
-        network: AlphaZeroPolicy,
+        game: BoardGame,
+        model: AlphaZeroNet,
+        config: AlphaZeroConfig,
         simulations: int | None = None,
         temperature: float = 0.0,
         noise: float = 0.0,
@@ -97,12 +108,11 @@ class AlphaZeroPlayer:
         iteration: int = 0,
         version: int = 0,
     ):
-        config = network.config
         simulations = config.num_simulations if simulations is None else simulations
         check_acting_settings(simulations, temperature, noise)
-        self.network = network
-        self.game: BoardGame = network.game
-        self.config: AlphaZeroConfig = config
+        self.game = game
+        self.model = model
+        self.config = config
         self.simulations = int(simulations)
         self.temperature = float(temperature)
         self.noise = float(noise)
@@ -145,13 +155,18 @@ class AlphaZeroPlayer:
         stored = {k: v for k, v in stored.items() if k != "env_callable"}
         # CRUCIAL: an acting process: no self-play actors, so nothing starts Ray
         config = AlphaZeroConfig.from_dict({**stored, "num_self_play_workers": 0})
-        network = AlphaZeroPolicy(*_spaces(config), config)
+        # CRUCIAL: the network alone: a policy graph's Adam would import torch._dynamo
+        # (seconds) for an optimizer acting never uses
+        game = game_for_config(config)
+        model = build_network(game, config)
         try:
-            network.set_weights(state["best_weights"])
+            load_module_weights(model, state["best_weights"], cls.__name__)
         except (KeyError, ValueError, RuntimeError) as e:
             raise CheckpointError(f"checkpoint '{checkpoint}': best_weights do not fit: {e}") from e
         return cls(
-            network,
+            game,
+            model,
+            config,
             simulations,
             temperature,
             noise,
@@ -166,14 +181,27 @@ class AlphaZeroPlayer:
         base = {"simulations": self.simulations, "temperature": self.temperature}
         base["noise"] = self.noise
         return AlphaZeroPlayer(
-            self.network, **{**base, **settings}, iteration=self.iteration, version=self.version
+            self.game,
+            self.model,
+            self.config,
+            **{**base, **settings},
+            iteration=self.iteration,
+            version=self.version,
         )
+
+    def evaluate(self, boards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The network's priors (softmax over all moves) and values of canonical ``boards``."""
+        return evaluate_boards(self.model, self.game, boards)
+
+    def get_weights(self) -> Weights:
+        """The network's weights by parameter name."""
+        return module_weights(self.model)
 
     def _mcts(self, simulations: int) -> MCTS:
         c = self.config
         return MCTS(
             self.game,
-            self.network.evaluate,
+            self.evaluate,
             simulations,
             c.c_puct,
             c.dirichlet_alpha,
@@ -213,12 +241,6 @@ class AlphaZeroPlayer:
     def compute_single_action(self, obs: Any) -> int:
         """The move for one observation (env planes) or canonical board."""
         return self.search([self.board_of(obs)])[0].move
-
-
-def _spaces(config: AlphaZeroConfig) -> tuple[Any, Any]:
-    from hierl.evaluators.env import env_spaces, resolve_env_creator
-
-    return env_spaces(resolve_env_creator(config.env), config.env_config)
 
 
 def is_alphazero_algorithm(algorithm: str) -> bool:
