@@ -123,7 +123,9 @@ def plot(rows: list[dict[str, Any]], out: Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for label in sorted({r["opponent"] for r in rows}):
-        mine = sorted((r for r in rows if r["opponent"] == label), key=lambda r: int(r["iteration"]))
+        mine = sorted(
+            (r for r in rows if r["opponent"] == label), key=lambda r: int(r["iteration"])
+        )
         ax.plot(
             [float(r["train_hours"]) for r in mine],
             [float(r["score"]) for r in mine],
