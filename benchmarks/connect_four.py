@@ -189,10 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--every", type=int, default=1, help="score every K-th checkpoint")
     parser.add_argument("--name", default="connect-four-alphazero", help="curves/<name>/")
+    parser.add_argument("--out", type=Path, help="write here instead of curves/<name>/")
     args = parser.parse_args(argv)
     for label in args.opponents:
         parse_opponent(label)
-    out = CURVES_DIR / args.name
+    out = args.out or CURVES_DIR / args.name
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "scores.csv"
     rows = read_rows(csv_path)
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"({row['score_seconds']:.0f} s)   # {row['command']}",
                 flush=True,
             )
-    plot(rows, out / "curve.png", f"AlphaZero, Connect Four 6x7: {args.games} games per point")
+    plot(rows, out / "curve.png", f"AlphaZero, Connect Four: {args.games} games per point")
     summary = summarize(rows, args, out)
     for label, goal in summary["goals"].items():
         verdict = "met" if goal["met"] else "not met"

@@ -4,12 +4,15 @@ opponents on closed-form positions, matches, ``hierl play`` (terminal and matche
 
 from __future__ import annotations
 
+import csv
 import json
 import re
+import shutil
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,6 +33,7 @@ from hierl.cli.play import play_human
 from hierl.evaluators.wire import WireError
 from hierl.serve.search import ServedSearch
 
+BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "connect_four.py"
 C4 = {"env": "hierl/ConnectFour-v0", "env_config": {"rows": 4, "cols": 5}}
 TINY = {
     "num_self_play_workers": 0,
@@ -432,6 +436,32 @@ def http(url, body=None):
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
+
+
+# -- 5. the benchmark plays with hierl play's code -----------------------------------
+def test_connect_four_benchmark_rows_replay_with_the_printed_hierl_play_command(
+    c4, tmp_path, capsys
+):
+    run, out = tmp_path / "run", tmp_path / "curve"
+    shutil.copytree(c4[0], run / "checkpoints" / "000001")
+    script = [sys.executable, str(BENCHMARK), str(run), "--out", str(out), "--games", "4"]
+    script += ["--simulations", "4", "--seed", "3", "--opponents", "random"]
+    subprocess.run([*script, "alphabeta-2"], check=True, timeout=300, capture_output=True)
+    with (out / "scores.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["opponent"] for r in rows] == ["random", "alphabeta-2"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["goals"]) == {"mcts-1000", "alphabeta-6"}
+    assert summary["git"] and (out / "curve.png").stat().st_size > 0
+    for row in rows:  # the printed command replays the match exactly
+        assert main(row["command"].split()[1:]) == 0
+        line = _score_line(capsys.readouterr().out)
+        assert f"wins {row['wins']}, draws {row['draws']}, losses {row['losses']}; " in line
+        assert f"score {float(row['score']):.3f}" in line
+    again = subprocess.run(script, check=True, timeout=300, capture_output=True, text=True)
+    assert "iteration" not in again.stdout  # scored already: resumed, nothing replayed
+    with (out / "scores.csv").open() as f:
+        assert len(list(csv.DictReader(f))) == 2
 
 
 # -- 4. rollout --------------------------------------------------------------------------

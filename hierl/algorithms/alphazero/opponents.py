@@ -136,6 +136,8 @@ class AlphaBetaPlayer:
         self.rng = random.Random(seed)
         self.nodes = 0
         """Positions searched so far."""
+        self._table: dict[tuple[int, int], tuple[int, int, int]] = {}
+        """(mine, mask) → (depth, lower bound, upper bound) of the current root's search."""
 
     def _negamax(self, mine: int, mask: int, depth: int, alpha: int, beta: int, ply: int) -> int:
         self.nodes += 1
@@ -175,7 +177,7 @@ class AlphaBetaPlayer:
 
     def best_moves(self, board: np.ndarray) -> list[int]:
         """The root moves of the best searched value."""
-        self._table: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self._table.clear()  # values count plies from this root
         mine, mask = self.bits.from_board(board)
         best, chosen = -math.inf, []
         for c in self.bits.moves(mask):
