@@ -17,39 +17,41 @@ import numpy as np
 from hierl.algorithms.alphazero.games import BoardGame, Player, play_games
 
 
-@dataclasses.dataclass(frozen=True)
-class MatchResult:
-    """Per-game results of the player under test, in game order."""
+@dataclasses.dataclass
+class ArenaResult:
+    """Outcome of a match, from the view of the player under test."""
 
-    scores: np.ndarray
-    """1 win, 0.5 draw, 0 loss, per game."""
-    moved_first: np.ndarray
-    """Whether the player under test moved first in each game (alternating from True)."""
+    wins: int
+    draws: int
+    losses: int
 
     @property
     def games(self) -> int:
         """Games played."""
-        return len(self.scores)
-
-    @property
-    def wins(self) -> int:
-        """Games won."""
-        return int(np.sum(self.scores == 1.0))
-
-    @property
-    def draws(self) -> int:
-        """Games drawn."""
-        return int(np.sum(self.scores == 0.5))
-
-    @property
-    def losses(self) -> int:
-        """Games lost."""
-        return int(np.sum(self.scores == 0.0))
+        return self.wins + self.draws + self.losses
 
     @property
     def score(self) -> float:
         """``(wins + draws / 2) / games`` (0 for no games)."""
         return (self.wins + 0.5 * self.draws) / self.games if self.games else 0.0
+
+    @staticmethod
+    def from_scores(scores: np.ndarray) -> ArenaResult:
+        """From per-game results 1 / 0.5 / 0."""
+        scores = np.asarray(scores)
+        return ArenaResult(
+            int(np.sum(scores == 1.0)), int(np.sum(scores == 0.5)), int(np.sum(scores == 0.0))
+        )
+
+
+@dataclasses.dataclass
+class MatchResult(ArenaResult):
+    """A match's counts plus its per-game results, in game order."""
+
+    scores: np.ndarray
+    """1 win, 0.5 draw, 0 loss, per game, for the player under test."""
+    moved_first: np.ndarray
+    """Whether the player under test moved first in each game (alternating from True)."""
 
     def summary(self) -> str:
         """``W wins, D draws, L losses over N games: score S``."""
@@ -86,7 +88,8 @@ def play_match(
             game, opponent, player, int((~first).sum()), opening_moves, _int(seeds[1])
         )
         scores[~first] = 1.0 - as_second
-    return MatchResult(scores, first)
+    counts = ArenaResult.from_scores(scores)
+    return MatchResult(counts.wins, counts.draws, counts.losses, scores, first)
 
 
 def _int(seq: np.random.SeedSequence) -> int:
