@@ -369,7 +369,9 @@ def test_served_search_answers_a_board_with_move_visits_and_value(c4):
     assert np.isclose(sum(answer["visits"]), 1.0) and -1 <= answer["value"] <= 1
     canonical = -np.asarray(board, dtype=np.int8)
     expected = served.player.search([canonical], 20)[0]
-    assert np.allclose(answer["visits"], expected.visits) and answer["move"] == expected.move
+    assert np.allclose(answer["visits"], expected.visits)
+    most = np.flatnonzero(expected.visits == expected.visits.max())
+    assert answer["move"] in most  # greedy (ties broken at random)
 
 
 @pytest.mark.parametrize(
