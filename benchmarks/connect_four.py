@@ -190,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=int, default=1, help="score every K-th checkpoint")
     parser.add_argument("--name", default="connect-four-alphazero", help="curves/<name>/")
     parser.add_argument("--out", type=Path, help="write here instead of curves/<name>/")
+    parser.add_argument(
+        "--no-score",
+        action="store_true",
+        help="score nothing: redraw curve.png and summary.json from scores.csv",
+    )
     args = parser.parse_args(argv)
     for label in args.opponents:
         parse_opponent(label)
@@ -198,8 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     csv_path = out / "scores.csv"
     rows = read_rows(csv_path)
     done = {(int(r["iteration"]), r["opponent"]) for r in rows}
-    found = checkpoints(args.run_dir)[:: args.every]
-    if not found:
+    found = [] if args.no_score else checkpoints(args.run_dir)[:: args.every]
+    if not found and not rows:
         raise SystemExit(f"no checkpoints under {args.run_dir}")
     for path in found:
         for label in args.opponents:
