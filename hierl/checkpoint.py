@@ -32,6 +32,7 @@ import os
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -230,8 +231,14 @@ def save_checkpoint(path: str | os.PathLike, meta: dict[str, Any], state: Any) -
     return path
 
 
-def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any], Any]:
-    """Read a checkpoint; returns ``(meta, state)``.  Errors name the bad file."""
+def load_checkpoint(
+    path: str | os.PathLike, keys: Collection[str] | None = None
+) -> tuple[dict[str, Any], Any]:
+    """Read a checkpoint; returns ``(meta, state)``.  Errors name the bad file.
+
+    ``keys``: read only these top-level entries of a dict state (the arrays of the others
+    stay on disk; ``()`` reads the metadata alone); None reads everything.
+    """
     path = Path(path)
     meta_path, arrays_path = path / META_FILE, path / ARRAYS_FILE
     if not path.is_dir():
@@ -257,6 +264,8 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any], Any]:
             f"checkpoint '{meta_path}' has format_version {version!r}; this hierl reads "
             f"version {FORMAT_VERSION}"
         )
+    if keys is not None and isinstance(doc["state"], dict):
+        doc["state"] = {k: v for k, v in doc["state"].items() if k in keys}
     refs = _manifest(doc["state"], meta_path)
     try:
         arrays = _read_arrays(arrays_path, refs)

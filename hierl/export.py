@@ -88,6 +88,8 @@ __all__ = [
     "GreedyPolicy",
     "export_policy",
     "weights_digest",
+    "write_model",
+    "write_spec",
 ]
 
 FORMATS = ("torchscript", "onnx")
@@ -384,14 +386,9 @@ def export_policy(
     """
     if format not in FORMATS:
         raise ExportError(f"unknown export format {format!r}; valid: {', '.join(FORMATS)}")
-    write = _write_onnx if format == "onnx" else _write_torchscript
     module = GreedyPolicy(policy, normalization)
     _check_greedy(policy, module)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    model_path = directory / MODEL_FILES[format]
-    run = write(module, model_path)
-    _check(module, run, model_path)
+    model_path = write_model(module, directory, format)
     spec = {
         "format": format,
         "file": model_path.name,
@@ -412,6 +409,27 @@ def export_policy(
     spec_path = directory / SPEC_FILE
     write_spec(spec_path, spec)
     return ExportedPolicy(model_path, spec_path, spec)
+
+
+def write_model(module: nn.Module, directory: str | os.PathLike, format: str) -> Path:
+    """Write ``module`` to ``directory`` as ``MODEL_FILES[format]``, load it back and check
+    that it reproduces the module on a new batch size; returns the model's path.
+
+    ``module`` provides ``example_inputs(rows, seed)``, ``input_specs()`` and
+    ``output_specs()`` as :class:`GreedyPolicy` does (the inputs' and outputs' names).
+
+    Raises:
+        ExportError: an unknown format, onnx missing, or a model that does not reproduce.
+    """
+    if format not in FORMATS:
+        raise ExportError(f"unknown export format {format!r}; valid: {', '.join(FORMATS)}")
+    write = _write_onnx if format == "onnx" else _write_torchscript
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model_path = directory / MODEL_FILES[format]
+    run = write(module, model_path)  # type: ignore[arg-type]
+    _check(module, run, model_path)  # type: ignore[arg-type]
+    return model_path
 
 
 def write_spec(path: str | os.PathLike, spec: Mapping[str, Any]) -> None:

@@ -530,7 +530,7 @@ def test_progress_quiet_prints_nothing(capsys):
     assert capsys.readouterr().out == ""
 
 
-def test_rollout_of_a_nested_algorithm_checkpoint_is_a_clear_error(tmp_path, capsys):
+def test_rollout_of_an_alphazero_checkpoint_points_at_hierl_play(tmp_path, capsys):
     from hierl.algorithms.alphazero import AlphaZeroTrainer
 
     config = {"env": "hierl/TicTacToe-v0", "num_self_play_workers": 0}
@@ -539,4 +539,4 @@ def test_rollout_of_a_nested_algorithm_checkpoint_is_a_clear_error(tmp_path, cap
     assert main(["rollout", str(path), "--episodes", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert "nested algorithm ALPHAZERO" in err and "BaseTrainer.from_checkpoint" in err
+    assert "ALPHAZERO checkpoint" in err and f"hierl play {path}" in err

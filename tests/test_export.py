@@ -464,7 +464,7 @@ def test_cli_export_bad_input_is_one_error_line(checkpoint, tmp_path, capsys):
     meta = {"kind": "hierl-trainer", "algorithm": "ALPHAZERO", "config": {}}
     nested = save_checkpoint(tmp_path / "nested", meta, {})
     err = _error(["export", str(nested)], capsys)
-    assert "nested algorithm ALPHAZERO holds no single flat policy" in err
+    assert "has no AlphaZero config or weights" in err  # its network is exported
     err = _error(["export", str(checkpoint), "--policy-id", "nope"], capsys)
     assert "unknown policy id 'nope'" in err and "default_policy" in err
     assert not (tmp_path / "corrupt_torchscript").exists()

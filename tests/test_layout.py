@@ -121,4 +121,6 @@ def test_the_parser_is_assembled_from_one_function_per_subcommand():
         a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
     ]
     assert list(subparsers.choices) == names
-    assert names == ["train", "rollout", "export", "list", "config", "serve", "tune", "bench"]
+    assert names == [
+        *("train", "rollout", "play", "export", "list", "config", "serve", "tune", "bench")
+    ]

@@ -1,4 +1,4 @@
-"""The ``hierl`` command line: train an algorithm, roll out a checkpoint, list algorithms.
+"""The ``hierl`` command line: train an algorithm, roll out or play a checkpoint, list algorithms.
 
 ``parser`` declares every command and option (one function per subcommand), ``train``
 runs ``hierl train`` (configs, stop conditions, logs, ``--resume``; ``progress`` is its
@@ -12,6 +12,7 @@ Examples::
     hierl train --algo PPO --env CartPole-v1 --set model.hiddens=[32,32] --set lr=1e-3
     hierl train --resume hierl_results/PPO_CartPole-v1_20250101-120000
     hierl rollout hierl_results/PPO_CartPole-v1_20250101-120000/checkpoints/000042
+    hierl play hierl_results/ALPHAZERO_hierl-ConnectFour-v0_20250101-120000 --opponent mcts
     hierl export hierl_results/PPO_CartPole-v1_20250101-120000 --format onnx
     hierl serve hierl_results/PPO_CartPole-v1_20250101-120000 --port 8000
     hierl list

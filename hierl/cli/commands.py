@@ -28,6 +28,7 @@ from hierl.cli.common import (
     trainer_class,
     user_error,
 )
+from hierl.cli.play import export_alphazero, is_alphazero, refuse_rollout
 from hierl.cli.train import parse_stop
 
 
@@ -425,6 +426,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from hierl.config import ConfigError
 
     path = resolve_checkpoint(args.checkpoint)
+    if is_alphazero(path):
+        refuse_rollout(path)
     if args.output and (args.render or args.video_dir or args.steps):
         raise CLIError("--output logs whole episodes: it takes no --render, --video-dir or --steps")
     try:
@@ -550,6 +553,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise CLIError(f"unknown --format {args.format!r}; valid: {', '.join(FORMATS)}")
     path = resolve_checkpoint(args.checkpoint)
     output = Path(args.output) if args.output else path.with_name(f"{path.name}_{args.format}")
+    if is_alphazero(path):
+        return export_alphazero(args, path, output)
     try:
         trainer = BaseTrainer.for_acting(path, allow_imports=args.allow_import)
     except (CheckpointError, ConfigError) as e:
@@ -640,6 +645,13 @@ def add_serve_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="N",
         help="larger request bodies are refused with 413 (default 16 MiB)",
     )
+    srv.add_argument(
+        "--max-simulations",
+        type=positive_int,
+        metavar="N",
+        help="ALPHAZERO checkpoints (the replica runs the search): the most MCTS simulations "
+        "a request's 'simulations' may ask for (default 1000)",
+    )
     srv.add_argument("--ray-address", metavar="ADDR", help="join this Ray cluster")
     add_allow_import(srv)
     srv.set_defaults(func=cmd_serve)
@@ -660,6 +672,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "request_timeout_s",
             "max_body_reads_per_client",
             "max_request_bytes",
+            "max_simulations",
         )
         if getattr(args, name) is not None
     }

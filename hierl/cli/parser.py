@@ -15,11 +15,13 @@ from hierl.cli.commands import (
     add_tune_command,
 )
 from hierl.cli.common import PROG, Parser, version
+from hierl.cli.play import add_play_command
 from hierl.cli.train import add_train_command
 
 SUBCOMMANDS = (
     add_train_command,
     add_rollout_command,
+    add_play_command,
     add_export_command,
     add_list_command,
     add_config_command,

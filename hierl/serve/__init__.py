@@ -19,6 +19,7 @@ _EXPORTS = {
     "ServeOptions": "hierl.serve.options",
     "ServedApp": "hierl.serve.deployment",
     "ServedPolicy": "hierl.serve.policy",
+    "ServedSearch": "hierl.serve.search",
     "deploy": "hierl.serve.deployment",
     "serve_until_interrupted": "hierl.serve.deployment",
 }

@@ -42,12 +42,14 @@ from ray import serve
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
+from hierl.algorithms.alphazero.player import is_alphazero_checkpoint
 from hierl.algorithms.serving import DEPLOYMENT_NAME, PolicySnapshot
 from hierl.auth import bearer_matches
 from hierl.evaluators.ray_runtime import ensure_ray
 from hierl.evaluators.wire import WireError, encode, loads, short_repr
 from hierl.serve.options import TOKEN_ENV, ServeOptions
 from hierl.serve.policy import ServedPolicy
+from hierl.serve.search import ServedSearch
 
 logger = logging.getLogger(__name__)
 
@@ -88,9 +90,7 @@ class PolicyServer:
 
         torch.set_num_threads(max(1, round(options.num_cpus_per_replica)))
         self.options = options
-        self.policy = ServedPolicy.from_checkpoint(
-            checkpoint, options.max_observations, options.allow_imports
-        )
+        self.policy = load_served(checkpoint, options)
         self._prefix = options.route_prefix.rstrip("/")
         self._token = options.auth_token.encode() if options.auth_token else None
         self.act_batch.set_max_batch_size(options.max_batch_size)
@@ -230,6 +230,16 @@ class ServedApp:
         serve.delete(self.options.name)
 
 
+def load_served(checkpoint: str | Path, options: ServeOptions) -> ServedPolicy | ServedSearch:
+    """What a replica serves: an ALPHAZERO checkpoint's player with its search
+    (:class:`~hierl.serve.search.ServedSearch`), else the checkpoint's policies."""
+    if is_alphazero_checkpoint(checkpoint):
+        return ServedSearch.from_checkpoint(
+            checkpoint, options.max_simulations, options.allow_imports
+        )
+    return ServedPolicy.from_checkpoint(checkpoint, options.max_observations, options.allow_imports)
+
+
 def deploy(
     checkpoint: str | Path, options: ServeOptions | None = None, **settings: Any
 ) -> ServedApp:
@@ -256,7 +266,7 @@ def deploy(
     path = Path(checkpoint).expanduser().resolve()
     # Fails here with the checkpoint's own error: a replica would fail the same way, but
     # Serve reports a replica's failure as a remote traceback in a string.
-    probe = ServedPolicy.from_checkpoint(path, options.max_observations, options.allow_imports)
+    probe = load_served(path, options)
     try:
         spec = probe.spec()
     finally:

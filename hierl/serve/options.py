@@ -37,6 +37,10 @@ class ServeOptions(Config):
     wait in Serve's proxy.  At least ``max_batch_size``, or a batch could never fill."""
     max_observations: int = MAX_BATCH
     """Observations one ``/act`` request may carry (more: HTTP 400)."""
+    max_simulations: int = 1000
+    """ALPHAZERO checkpoints: the most MCTS simulations one ``/act`` request may ask for
+    (more: HTTP 400); a request without ``simulations`` gets the run's ``num_simulations``,
+    at most this."""
     max_request_bytes: int = 16 * 1024 * 1024
     """Request bodies larger than this are refused (HTTP 413) before they are read."""
     body_timeout_s: float = 10.0
@@ -79,6 +83,7 @@ class ServeOptions(Config):
             f"must be >= max_batch_size ({self.max_batch_size}), or a batch could never fill",
         )
         self.check("max_observations", self.max_observations >= 1, "must be >= 1")
+        self.check("max_simulations", self.max_simulations >= 1, "must be >= 1")
         self.check("max_request_bytes", self.max_request_bytes >= 1024, "must be >= 1024")
         self.check("request_timeout_s", self.request_timeout_s > 0, "must be > 0")
         self.check(

@@ -2,6 +2,7 @@
 
 from hierl.algorithms.alphazero.components import AlphaZeroLearner, Arena, ArenaResult
 from hierl.algorithms.alphazero.mcts import MCTS, MCTSPlayer, uniform_evaluator
+from hierl.algorithms.alphazero.player import AlphaZeroPlayer, SearchResult
 from hierl.algorithms.alphazero.policy import AlphaZeroNet, AlphaZeroPolicy
 from hierl.algorithms.alphazero.trainer import AlphaZeroConfig, AlphaZeroTrainer, gate_accepts
 
@@ -10,11 +11,13 @@ __all__ = [
     "AlphaZeroConfig",
     "AlphaZeroLearner",
     "AlphaZeroNet",
+    "AlphaZeroPlayer",
     "AlphaZeroPolicy",
     "AlphaZeroTrainer",
     "Arena",
     "ArenaResult",
     "MCTSPlayer",
+    "SearchResult",
     "gate_accepts",
     "uniform_evaluator",
 ]

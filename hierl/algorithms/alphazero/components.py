@@ -16,7 +16,6 @@ from a shared replay buffer, and candidate-vs-best comparisons.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -28,6 +27,7 @@ from hierl.algorithms.alphazero.games import (
     TicTacToe,
     play_games,
 )
+from hierl.algorithms.alphazero.match import ArenaResult
 from hierl.algorithms.alphazero.mcts import MCTS, MCTSPlayer, uniform_evaluator
 from hierl.algorithms.alphazero.policy import MCTS_POLICY, AlphaZeroPolicy
 from hierl.evaluators.policy_evaluator import PolicyEvaluator
@@ -37,33 +37,6 @@ from hierl.utils import seed_everything
 
 TRAIN_COLUMNS = (SampleBatch.OBS, MCTS_POLICY, SampleBatch.VALUE_TARGETS)
 """Columns self-play sends to the replay buffer."""
-
-
-@dataclasses.dataclass
-class ArenaResult:
-    """Outcome of a match, from the view of the player under test."""
-
-    wins: int
-    draws: int
-    losses: int
-
-    @property
-    def games(self) -> int:
-        """Games played."""
-        return self.wins + self.draws + self.losses
-
-    @property
-    def score(self) -> float:
-        """``(wins + draws / 2) / games`` (0 for no games)."""
-        return (self.wins + 0.5 * self.draws) / self.games if self.games else 0.0
-
-    @staticmethod
-    def from_scores(scores: np.ndarray) -> ArenaResult:
-        """From per-game results 1 / 0.5 / 0."""
-        scores = np.asarray(scores)
-        return ArenaResult(
-            int(np.sum(scores == 1.0)), int(np.sum(scores == 0.5)), int(np.sum(scores == 0.0))
-        )
 
 
 class SelfPlayEvaluator(PolicyEvaluator):

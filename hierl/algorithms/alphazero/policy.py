@@ -102,6 +102,25 @@ class AlphaZeroNet(nn.Module):
         return self.policy_head(h), torch.tanh(self.value_head(h)).squeeze(-1)
 
 
+def build_network(game: BoardGame, config: Any) -> AlphaZeroNet:
+    """The network ``config`` describes (``network``, ``hidden_sizes``, ``conv_channels``;
+    ``network="auto"``: conv for boards of >= 16 cells), in eval mode."""
+    network = config.network
+    if network == "auto":
+        network = "conv" if game.rows * game.cols >= 16 else "mlp"
+    return AlphaZeroNet(game, network, config.hidden_sizes, config.conv_channels).eval()
+
+
+@torch.no_grad()
+def evaluate_boards(
+    model: AlphaZeroNet, game: BoardGame, boards: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Priors (softmax over all moves) and values of canonical ``boards``."""
+    logits, values = model(torch.from_numpy(game.to_planes(boards)))
+    # (the search masks illegal moves and renormalizes: a softmax over legal moves)
+    return torch.softmax(logits, dim=-1).numpy(), values.numpy()
+
+
 class AlphaZeroPolicy(PolicyGraph):
     """Policy graph whose ``act`` is an MCTS guided by a policy/value network.
 
@@ -115,10 +134,7 @@ class AlphaZeroPolicy(PolicyGraph):
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any):
         super().__init__(observation_space, action_space, config)
         self.game = game_for_config(config)
-        network = config.network
-        if network == "auto":
-            network = "conv" if self.game.rows * self.game.cols >= 16 else "mlp"
-        self.model = AlphaZeroNet(self.game, network, config.hidden_sizes, config.conv_channels)
+        self.model = build_network(self.game, config)
         self.optimizer = make_adam(list(self.model.parameters()), config.lr)
         # seeded from the global numpy RNG, which the evaluator seeds per worker
         self.rng = np.random.default_rng(int(np.random.randint(2**31)))
@@ -139,12 +155,9 @@ class AlphaZeroPolicy(PolicyGraph):
         )
 
     # -- network -----------------------------------------------------------------------
-    @torch.no_grad()
     def evaluate(self, boards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Priors (softmax over all moves) and values of canonical ``boards``."""
-        logits, values = self.model(torch.from_numpy(self.game.to_planes(boards)))
-        # (the search masks illegal moves and renormalizes: a softmax over legal moves)
-        return torch.softmax(logits, dim=-1).numpy(), values.numpy()
+        return evaluate_boards(self.model, self.game, boards)
 
     # -- act ---------------------------------------------------------------------------
     def compute_actions(

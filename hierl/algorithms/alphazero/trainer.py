@@ -51,7 +51,8 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,7 @@ from hierl.algorithms.alphazero.components import (
 )
 from hierl.algorithms.alphazero.config import AlphaZeroConfig
 from hierl.algorithms.alphazero.games import TicTacToe
+from hierl.algorithms.alphazero.player import AlphaZeroPlayer
 from hierl.algorithms.alphazero.policy import AlphaZeroPolicy, game_for_config
 from hierl.algorithms.alphazero.runtime import Runtime
 from hierl.algorithms.trainer_base import BaseTrainer
@@ -530,6 +532,28 @@ class AlphaZeroTrainer(BaseTrainer):
             return self._rt.get(self._rt.call(self.replay, method, *args))
 
     # -- serving -----------------------------------------------------------------------
+    @staticmethod
+    def load_player(
+        checkpoint: str | Path,
+        *,
+        simulations: int | None = None,
+        temperature: float = 0.0,
+        noise: float = 0.0,
+        seed: int | None = None,
+        allow_imports: Collection[str] = (),
+    ) -> AlphaZeroPlayer:
+        """Only what acting needs from a checkpoint: its best model in an MCTS, built in
+        this process (no Ray, no actors, no replay buffer); acting settings are arguments
+        (see :mod:`hierl.algorithms.alphazero.player`)."""
+        return AlphaZeroPlayer.from_checkpoint(
+            checkpoint,
+            simulations=simulations,
+            temperature=temperature,
+            noise=noise,
+            seed=seed,
+            allow_imports=allow_imports,
+        )
+
     def compute_single_action(self, obs: Any, explore: bool = False) -> int:
         """The best model's move for one observation (greedy MCTS unless ``explore``)."""
         action, _, _ = self.best_policy.compute_single_action(np.asarray(obs), explore=explore)
