@@ -269,3 +269,10 @@ def test_population_acting_checkpoint_gives_the_best_members_config_and_state():
     assert cls is PPOESTrainer.member_class
     assert member["seed"] == 3 * 3 + 2 and member["env"] == "CartPole-v1"
     assert state == {"member": 2}
+
+
+def test_an_alphazero_checkpoint_points_at_its_search_for_acting():
+    from hierl.algorithms.alphazero import AlphaZeroTrainer
+
+    with pytest.raises(CheckpointError, match=r"load_player.*hierl play.*hierl serve"):
+        AlphaZeroTrainer.acting_checkpoint({}, {})

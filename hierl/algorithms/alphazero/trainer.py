@@ -69,6 +69,7 @@ from hierl.algorithms.alphazero.player import AlphaZeroPlayer
 from hierl.algorithms.alphazero.policy import AlphaZeroPolicy, game_for_config
 from hierl.algorithms.alphazero.runtime import Runtime
 from hierl.algorithms.trainer_base import BaseTrainer
+from hierl.checkpoint import CheckpointError
 from hierl.evaluators.env import env_spaces, resolve_env_creator
 from hierl.evaluators.evaluator_set import (
     EvaluatorFailureError,
@@ -552,6 +553,18 @@ class AlphaZeroTrainer(BaseTrainer):
             noise=noise,
             seed=seed,
             allow_imports=allow_imports,
+        )
+
+    @classmethod
+    def acting_checkpoint(
+        cls, config: dict[str, Any], state: Mapping[str, Any]
+    ) -> tuple[type[BaseTrainer], dict[str, Any], Mapping[str, Any]]:
+        """Refused: AlphaZero acts through its search, not a flat policy (see
+        :meth:`load_player`)."""
+        raise CheckpointError(
+            "an ALPHAZERO checkpoint acts through its search, not a flat policy: load it with "
+            "AlphaZeroTrainer.load_player(path, simulations=...), play it with `hierl play`, "
+            "serve it with `hierl serve` (/act) or export its network with `hierl export`"
         )
 
     def compute_single_action(self, obs: Any, explore: bool = False) -> int:
