@@ -27,66 +27,28 @@ from hierl.optimizers.apex import ApexOptimizer
 from hierl.optimizers.replay import ReplayOptimizer
 from hierl.policy_graph import ExplorationScale, GlobalVars, TDErrors
 from hierl.sample_batch import SampleBatch as SB
+from tests.support.actor_critic import (
+    ACT_SPACE,
+    OBS_SPACE,
+    TINY_NET,
+    TINY_PENDULUM,
+    changed,
+    make_batch,
+    normalise,
+    np_critic,
+    np_mlp,
+    perturb_targets,
+)
 from tests.support.helpers import RESULT_KEYS
 from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(120)
-
-OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-# Asymmetric bounds: scaling must use the centre and the half range.
-ACT_SPACE = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
-TINY_NET = {"hiddens": [8, 8], "activation": "relu"}
-TINY_PENDULUM = {
-    "env": "Pendulum-v1",
-    "model": TINY_NET,
-    "rollout_fragment_length": 10,
-    "train_batch_size": 16,
-    "replay_ratio": 16.0,
-    "buffer_size": 500,
-    "learning_starts": 50,
-    "random_timesteps": 30,
-    "timesteps_per_iteration": 0,  # one optimizer step (10 env steps) per train()
-}
 
 
 def make_policy(**changes) -> SACPolicy:
     config = SACConfig.from_dict({"model": TINY_NET, "gamma": 0.9, **changes})
     torch.manual_seed(0)
     return SACPolicy(OBS_SPACE, ACT_SPACE, config)
-
-
-def make_batch(n: int = 6, seed: int = 0) -> SB:
-    rng = np.random.default_rng(seed)
-    terminated = np.zeros(n, bool)
-    truncated = np.zeros(n, bool)
-    terminated[1] = True  # no bootstrap
-    truncated[2] = True  # time limit: bootstraps
-    return SB(
-        {
-            SB.OBS: rng.uniform(-1, 1, (n, 3)).astype(np.float32),
-            SB.NEW_OBS: rng.uniform(-1, 1, (n, 3)).astype(np.float32),
-            SB.ACTIONS: rng.uniform(ACT_SPACE.low, ACT_SPACE.high, (n, 2)).astype(np.float32),
-            SB.REWARDS: rng.normal(size=n).astype(np.float32),
-            SB.TERMINATEDS: terminated,
-            SB.TRUNCATEDS: truncated,
-        }
-    )
-
-
-def np_mlp(weights: dict, prefix: str, x: np.ndarray) -> np.ndarray:
-    """The MLP ``prefix.net.net.{i}`` in float64 numpy: relu between layers."""
-    keys = [k for k in weights if k.startswith(prefix + ".net.net.") and k.endswith(".weight")]
-    layers = sorted(int(k.split(".")[3]) for k in keys)
-    x = x.astype(np.float64)
-    for j, i in enumerate(layers):
-        x = x @ weights[f"{prefix}.net.net.{i}.weight"].T + weights[f"{prefix}.net.net.{i}.bias"]
-        if j < len(layers) - 1:
-            x = np.maximum(x, 0.0)
-    return x
-
-
-def np_critic(weights: dict, prefix: str, obs: np.ndarray, u: np.ndarray) -> np.ndarray:
-    return np_mlp(weights, prefix, np.concatenate([obs, u], axis=1))[:, 0]
 
 
 def np_actor(weights: dict, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -101,24 +63,6 @@ def np_squashed_logp(x: np.ndarray, mean: np.ndarray, log_std: np.ndarray) -> np
     std = np.exp(log_std)
     log_normal = -0.5 * ((x - mean) / std) ** 2 - np.log(std * np.sqrt(2 * np.pi))
     return (log_normal - np.log(1.0 - np.tanh(x) ** 2)).sum(-1)
-
-
-def normalise(actions: np.ndarray) -> np.ndarray:
-    center = (ACT_SPACE.high + ACT_SPACE.low) / 2
-    half = (ACT_SPACE.high - ACT_SPACE.low) / 2
-    return (actions - center) / half
-
-
-def perturb_targets(policy: SACPolicy) -> None:
-    """Make the target critics differ from the online ones (so tests can tell them apart)."""
-    with torch.no_grad():
-        for _, target in policy.model.online_target_pairs():
-            for p in target.parameters():
-                p.add_(0.3 * torch.randn_like(p))
-
-
-def changed(a: dict, b: dict, prefix: str) -> bool:
-    return any(not np.array_equal(a[k], b[k]) for k in a if k.startswith(prefix))
 
 
 # -- the squashed Gaussian ---------------------------------------------------------------------

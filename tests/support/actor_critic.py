@@ -1,0 +1,83 @@
+"""Fixtures shared by the replay actor-critics' tests (DDPG / TD3 and SAC): the spaces,
+a tiny Pendulum config, a batch with a terminated and a truncated row, and float64 numpy
+forward passes of the networks to check the torch numerics against."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from hierl.sample_batch import SampleBatch as SB
+
+OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+# Asymmetric bounds: scaling must use the centre and the half range, not just max_action.
+ACT_SPACE = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
+TINY_NET = {"hiddens": [8, 8], "activation": "relu"}
+TINY_PENDULUM = {
+    "env": "Pendulum-v1",
+    "model": TINY_NET,
+    "rollout_fragment_length": 10,
+    "train_batch_size": 16,
+    "replay_ratio": 16.0,
+    "buffer_size": 500,
+    "learning_starts": 50,
+    "random_timesteps": 30,
+    "timesteps_per_iteration": 0,  # one optimizer step (10 env steps) per train()
+}
+
+
+def make_batch(n: int = 6, seed: int = 0) -> SB:
+    """``n`` random rows in the spaces above; row 1 terminated, row 2 truncated."""
+    rng = np.random.default_rng(seed)
+    terminated = np.zeros(n, bool)
+    truncated = np.zeros(n, bool)
+    terminated[1] = True  # no bootstrap
+    truncated[2] = True  # time limit: bootstraps
+    return SB(
+        {
+            SB.OBS: rng.uniform(-1, 1, (n, 3)).astype(np.float32),
+            SB.NEW_OBS: rng.uniform(-1, 1, (n, 3)).astype(np.float32),
+            SB.ACTIONS: rng.uniform(ACT_SPACE.low, ACT_SPACE.high, (n, 2)).astype(np.float32),
+            SB.REWARDS: rng.normal(size=n).astype(np.float32),
+            SB.TERMINATEDS: terminated,
+            SB.TRUNCATEDS: truncated,
+        }
+    )
+
+
+def np_mlp(weights: dict, prefix: str, x: np.ndarray) -> np.ndarray:
+    """The MLP ``prefix.net.net.{i}`` in float64 numpy: relu between layers."""
+    keys = [k for k in weights if k.startswith(prefix + ".net.net.") and k.endswith(".weight")]
+    layers = sorted(int(k.split(".")[-2]) for k in keys)
+    x = x.astype(np.float64)
+    for j, i in enumerate(layers):
+        x = x @ weights[f"{prefix}.net.net.{i}.weight"].T + weights[f"{prefix}.net.net.{i}.bias"]
+        if j < len(layers) - 1:
+            x = np.maximum(x, 0.0)
+    return x
+
+
+def np_critic(weights: dict, prefix: str, obs: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Q(obs, u) of the critic ``prefix`` (u: normalised actions)."""
+    return np_mlp(weights, prefix, np.concatenate([obs, u], axis=1))[:, 0]
+
+
+def normalise(actions: np.ndarray) -> np.ndarray:
+    """Env actions of ACT_SPACE mapped to [-1, 1]."""
+    center = (ACT_SPACE.high + ACT_SPACE.low) / 2
+    half = (ACT_SPACE.high - ACT_SPACE.low) / 2
+    return (actions - center) / half
+
+
+def perturb_targets(policy: torch.nn.Module) -> None:
+    """Make the target networks differ from the online ones (so tests can tell them apart)."""
+    with torch.no_grad():
+        for _, target in policy.model.online_target_pairs():
+            for p in target.parameters():
+                p.add_(0.3 * torch.randn_like(p))
+
+
+def changed(a: dict, b: dict, prefix: str) -> bool:
+    """Whether any weight named ``prefix...`` differs between ``a`` and ``b``."""
+    return any(not np.array_equal(a[k], b[k]) for k in a if k.startswith(prefix))
