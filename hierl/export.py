@@ -386,6 +386,7 @@ def export_policy(
     """
     if format not in FORMATS:
         raise ExportError(f"unknown export format {format!r}; valid: {', '.join(FORMATS)}")
+    directory = Path(directory)
     module = GreedyPolicy(policy, normalization)
     _check_greedy(policy, module)
     model_path = write_model(module, directory, format)
