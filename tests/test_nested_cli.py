@@ -20,6 +20,7 @@ import pytest
 
 from hierl.checkpoint import load_checkpoint
 from hierl.cli import experiment_file, main
+from tests.support.helpers import TINY_ALPHAZERO
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -44,20 +45,7 @@ TINY_PPO_ES = {
         "model": {"hiddens": [16]},
     },
 }
-TINY_CONNECT_FOUR = {
-    "env_config": {"rows": 4, "cols": 5},
-    "num_self_play_workers": 0,
-    "num_envs_per_self_play_worker": 4,
-    "learning_starts": 64,
-    "train_batch_size": 32,
-    "sgd_steps_per_round": 2,
-    "num_simulations": 4,
-    "arena_games": 2,
-    "strength_games": 2,
-    "hidden_sizes": [16],
-    "time_budget_s": None,
-    "train_rounds_per_iter": 1,
-}
+TINY_CONNECT_FOUR = {**TINY_ALPHAZERO, "env_config": {"rows": 4, "cols": 5}}
 COMMANDS = {
     # the tuned file's settings, but 4 perturbed episodes of at most 100 steps a batch
     "ES": [

@@ -16,6 +16,7 @@ import pytest
 from hierl.checkpoint import load_checkpoint
 from hierl.cli import main
 from hierl.loggers import read_results
+from tests.support.helpers import TINY_ALPHAZERO
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -61,19 +62,7 @@ CONFIGS = {
     ),
     "ALPHAZERO": (
         "hierl/TicTacToe-v0",
-        {
-            "num_self_play_workers": 0,
-            "num_envs_per_self_play_worker": 4,
-            "learning_starts": 64,
-            "train_batch_size": 32,
-            "sgd_steps_per_round": 2,
-            "num_simulations": 4,
-            "arena_games": 2,
-            "strength_games": 2,
-            "hidden_sizes": [16],
-            "time_budget_s": None,
-            "train_rounds_per_iter": 1,
-        },
+        TINY_ALPHAZERO,
     ),
 }
 

@@ -29,6 +29,7 @@ from hierl.policy_graph import ExplorationScale, GlobalVars, TDErrors
 from hierl.sample_batch import SampleBatch as SB
 from tests.support.actor_critic import (
     ACT_SPACE,
+    APEX_PENDULUM,
     OBS_SPACE,
     TINY_NET,
     TINY_PENDULUM,
@@ -478,23 +479,7 @@ def test_apex_sac_preset():
 @pytest.mark.ray
 @pytest.mark.timeout(180)
 def test_apex_sac_with_two_evaluators_and_two_shards(ray_session):
-    trainer = ApexSACTrainer(
-        {
-            "env": "Pendulum-v1",
-            "model": {"hiddens": [32, 32], "activation": "relu"},
-            "num_evaluators": 2,
-            "num_cpus_per_evaluator": 0.5,
-            "rollout_fragment_length": 20,
-            "train_batch_size": 32,
-            "replay_ratio": 8.0,
-            "buffer_size": 2000,
-            "learning_starts": 200,
-            "num_replay_shards": 2,
-            "max_weight_sync_delay": 100,
-            "min_step_time_s": 0.5,
-            "sample_timeout_s": 120,
-        }
-    )
+    trainer = ApexSACTrainer(APEX_PENDULUM)
     try:
         opt = trainer.optimizer
         assert isinstance(opt, ApexOptimizer) and len(opt.replay.shards) == 2

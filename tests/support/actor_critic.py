@@ -25,6 +25,22 @@ TINY_PENDULUM = {
     "random_timesteps": 30,
     "timesteps_per_iteration": 0,  # one optimizer step (10 env steps) per train()
 }
+APEX_PENDULUM = {
+    "env": "Pendulum-v1",
+    "model": {"hiddens": [32, 32], "activation": "relu"},
+    "num_evaluators": 2,
+    "num_cpus_per_evaluator": 0.5,
+    "rollout_fragment_length": 20,
+    "train_batch_size": 32,
+    "replay_ratio": 8.0,
+    "buffer_size": 2000,
+    "learning_starts": 200,
+    "num_replay_shards": 2,
+    "max_weight_sync_delay": 100,
+    "min_step_time_s": 0.5,
+    "sample_timeout_s": 120,
+}
+"""Ape-X on Pendulum with 2 remote evaluators and 2 replay shards (Ray tests)."""
 
 
 def make_batch(n: int = 6, seed: int = 0) -> SB:

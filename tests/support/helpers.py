@@ -65,3 +65,19 @@ EXTERNAL_PPO = {  # one sample() = whole episodes holding at least 20 steps
     "seed": 0,
 }
 """PPO on CartPole driven by an external client through the external-env server."""
+
+
+TINY_ALPHAZERO = {
+    "num_self_play_workers": 0,
+    "num_envs_per_self_play_worker": 4,
+    "learning_starts": 64,
+    "train_batch_size": 32,
+    "sgd_steps_per_round": 2,
+    "num_simulations": 4,
+    "arena_games": 2,
+    "strength_games": 2,
+    "hidden_sizes": [16],
+    "time_budget_s": None,
+    "train_rounds_per_iter": 1,
+}
+"""An AlphaZero iteration in seconds: in-process self-play, 4 simulations a move."""
