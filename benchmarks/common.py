@@ -30,6 +30,7 @@ __all__ = [
     "BENCH_DIR",
     "REPO_ROOT",
     "RESULTS_DIR",
+    "RESULTS_MD",
     "CpuMeter",
     "ImageEnv",
     "bar_png",
@@ -37,6 +38,7 @@ __all__ = [
     "process_tree",
     "read_curve",
     "record",
+    "replace_results_block",
     "steal_seconds",
     "wait_for_quiet",
 ]
@@ -224,3 +226,23 @@ def read_curve(path: Path) -> list[dict[str, float]]:
         return [
             {k: float(v) if v else float("nan") for k, v in r.items()} for r in csv.DictReader(f)
         ]
+
+
+RESULTS_MD = BENCH_DIR / "RESULTS.md"
+"""The published learning results: one ``<!-- begin NAME -->`` ... ``<!-- end NAME -->``
+block per experiment."""
+
+
+def replace_results_block(name: str, block: str, results_md: Path = RESULTS_MD) -> None:
+    """Put ``block`` (which starts and ends with experiment ``name``'s markers) in place
+    of that experiment's block in ``results_md``, or at its end if it has none;
+    written atomically."""
+    text = results_md.read_text() if results_md.exists() else "# Learning results\n"
+    begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
+    if begin in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    tmp = results_md.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(results_md)

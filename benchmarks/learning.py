@@ -31,14 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import BENCH_DIR, RESULTS_DIR, read_curve
+from common import BENCH_DIR, RESULTS_DIR, RESULTS_MD, read_curve, replace_results_block
 
 from hierl import get_trainer_class
 from hierl.bench.report import git_info, machine_info
 from hierl.tune.experiments import ExperimentSpec, load_experiments
 
 FIELDS = ["timesteps", "wall_s", "episode_reward_mean", "evaluation_reward_mean"]
-RESULTS_MD = BENCH_DIR / "RESULTS.md"
 CURVES_DIR = BENCH_DIR / "curves"
 """Learning curves are kept in the repository (CSV + PNG per experiment), unlike results/."""
 
@@ -379,16 +378,7 @@ def update_results_md(name: str, summary: dict[str, Any], command: str) -> None:
             )
         lines.append(row)
     lines.append(f"<!-- end {name} -->")
-    block = "\n".join(lines)
-    text = RESULTS_MD.read_text() if RESULTS_MD.exists() else "# Learning results\n"
-    begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
-    if begin in text:
-        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    tmp = RESULTS_MD.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(RESULTS_MD)
+    replace_results_block(name, "\n".join(lines))
 
 
 def main() -> None:

@@ -28,12 +28,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from common import BENCH_DIR
+from common import BENCH_DIR, RESULTS_MD, replace_results_block
 
 from hierl.bench.report import git_info, machine_info
 from hierl.tune.experiments import ExperimentSpec, load_experiments, searched_keys
 
-RESULTS_MD = BENCH_DIR / "RESULTS.md"
 CURVES_DIR = BENCH_DIR / "curves"
 EVAL_KEY = "evaluation/episode_reward_mean"
 BASE_FIELDS = [
@@ -379,16 +378,7 @@ def update_results_md(summary: dict[str, Any], command: str, results_md: Path = 
             f"{f[score]:.0f}, trial {f['trial']}, at the same budget).",
         ]
     lines.append(f"<!-- end {name} -->")
-    block = "\n".join(lines)
-    text = results_md.read_text() if results_md.exists() else "# Learning results\n"
-    begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
-    if begin in text:
-        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    tmp = results_md.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(results_md)
+    replace_results_block(name, "\n".join(lines), results_md)
 
 
 def main() -> None:
