@@ -66,6 +66,7 @@ def test_measure_reports_both_sides_and_their_ratio(bench):
 
 @pytest.mark.parametrize("algo", ["SAC", "TD3"])
 def test_sb3_peer_of_learning_py_gets_the_experiment_s_settings(algo, tmp_path):
+    pytest.importorskip("stable_baselines3")  # the bench extra: not in README's test install
     from hierl.tune.experiments import load_experiments
 
     sys.path.insert(0, str(BENCH))
