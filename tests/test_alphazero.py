@@ -496,6 +496,8 @@ def test_iteration_result_and_checkpoint_round_trip(tmp_path):
         assert result["strength/wins"] + result["strength/draws"] + result["strength/losses"] == 4
         json.dumps(result)  # CLI result files are JSON
         trainer.on_compare_result(ArenaResult(20, 0, 0), _scaled(trainer.get_weights(), 0.9))
+        learner = trainer.learners[0]
+        learner.train(trainer.replay.sample(64))  # its candidate moves past the new best
         path = trainer.save(tmp_path / "ckpt")
         restored = AlphaZeroTrainer.from_checkpoint(path)
         try:
@@ -507,6 +509,14 @@ def test_iteration_result_and_checkpoint_round_trip(tmp_path):
                     restored.self_play[0].get_weights()[DEFAULT_POLICY_ID][k], v
                 )
             assert len(restored.replay) == len(trainer.replay) == result["replay_size"]
+            # the learner's candidate and its Adam moments, not the best weights afresh
+            saved, back = learner.get_state(), restored.learners[0].get_state()
+            assert back["num_updates"] == saved["num_updates"] > 0
+            _assert_same_weights(back["weights"], saved["weights"])
+            best = trainer.get_weights()
+            assert any(not np.array_equal(back["weights"][k], v) for k, v in best.items())
+            for k, moments in saved["optimizer"]["state"].items():
+                _assert_same_weights(back["optimizer"]["state"][k], moments)
             obs = trainer.game.to_planes(trainer.game.initial_board())
             assert restored.compute_single_action(obs) == trainer.compute_single_action(obs)
             assert restored.train()["training_iteration"] == 2

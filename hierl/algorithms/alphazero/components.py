@@ -16,6 +16,7 @@ from a shared replay buffer, and candidate-vs-best comparisons.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -113,6 +114,14 @@ class AlphaZeroLearner(_NetworkActor):
     def get_weights(self) -> Weights:
         """The candidate's weights."""
         return self.policy.get_weights()
+
+    def get_state(self) -> dict[str, Any]:
+        """The candidate's weights, its Adam moments and its update count."""
+        return self.policy.get_state()
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Inverse of :meth:`get_state`."""
+        self.policy.set_state(state)
 
     def train(self, batch: SampleBatch) -> tuple[Weights, dict[str, float]]:
         """SGD over ``batch`` in minibatches of ``train_batch_size``; return the

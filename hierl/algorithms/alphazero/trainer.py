@@ -522,15 +522,20 @@ class AlphaZeroTrainer(BaseTrainer):
         else:  # strength: the same game seeds and weights on the recreated arena
             self._launch_strength(index, extra)
 
-    def _replay_call(self, method: str, *args: Any) -> Any:
-        """A synchronous replay-actor call; a dead replay actor is recreated (empty) once."""
+    def _sync_call(self, role: str, index: int, method: str, *args: Any) -> Any:
+        """A synchronous call to actor ``role`` / ``index``; a dead actor is recreated
+        once (a replay buffer empty, a learner from the best weights) and called again."""
+
+        def actor() -> Any:
+            return self.replay if role == "replay" else self._role_list(role)[index]
+
         try:
-            return self._rt.get(self._rt.call(self.replay, method, *args))
+            return self._rt.get(self._rt.call(actor(), method, *args))
         except Exception as error:
             if not self._rt.use_ray or not is_evaluator_failure(error):
                 raise
-            self._recreate("replay", 0, error)
-            return self._rt.get(self._rt.call(self.replay, method, *args))
+            self._recreate(role, index, error)
+            return self._rt.get(self._rt.call(actor(), method, *args))
 
     # -- serving -----------------------------------------------------------------------
     @staticmethod
@@ -578,8 +583,9 @@ class AlphaZeroTrainer(BaseTrainer):
 
     # -- state -------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
-        """Best weights, counters and the replay buffer's contents."""
-        replay = self._replay_call("get_state")
+        """Best weights, counters, the replay buffer's contents and each learner's
+        candidate (its weights and Adam moments)."""
+        replay = self._sync_call("replay", 0, "get_state")
         return {
             "best_weights": self.best_policy.get_weights(),
             "best_version": self.best_version,
@@ -587,6 +593,9 @@ class AlphaZeroTrainer(BaseTrainer):
             "iteration": self.iteration,
             "time_total_s": self.time_total_s,
             "replay": replay,
+            "learners": [
+                self._sync_call("learner", j, "get_state") for j in range(len(self.learners))
+            ],
         }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
@@ -594,7 +603,8 @@ class AlphaZeroTrainer(BaseTrainer):
         self.best_policy.set_weights(state["best_weights"])
         self.best_version = int(state["best_version"])
         self._epoch += 1
-        self._replay_call("set_state", state["replay"])  # first: a recreation resets counters
+        # first: a recreated replay actor resets the counters
+        self._sync_call("replay", 0, "set_state", state["replay"])
         self.counters = collections.defaultdict(
             float, {k: float(v) for k, v in state["counters"].items()}
         )
@@ -602,6 +612,10 @@ class AlphaZeroTrainer(BaseTrainer):
         self.time_total_s = float(state["time_total_s"])
         self._candidates.clear()
         self._broadcast_best()
+        # a learner keeps its candidate and Adam moments; one more than the checkpoint
+        # held (num_learners raised on resume) starts from the best weights, as at start
+        for j, learner_state in enumerate(state.get("learners", [])[: len(self.learners)]):
+            self._sync_call("learner", j, "set_state", learner_state)
 
     def stop(self) -> None:
         """Kill the actors (nothing to do in-process)."""
