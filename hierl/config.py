@@ -83,7 +83,7 @@ def suggest(name: str, valid: list[str] | tuple[str, ...]) -> str:
 
 
 def suggest_key(key: str, valid: list[str] | tuple[str, ...] | set[str]) -> str:
-    """Like :func:`suggest` for a config key, but by meaning first: an RLlib key names its
+    """Like ``suggest`` for a config key, but by meaning first: an RLlib key names its
     hierl counterpart (or what to use instead), whether or not this config has it."""
     if key in RLLIB_KEYS:
         target = RLLIB_KEYS[key]
@@ -97,7 +97,7 @@ def suggest_key(key: str, valid: list[str] | tuple[str, ...] | set[str]) -> str:
 def translate_rllib_keys(
     data: Mapping[str, Any], valid: set[str] | frozenset[str], prefix: str = ""
 ) -> dict[str, Any]:
-    """``data`` with each RLlib key (:data:`RLLIB_KEYS`) whose hierl key is in ``valid``
+    """``data`` with each RLlib key (``RLLIB_KEYS``) whose hierl key is in ``valid``
     renamed to it, with a one-line notice; giving both is a ConfigError."""
     out = dict(data)
     for key in list(out):

@@ -218,7 +218,7 @@ class DDPGModel(nn.Module):
 class DDPGPolicy(ActorCriticPolicy):
     """DDPG/TD3 policy graph: act with noise, learn on replayed batches, Polyak targets.
 
-    ``config`` is a :class:`DDPGConfig` (or a subclass).  Weights (``get_weights``) include
+    ``config`` is a ``DDPGConfig`` (or a subclass).  Weights (``get_weights``) include
     the target networks, so replicas that compute Ape-X priorities use the learner's
     targets.  ``get_state`` adds both Adam optimizers' moments, the update counter (the
     ``policy_delay`` phase), the last actor loss and the exploration scale.
@@ -380,7 +380,7 @@ class DDPGTrainer(Trainer):
 
 
 class TD3Trainer(DDPGTrainer):
-    """TD3: DDPG with :class:`TD3Config`'s defaults (twin critics, smoothing, delay 2)."""
+    """TD3: DDPG with ``TD3Config``'s defaults (twin critics, smoothing, delay 2)."""
 
     name = "TD3"
     config_class = TD3Config

@@ -189,7 +189,7 @@ class DQNPolicy(TorchPolicyGraph):
         self._last_td_error: np.ndarray | None = None
 
     def make_model(self) -> nn.Module:
-        """A :class:`QNetwork` (dueling when ``config.dueling``)."""
+        """A ``QNetwork`` (dueling when ``config.dueling``)."""
         cfg = self.config
         model = getattr(cfg, "model", None) or ModelConfig()
         check_default_model(model, "DQN's Q-network")

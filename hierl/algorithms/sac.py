@@ -215,7 +215,7 @@ def min_q(critics: list[DDPGCritic], obs: torch.Tensor, u: torch.Tensor) -> torc
 class SACPolicy(ActorCriticPolicy):
     """SAC policy graph: act by sampling the squashed Gaussian, learn on replayed batches.
 
-    ``config`` is a :class:`SACConfig`.  Weights (``get_weights``) include the target
+    ``config`` is a ``SACConfig``.  Weights (``get_weights``) include the target
     critics and ``log_alpha``, so replicas that compute Ape-X priorities use the learner's
     targets and temperature.  ``get_state`` adds the three Adam optimizers' moments and the
     update counter.

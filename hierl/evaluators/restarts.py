@@ -33,7 +33,7 @@ class RestartBudget:
         error: the exception class raised when a failure ends training.
 
     Attributes:
-        made: recreations made so far (what a checkpoint keeps: :meth:`get_state`).
+        made: recreations made so far (what a checkpoint keeps: ``get_state``).
         counts: recreations per key (a worker index, a role...) made by this process.
     """
 

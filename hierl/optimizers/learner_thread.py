@@ -64,7 +64,7 @@ class LearnerThread(threading.Thread):
     """Daemon thread running ``learn(tag, batch)`` on queued ``(tag, batch)`` items.
 
     Args:
-        learn: one update (see :data:`LearnFn`).
+        learn: one update (see ``LearnFn``).
         inqueue_size: bound of ``inqueue`` (batches waiting to be learned).
         outqueue_size: bound of ``outqueue`` (outputs waiting for the driver);
             when it is full the thread waits, so an idle driver stalls the learner
@@ -215,7 +215,7 @@ class LearnerThread(threading.Thread):
 
     def pop_stats(self) -> dict[str, float]:
         """Learner statistics averaged over the updates since the last call
-        (:class:`~hierl.policy_graph.UpdateStats`: refused updates counted, not averaged).
+        (``UpdateStats``: refused updates counted, not averaged).
 
         Without new updates, the previous average is returned again ({} before any),
         with no refused updates.

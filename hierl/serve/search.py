@@ -1,8 +1,8 @@
 """The served board-game player: an AlphaZero checkpoint's network with the MCTS run in
 the replica.
 
-:class:`ServedSearch` answers ``POST /act`` for an ALPHAZERO checkpoint (the deployment
-picks it instead of :class:`hierl.serve.policy.ServedPolicy`; the same methods).  A
+``ServedSearch`` answers ``POST /act`` for an ALPHAZERO checkpoint (the deployment
+picks it instead of ``hierl.serve.policy.ServedPolicy``; the same methods).  A
 request holds a board and optionally a simulation count, bounded by the server setting
 ``max_simulations``::
 
@@ -100,7 +100,7 @@ class ServedSearch:
         }
 
     def parse(self, data: Any) -> BoardQuery:
-        """A request's JSON value as a :class:`BoardQuery`.
+        """A request's JSON value as a ``BoardQuery``.
 
         Raises:
             WireError: naming the field that does not fit and what is valid.

@@ -93,7 +93,7 @@ def trial_seed(base_seed: int, trial_id: str | None) -> int:
 
 
 class TrainerTrainable(tune.Trainable):
-    """Tune Trainable running one ``trainer_class`` trainer; see :func:`trainable`."""
+    """Tune Trainable running one ``trainer_class`` trainer; see ``trainable``."""
 
     trainer_class: type[Trainer] = Trainer
     base_seed: int = 0

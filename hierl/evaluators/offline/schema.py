@@ -29,7 +29,7 @@ from hierl.evaluators.wire import describe_space, space_to_json
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 
 SCHEMA_VERSION = 2
-"""Written by this hierl; :data:`READABLE_VERSIONS` are read."""
+"""Written by this hierl; ``READABLE_VERSIONS`` are read."""
 READABLE_VERSIONS = (1, 2)
 METADATA_KEY = b"hierl"
 

@@ -23,7 +23,7 @@ exercised -- and parallel -- on any machine.
 
 This module holds the loading and the SGD schedule; what one tower is and how towers are
 kept in step (device choice, policy and minibatch views, gradient averaging, weight
-copies) lives in :mod:`hierl.optimizers.multi_gpu.towers`.
+copies) lives in ``hierl.optimizers.multi_gpu.towers``.
 """
 
 from __future__ import annotations
