@@ -32,7 +32,7 @@ row.  Inputs and outputs (``B``: the batch dimension, dynamic):
   Gaussian's ``[mean, log_std]``), then for recurrent models ``state_out_0``, ... (the state
   to pass to the next call).
 
-Loading, without hierl::
+Loading, without hierl:
 
     policy = torch.jit.load("policy.pt")
     actions, dist_inputs, values = policy(torch.as_tensor(obs_batch))

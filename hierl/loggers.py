@@ -2,7 +2,7 @@
 
 ``ResultLogger`` writes each ``train()`` result of a run to one directory, in the
 files and with the metric names of Ray Tune's default loggers, so that ``tensorboard
---logdir`` and CSV tools treat a ``hierl train`` run like a Tune trial::
+--logdir`` and CSV tools treat a ``hierl train`` run like a Tune trial:
 
     with ResultLogger("runs/ppo_cartpole") as log:
         for _ in range(100):

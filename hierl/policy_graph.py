@@ -5,7 +5,7 @@ a policy graph defines ``act`` (compute_actions), ``postprocess``
 (postprocess_trajectory) and ``loss`` (through compute_gradients / learn_on_batch),
 plus weights/state access and utility methods called by name.
 
-How the rest of hierl drives a policy graph::
+How the rest of hierl drives a policy graph:
 
     policy = MyPolicy(observation_space, action_space, config)
     # on an evaluator, once per environment step (batched over the vector of envs):

@@ -254,7 +254,7 @@ def vtrace(
     behaviour policy), ``values = V(x_s)`` under the current value function,
     ``bootstrap_values`` (read at run ends only) ``= V(x after the run)``, 0 where the
     episode terminated.  With ``rho_s = min(rho_bar, e^log_rho_s)``, ``c_s = lambda
-    min(c_bar, e^log_rho_s)`` and ``delta_s = rho_s (r_s + gamma V(x_{s+1}) - V(x_s))``::
+    min(c_bar, e^log_rho_s)`` and ``delta_s = rho_s (r_s + gamma V(x_{s+1}) - V(x_s))``:
 
         v_s - V(x_s) = delta_s + gamma c_s (v_{s+1} - V(x_{s+1}))     (0 past the run's end)
 

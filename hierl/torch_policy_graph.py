@@ -1,7 +1,7 @@
 """TorchPolicyGraph: a PolicyGraph built from a torch model, an action distribution and a loss.
 
 A new algorithm subclasses it and defines ``loss`` (and optionally
-``postprocess_trajectory``)::
+``postprocess_trajectory``):
 
     class MyPolicy(TorchPolicyGraph):
         def loss(self, batch):

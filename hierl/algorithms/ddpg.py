@@ -11,7 +11,7 @@
   https://arxiv.org/abs/1803.00933 (§4.2): the same learner on the ``apex`` optimizer;
   each evaluator explores with its own noise scale (``DDPGPolicy.set_exploration_scale``).
 
-One learner update (``DDPGPolicy.learn_on_replay_batch``), as in TD3's Algorithm 1::
+One learner update (``DDPGPolicy.learn_on_replay_batch``), as in TD3's Algorithm 1:
 
     y = r + gamma * (1 - terminated) * min_i Q'_i(s', clip(mu'(s') + clip(eps, -c, c), -1, 1))
     critic(s): minimise  w * (Q_i(s, a) - y)^2         (w: prioritized replay weights)

@@ -9,7 +9,7 @@ recurrent state exactly as in training), optionally rendered on screen
 (``render_mode="rgb_array"``; needs moviepy).  A multi-agent env is played by a fresh
 in-process evaluator with the trainer's weights and filters, whole episodes only.
 
-Example::
+Example:
 
     trainer = Trainer.from_checkpoint(path, num_evaluators=0)
     for record in rollout(trainer, RolloutOptions(episodes=5, video_dir="videos")):

@@ -11,7 +11,7 @@
   no noise scale for the optimizer's per-evaluator ladder to pin (SACPolicy has no
   ``ExplorationScale``; ``apex`` pins no ladder when no policy has one).
 
-One learner update (``SACPolicy.learn_on_replay_batch``)::
+One learner update (``SACPolicy.learn_on_replay_batch``):
 
     alpha = exp(log_alpha)                                  (the value before this update)
     u' ~ pi(.|s'),  y = r + gamma (1 - terminated) (min_i Q'_i(s', u') - alpha log pi(u'|s'))

@@ -5,7 +5,7 @@ result dict (assembled by ``hierl.algorithms.metrics``), so a trainer nests anyw
 as a Ray actor in another algorithm, a step of a self-play loop, or a Ray Tune trial.  A
 new algorithm is a PolicyGraph plus a Trainer subclass naming its config class
 (``TrainerConfig`` or a subclass), policy class and
-the optimizers it supports::
+the optimizers it supports:
 
     class MyTrainer(Trainer):
         name = "MY_ALGO"

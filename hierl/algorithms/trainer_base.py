@@ -4,7 +4,7 @@
 *nested* algorithm that composes other components instead (PPO-ES: a population of
 trainer actors; AlphaZero: self-play, replay and optimizer actors) subclasses
 ``BaseTrainer`` directly and implements ``train``, ``get_state`` and ``set_state``; the
-CLI, Ray Tune and checkpoints then treat it like any other algorithm::
+CLI, Ray Tune and checkpoints then treat it like any other algorithm:
 
     class MyLoop(BaseTrainer):
         name = "MY_LOOP"
@@ -255,7 +255,7 @@ class BaseTrainer:
         logged output: ``ACTING_OVERRIDES``); a nested one gives the trainer its
         ``acting_checkpoint`` names (PPO-ES / A3C-ES: the best member, ES: its
         policy), also without Ray or actors.  ``config_overrides`` apply on top (e.g.
-        another ``env``); ``allow_imports`` as for ``from_checkpoint``.  Acting::
+        another ``env``); ``allow_imports`` as for ``from_checkpoint``.  Acting:
 
             trainer = BaseTrainer.for_acting("runs/PPO_ES_Walker2d-v5/checkpoints/000010")
             action = trainer.compute_single_action(obs, explore=False)

@@ -1,7 +1,7 @@
 """Atari: the DeepMind preprocessing that ``ALE/*`` and ``*NoFrameskip-v4`` ids get by default.
 
 The pipeline is the one users know from Stable-Baselines3's ``AtariWrapper`` and RLlib's
-Atari defaults (Mnih et al. 2015; Machado et al. 2018 for the v5 ids' sticky actions)::
+Atari defaults (Mnih et al. 2015; Machado et al. 2018 for the v5 ids' sticky actions):
 
     gymnasium.make(id, frameskip=1)          # ALE/*-v5 keep their sticky actions (0.25)
     AtariPreprocessing                       # up to 30 no-ops on reset, frame skip 4 with

@@ -1,7 +1,7 @@
 """User callbacks: hooks into the rollout loops and the trainer (RLlib's DefaultCallbacks).
 
 Subclass ``EpisodeCallbacks``, override the hooks you need and set the class, or
-its name as a ``"module:Class"`` string, as config ``callbacks``::
+its name as a ``"module:Class"`` string, as config ``callbacks``:
 
     class PoleAngle(EpisodeCallbacks):
         def on_episode_end(self, *, episode, env_info, worker_index):

@@ -2,7 +2,7 @@
 
 An ``EnvKind`` says everything the rest of hierl needs to know about one kind of
 env, so that supporting a new kind (say a batched simulator with its own API) is one
-``register_env_kind`` call, in this module for the built-in kinds or in your own::
+``register_env_kind`` call, in this module for the built-in kinds or in your own:
 
     register_env_kind(EnvKind("MySimulator", MySimulator, MySimulatorSampler))
 

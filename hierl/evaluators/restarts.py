@@ -2,7 +2,7 @@
 
 Every component that recreates its failed Ray actors (the evaluator set, the population
 trainers, AlphaZero) counts the recreations against one budget, a config setting such as
-``max_evaluator_restarts``, and raises its own error when it is used up::
+``max_evaluator_restarts``, and raises its own error when it is used up:
 
     budget = RestartBudget(config.max_evaluator_restarts, "max_evaluator_restarts",
                            EvaluatorFailureError)

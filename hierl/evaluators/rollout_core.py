@@ -1,7 +1,7 @@
 """The rollout core: the one per-step loop behind every way hierl plays an env.
 
 Whatever plays an env (a PolicyEvaluator's sampler, an ES perturbation, ``hierl
-rollout``), each step is the same::
+rollout``), each step is the same:
 
     actions = act(policy, observations[, state])     # compute_actions, env format
     obs, rewards, terminated, truncated, info = call_env(env, "step", actions)

@@ -2,7 +2,7 @@
 
 The trainer builds one spec from its config (``Trainer._make_evaluators``); the
 evaluator set builds its local evaluator and every remote replica from it, and a failed
-replica is recreated from the same spec::
+replica is recreated from the same spec:
 
     spec = EvaluatorSpec.of("CartPole-v1", PGPolicy, config, num_envs_per_evaluator=4, seed=0)
     local = PolicyEvaluator(spec)                              # worker_index 0

@@ -1,7 +1,7 @@
 """Custom models by name: ``register_model(name, factory)`` and ``model.custom_model: name``.
 
 A config (YAML, JSON, a checkpoint) names a model; it never holds code.  The factory is
-registered in the driver's process::
+registered in the driver's process:
 
     def make_my_model(obs_space, action_space, num_outputs, model_config):
         return MyModule(obs_space, num_outputs, **model_config.custom_model_config)

@@ -6,7 +6,7 @@ the actors.  Both run their learner in a thread of the driver process so the
 (GIL-releasing) torch update overlaps with the driver's Ray bookkeeping.  What one update
 does is the ``learn`` function the optimizer passes.
 
-How an optimizer drives it::
+How an optimizer drives it:
 
     def learn(tag, batch):                              # one update
         stats = policy.learn_on_batch(batch)

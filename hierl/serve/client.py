@@ -2,7 +2,7 @@
 PolicyClient), over plain HTTP.
 
 The trainer runs with ``input: "external"`` (``hierl.evaluators.external``); the
-app, in any process, on any machine that can reach it::
+app, in any process, on any machine that can reach it:
 
     client = PolicyClient("http://127.0.0.1:9900")
     episode = client.start_episode()

@@ -7,7 +7,7 @@ observation filters of training (``update=False``: serving never changes the fil
 and acts on a whole batch of requests with one forward pass per ``(policy, explore)``
 group (``hierl.evaluators.rollout_core.act``).
 
-Requests (``POST /act``), as JSON::
+Requests (``POST /act``), as JSON:
 
     {"observations": [[...], ...],      # or "observation": [...] for a single one
      "explore": false,                  # sample (true) or the greedy action (default)

@@ -4,7 +4,7 @@ the replica.
 ``ServedSearch`` answers ``POST /act`` for an ALPHAZERO checkpoint (the deployment
 picks it instead of ``hierl.serve.policy.ServedPolicy``; the same methods).  A
 request holds a board and optionally a simulation count, bounded by the server setting
-``max_simulations``::
+``max_simulations``:
 
     {"board": [[0, 0, 0, 0, 0, 0, 0], ..., [0, 0, 0, 1, -1, 0, 0]],  # rows x cols, row 0 at
                                        # the top; 1: the first player's stones, -1: the second's

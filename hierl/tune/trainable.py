@@ -2,7 +2,7 @@
 
 Tune drives a trial through ``setup(config) → step() ... → save/load_checkpoint →
 cleanup()``; a hierl Trainer already is ``Trainer(config) → train() ... → save/restore →
-stop()``, so the adapter only maps one onto the other::
+stop()``, so the adapter only maps one onto the other:
 
     tuner = tune.Tuner(
         "hierl/PPO",  # or trainable("PPO"), or trainable(MyTrainer)

@@ -16,7 +16,7 @@ Greedy search is deterministic up to tie-breaks: evaluation matches diversify ga
 random opening plies instead (``opening_moves`` of
 ``hierl.algorithms.alphazero.match.play_match``).
 
-Calling loop::
+Calling loop:
 
     player = AlphaZeroTrainer.load_player("run/checkpoints/000042", simulations=200)
     board = player.game.initial_board()          # canonical: +1 = the player to move

@@ -1,6 +1,6 @@
 """The episodes PolicyClients drive: one row per step, whole episodes out.
 
-An external app owns the loop; the server sees, per episode, calls in this order::
+An external app owns the loop; the server sees, per episode, calls in this order:
 
     start  ->  (action | log_action, returns*)*  ->  end (final observation)
 

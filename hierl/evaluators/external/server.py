@@ -2,7 +2,7 @@
 
 One ``ExternalServer`` per evaluator that samples, each request on its own thread
 (``http.server.ThreadingHTTPServer``, HTTP/1.1 keep-alive).  The routes, all JSON
-except ``GET /policy``::
+except ``GET /policy``:
 
     GET  /healthz                          {"ok": true}
     GET  /spec                             the spaces, the worker index, the policy version
