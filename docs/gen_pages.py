@@ -870,7 +870,8 @@ def api_entries() -> list[ApiEntry]:
         mod = importlib.import_module(module)
         for name in sorted(public_names(module)):
             obj = getattr(mod, name)
-            if getattr(obj, "__module__", module) != module and not _defined_in(module, name):
+            home = getattr(obj, "__module__", None)
+            if inspect.ismodule(obj) or (home != module and not _defined_in(module, name)):
                 continue  # imported there, not defined: documented where it is defined
             add(f"{module}.{name}", f"{module}.{name}", api_page_name(module))
     for package in (p for p in PUBLIC_PACKAGES if p != "hierl"):
