@@ -357,18 +357,42 @@ def image_path(image: Path) -> str:
 
 def record_markdown(record: Record, page: str, level: int = 3) -> str:
     """A record as Markdown for ``page`` (a site path): its block (headings moved to
-    ``level``), or its summary table when it has no block, and its figures."""
-    depth = page.count("/")
-    parts = []
+    ``level``), or what its directory holds when it has no block, then its notes and
+    figures (``record_extras``)."""
     if record.block:
-        parts.append(shift_headings(record.block, level))
+        head = shift_headings(record.block, level) + "\n"
     else:
-        parts.append(f"{'#' * level} {record.name}\n")
-        parts.append(summary_table([record]))
+        head = f"{'#' * level} {record.name}\n\n" + record_facts(record)
+    return head + record_extras(record, page)
+
+
+def record_facts(record: Record) -> str:
+    """What a record without a ``RESULTS.md`` block says of itself: its summary's
+    command, commit and machine, and its learning table."""
+    s = record.summary
+    facts = []
+    if record.command:
+        facts.append(f"Command: {code(record.command)}.")
+    if s.get("git"):
+        facts.append(f"Commit {_commit(s)}.")
+    if s.get("machine"):
+        facts.append(f"Machine: {_machine(s)}.")
+    text = " ".join(facts) + "\n\n" if facts else ""
+    return text + summary_table([record])
+
+
+def record_extras(record: Record, page: str) -> str:
+    """The notes (``benchmarks/curves/<name>/README.md``) and figures of a record, for
+    site page ``page``."""
+    parts = []
+    readme = CURVES / record.name / "README.md"
+    if readme.exists():
+        notes = rewrite_repo_links(shift_headings(readme.read_text().strip(), 4))
+        parts.append(f"Notes (`{readme.relative_to(ROOT).as_posix()}`):\n\n{notes}\n")
+    rel = "../" * page.count("/")
     for image in record.images:
-        rel = "../" * depth + image_path(image)
-        parts.append(f"![{record.name}: {image.stem}]({rel})\n")
-    return "\n".join(parts) + "\n"
+        parts.append(f"![{record.name}: {image.stem}]({rel}{image_path(image)})\n")
+    return "\n".join(parts) + ("\n" if parts else "")
 
 
 def shift_headings(text: str, level: int) -> str:
@@ -1001,37 +1025,73 @@ def _relative(page: str, target: str) -> str:
 
 
 def results_page(all_records: list[Record]) -> str:
-    """The benchmark results page: a table of every learning record, then each record
-    with its figures, then the other blocks of ``benchmarks/RESULTS.md`` as written."""
+    """The benchmark results page: a table of every learning record, then
+    ``benchmarks/RESULTS.md`` as written (each block followed by its notes and
+    figures), then the records that have a directory under ``benchmarks/curves/`` but no
+    block."""
+    page = "benchmarks/results.md"
     out = [
         "# Benchmark results\n",
         "Generated from the benchmark records: `benchmarks/curves/*/summary.json` (what "
         "ran, its commit, the machine), `benchmarks/RESULTS.md` (the table each benchmark "
-        "script writes, with its command) and the figures beside them. How each benchmark "
-        "is run and reproduced: [benchmarks](index.md).\n",
+        "script writes, with its command, and the notes written beside them) and the "
+        "figures and notes in `benchmarks/curves/`. How each benchmark is run and "
+        "reproduced: [benchmarks](index.md).\n",
         "## Learning results at a glance\n",
         summary_table([r for r in all_records if r.summary.get("runs")]),
-        "## Records\n",
     ]
-    out += [record_markdown(r, "benchmarks/results.md") for r in all_records]
+    by_name = {r.name: r for r in all_records}
+    if RESULTS.exists():
+
+        def with_extras(m: re.Match[str]) -> str:
+            return m["body"].strip() + "\n\n" + record_extras(by_name[m["name"]], page)
+
+        text = BLOCK.sub(with_extras, RESULTS.read_text())
+        text = re.sub(r"^# .*\n", "", text, count=1).strip()
+        out += ["## `benchmarks/RESULTS.md`\n", shift_headings(text, 3)]
+    rest = [r for r in all_records if not r.block and r.name != "nesting-overhead"]
+    if rest:
+        out.append("## Other records in `benchmarks/curves/`\n")
+        out += [record_markdown(r, page) for r in rest]
     nesting = CURVES / "nesting-overhead" / "nesting_overhead.json"
     if nesting.exists():
-        data = json.loads(nesting.read_text())
-        figures = data.get("figures") or {}
-        out += [
-            "### nesting-overhead: `benchmarks/curves/nesting-overhead/nesting_overhead.json`\n",
-            f"Measured {data.get('date', '?')} at commit {_commit(data)} on "
-            f"{_machine(data)}; config {code(data.get('config', {}))}.\n",
-            table(["figure", "value"], [[k, code(v)] for k, v in figures.items()]),
-        ]
-    rest = BLOCK.sub("", RESULTS.read_text()) if RESULTS.exists() else ""
-    rest = re.sub(r"^# .*\n", "", rest, count=1).strip()
-    if rest:
-        out += [
-            "## Notes and results written by hand in `benchmarks/RESULTS.md`\n",
-            shift_headings(rest, 3),
-        ]
+        out.append(json_record_markdown(nesting))
     return "\n".join(out) + "\n"
+
+
+def json_record_markdown(path: Path) -> str:
+    """A benchmark's JSON record (``{"benchmark", "git", "date", "machine", "config",
+    "figures"}``) as Markdown: when, at which commit, on which machine, with which command
+    (the ``python benchmarks/<benchmark>.py ...`` that ``RESULTS.md`` names), and its
+    figures (scalars in one table, each list of measurements in its own)."""
+    data = json.loads(path.read_text())
+    script = f"benchmarks/{data.get('benchmark', path.stem)}.py"
+    text = RESULTS.read_text() if RESULTS.exists() else ""
+    command = re.search(rf"`(python {re.escape(script)}[^`]*)`", text)
+    out = [
+        f"### {path.parent.name}\n",
+        f"`{path.relative_to(ROOT).as_posix()}`: measured {data.get('date', '?')} at commit "
+        f"{_commit(data)} on {_machine(data)}"
+        + (f", with {code(command.group(1))}" if command else "")
+        + f"; config {code(data.get('config', {}))}.\n",
+    ]
+    figures = data.get("figures") or {}
+
+    def rows_of_dicts(value: Any) -> bool:
+        return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+    scalars = [[k, code(v)] for k, v in figures.items() if not rows_of_dicts(v)]
+    out.append(table(["figure", "value"], scalars))
+    for key, values in figures.items():
+        if rows_of_dicts(values):
+            header = list(values[0])
+            rows = [[_number(v.get(h)) for h in header] for v in values]
+            out += [f"`{key}`:\n", table(header, rows)]
+    return "\n".join(out)
+
+
+def _number(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def project_page(title: str, source: Path) -> str:
