@@ -883,7 +883,9 @@ class ApiEntry:
 def api_entries() -> list[ApiEntry]:
     """Every public name with the page that renders it, each object rendered once: the
     public modules as a whole first, then each public package's ``__all__``, then the
-    trainer classes (``from hierl import PPOTrainer``) and their config classes."""
+    trainer classes (``from hierl import PPOTrainer``) and their config classes
+    (``PPOTrainer.config_class``), and each strategy's settings class
+    (``LocalOptimizer.config_class``)."""
     entries: list[ApiEntry] = []
     rendered: dict[str, str] = {}  # target -> page
 
@@ -910,11 +912,12 @@ def api_entries() -> list[ApiEntry]:
         config_class = getattr(obj, "config_class", None)
         if inspect.isclass(obj) and config_class is not None and name.endswith("Trainer"):
             target = defining_path(config_class, "hierl", config_class.__name__)
-            add(f"{obj.__module__}.{config_class.__name__}", target, api_page_name("hierl"))
+            add(f"hierl.{name}.config_class", target, api_page_name("hierl"))
     for name in strategy_names():  # each strategy's settings class, beside its optimizer
-        config_class = strategy(name).config_class
-        target = defining_path(config_class, "hierl.optimizers", config_class.__name__)
-        add(target, target, api_page_name("hierl.optimizers"))
+        cls = strategy(name)
+        target = defining_path(cls.config_class, "hierl.optimizers", cls.config_class.__name__)
+        public = f"hierl.optimizers.{cls.__name__}.config_class"
+        add(public, target, api_page_name("hierl.optimizers"))
     return entries
 
 
@@ -936,20 +939,11 @@ def _defined_in(module: str, name: str) -> bool:
     return False
 
 
-API_TITLES = {
-    "hierl": "the top-level names: `from hierl import ...`, every trainer and its config",
-    "hierl.algorithms": "trainers, their base classes and the registry",
-    "hierl.evaluators": "PolicyEvaluator, evaluator sets, envs, callbacks",
-    "hierl.models": "models, action distributions, preprocessors",
-    "hierl.optimizers": "policy optimizers (strategies) and their settings",
-    "hierl.serve": "serving policies over HTTP and the policy client",
-    "hierl.tune": "Ray Tune integration",
-}
-
-
 def api_pages() -> dict[str, str]:
-    """The API reference pages (mkdocstrings directives), keyed by site path."""
-    entries = api_entries()
+    """The API reference pages (mkdocstrings directives), keyed by site path: a public
+    module's page renders the module; a package's page has a table of its names (each
+    linked to where it is rendered), then renders those no other page does."""
+    module_pages = {api_page_name(m) for m in PUBLIC_MODULES}
     pages: dict[str, list[str]] = {}
     for module in PUBLIC_MODULES:
         pages[api_page_name(module)] = [
@@ -958,30 +952,34 @@ def api_pages() -> dict[str, str]:
             f"::: {module}\n    options:\n      show_root_heading: false\n"
             "      show_if_no_docstring: true\n      heading_level: 2\n",
         ]
+    rows: dict[str, list[list[str]]] = {}
+    directives: dict[str, list[str]] = {}
+    for entry in api_entries():
+        home = _entry_page(entry)
+        if home in module_pages:
+            continue
+        link = (
+            f"#{entry.target}"
+            if entry.page == home
+            else f"{_relative(home, entry.page)}#{entry.target}"
+        )
+        package = home.removeprefix("reference/api/").removesuffix(".md")
+        row = [f"[`{entry.public.removeprefix(package + '.')}`]({link})", f"`{entry.target}`"]
+        if row not in rows.setdefault(home, []):
+            rows[home].append(row)
+        if entry.page == home:
+            directive = f"::: {entry.target}\n    options:\n      show_root_full_path: false\n"
+            if directive not in directives.setdefault(home, []):
+                directives[home].append(directive)
     for package in PUBLIC_PACKAGES:
         page = api_page_name(package)
         pages[page] = [
             f"# `{package}`\n",
             f"::: {package}\n    options:\n      members: false\n      show_root_heading: false\n",
-            f"Import each name below from `{package}` (its defining module is shown for "
-            "reference).\n",
+            f"Import each name from `{package}`: `from {package} import NAME`.\n",
+            table(["name", "defined in"], rows.get(page, [])),
+            *directives.get(page, []),
         ]
-    seen: set[str] = set()
-    for entry in entries:
-        home = _entry_page(entry)
-        if home not in pages or home in (api_page_name(m) for m in PUBLIC_MODULES):
-            continue
-        if entry.page == home and entry.target not in seen:
-            seen.add(entry.target)
-            pages[home].append(
-                f"::: {entry.target}\n    options:\n      show_root_full_path: false\n"
-            )
-        elif entry.page != home:
-            rel = _relative(home, entry.page)
-            pages[home].append(
-                f"- `{entry.public.rsplit('.', 1)[1]}`: documented at "
-                f"[`{entry.target}`]({rel}#{entry.target})\n"
-            )
     index = [
         "# API reference\n",
         "Generated from the docstrings by mkdocstrings. Import from these public paths "
@@ -989,7 +987,7 @@ def api_pages() -> dict[str, str]:
         table(
             ["module", "contents"],
             [
-                [f"[`{m}`]({m}.md)", API_TITLES.get(m) or first_paragraph(_module_doc(m))]
+                [f"[`{m}`]({m}.md)", first_paragraph(_module_doc(m))]
                 for m in (*PUBLIC_PACKAGES, *PUBLIC_MODULES)
             ],
         ),
