@@ -80,22 +80,24 @@ class ModelConfig:
     """
 
     hiddens: tuple[int, ...] = (64, 64)
-    """Sizes of the hidden layers of the fully connected torso. For image observations the CNN
-    replaces the fully connected torso."""
+    """Sizes of the hidden layers of the fully connected torso. For image observations the
+    CNN replaces the fully connected torso."""
     activation: str = "tanh"
     """Hidden-layer activation: ``"tanh"``, ``"relu"``, ``"elu"`` or ``"silu"``."""
     vf_share_layers: bool | None = None
-    """If True, the policy and value heads share a single torso; if False each head gets its own
-    torso of the same architecture; None (default): shared for image observations (one CNN
-    forward per step instead of two, as in SB3's and CleanRL's Atari policies), separate for the
-    others."""
+    """If True, the policy and value heads share a single torso; if False each head gets
+    its own torso of the same architecture; None (default): shared for image
+    observations (one CNN forward per step instead of two, as in SB3's and CleanRL's
+    Atari policies), separate for the others."""
     conv_filters: tuple[tuple[int, int, int], ...] | None = None
-    """Convolution stack for image observations as ``(out_channels, kernel, stride)`` per layer.
-    ``None`` selects the Nature-CNN defaults ``((32, 8, 4), (64, 4, 2), (64, 3, 1))``."""
+    """Convolution stack for image observations as ``(out_channels, kernel, stride)`` per
+    layer. ``None`` selects the Nature-CNN defaults ``((32, 8, 4), (64, 4, 2), (64, 3,
+    1))``."""
     channels_first: bool | None = None
-    """The layout of 3-dim image observations: True ``(C, H, W)``, False ``(H, W, C)``, None
-    (default): channel-first when the first dim is smaller than the last (``(4, 84, 84)`` from a
-    frame stack), else channel-last (``(84, 84, 3)``); see ``image_layout``."""
+    """The layout of 3-dim image observations: True ``(C, H, W)``, False ``(H, W, C)``,
+    None (default): channel-first when the first dim is smaller than the last (``(4, 84,
+    84)`` from a frame stack), else channel-last (``(84, 84, 3)``); see
+    ``image_layout``."""
     free_log_std: bool = True
     """For continuous (Box) actions, use a state-independent learned log-standard-deviation
     parameter (PPO style) instead of predicting it."""
@@ -104,33 +106,34 @@ class ModelConfig:
     use_lstm: bool = False
     """Recurrent model: an LSTM follows the torso and both heads read its output
     (``RecurrentActorCritic``; with it the heads always share the torso and the LSTM, so
-    ``vf_share_layers`` does not apply). Policies then carry state through ``compute_actions``
-    and train on sequences (truncated BPTT)."""
+    ``vf_share_layers`` does not apply). Policies then carry state through
+    ``compute_actions`` and train on sequences (truncated BPTT)."""
     lstm_cell_size: int = 64
     """Hidden (and cell) state size of the LSTM."""
     max_seq_len: int = 20
     """Longest sequence of consecutive steps the loss unrolls the LSTM over (truncated
-    backpropagation through time); longer episode segments are cut into several sequences, each
-    started from its recorded state."""
+    backpropagation through time); longer episode segments are cut into several
+    sequences, each started from its recorded state."""
     custom_model: str | None = None
-    """The name of a model registered with ``hierl.register_model`` to use instead of the default
-    actor-critic (the fields above then apply only as that model reads them); None: the default.
-    Configs and checkpoints store the name, never code: restoring needs the name registered
-    again."""
+    """The name of a model registered with ``hierl.register_model`` to use instead of the
+    default actor-critic (the fields above then apply only as that model reads them);
+    None: the default. Configs and checkpoints store the name, never code: restoring
+    needs the name registered again."""
     custom_model_config: dict = field(default_factory=dict)
-    """Settings for the custom model (JSON values: they are stored in checkpoints), handed to its
-    factory inside this config."""
+    """Settings for the custom model (JSON values: they are stored in checkpoints), handed
+    to its factory inside this config."""
     numpy_acting: bool = True
-    """Act on CPU through numpy views of the default feed-forward model's weights (``NumpyActor``)
-    for batches of up to 64 rows: the same function without torch's per-op cost, ~5x less time
-    per step for one env with 64x64 MLPs.  It applies only to MLP torsos with Categorical or
-    DiagGaussian actions (others act through torch), and draws from numpy's global generator
-    instead of torch's.  False: always torch."""
+    """Act on CPU through numpy views of the default feed-forward model's weights
+    (``NumpyActor``) for batches of up to 64 rows: the same function without torch's
+    per-op cost, ~5x less time per step for one env with 64x64 MLPs. It applies only to
+    MLP torsos with Categorical or DiagGaussian actions (others act through torch), and
+    draws from numpy's global generator instead of torch's. False: always torch."""
     numpy_learning: bool = True
-    """Let policies whose loss has a numpy version learn through it on the same views of the weights
-    (PPO with DiagGaussian actions: ``hierl.algorithms.ppo_numpy``): the gradients torch's
-    autograd computes, about half the time per 64-row minibatch of 64x64 MLPs on CPU; the step is
-    still the policy's torch optimizer.  False: always torch."""
+    """Let policies whose loss has a numpy version learn through it on the same views of
+    the weights (PPO with DiagGaussian actions: ``hierl.algorithms.ppo_numpy``): the
+    gradients torch's autograd computes, about half the time per 64-row minibatch of
+    64x64 MLPs on CPU; the step is still the policy's torch optimizer. False: always
+    torch."""
 
     def __post_init__(self) -> None:
         """Normalise list-valued fields to tuples and validate the configuration."""
