@@ -72,9 +72,18 @@ below them (``algorithms/index.md`` -> the index, then one page per algorithm)."
 # ---------------------------------------------------------------- helpers
 
 
+CODE_SPAN = re.compile(r"(`+).+?\1")
+
+
 def cell(text: Any) -> str:
-    """``text`` as one Markdown table cell: one line, pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """``text`` as one Markdown table cell: one line, pipes escaped outside code spans
+    (inside them the table extension leaves pipes alone, and an escape would show)."""
+    text = " ".join(str(text).split())
+    out, pos = [], 0
+    for span in CODE_SPAN.finditer(text):
+        out += [text[pos : span.start()].replace("|", "\\|"), span.group(0)]
+        pos = span.end()
+    return "".join([*out, text[pos:].replace("|", "\\|")])
 
 
 def table(header: list[str], rows: list[list[Any]]) -> str:

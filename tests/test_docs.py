@@ -380,3 +380,9 @@ def test_expand_nav_fills_each_generated_section(gen_pages):
             ]
         },
     ]
+
+
+def test_table_cells_escape_pipes_only_outside_code_spans(gen_pages):
+    # an escaped pipe inside a code span shows its backslash ("int \| None")
+    assert gen_pages.cell("`int | None` or a|b\nnext") == "`int | None` or a\\|b next"
+    assert gen_pages.cell("``x | y``") == "``x | y``"
