@@ -298,9 +298,13 @@ def supported_spaces(name: str) -> tuple[list[str], list[str]] | None:
 
 
 def spaces_text(name: str, spaces: tuple[list[str], list[str]] | None) -> tuple[str, str]:
-    """The action and observation cells of algorithm ``name``."""
+    """The action and observation cells of algorithm ``name`` (one without a policy
+    class to try is ALPHAZERO: the board-game envs of ``hierl.algorithms.alphazero``)."""
     if spaces is None:
-        return "Discrete (board moves)", "two-player board games (see below)"
+        games = importlib.import_module("hierl.algorithms.alphazero.games")
+        ids = sorted(v for k, v in vars(games).items() if k.endswith("_ID"))
+        envs = ", ".join(f"`{i}`" for i in ids)
+        return "Discrete (board moves)", f"two-player board games ({envs}: `BoardGameEnv`)"
     return ", ".join(spaces[0]) or "none", ", ".join(spaces[1]) or "none"
 
 
