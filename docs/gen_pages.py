@@ -431,7 +431,7 @@ def record_extras(record: Record, page: str) -> str:
     parts = []
     readme = CURVES / record.name / "README.md"
     if readme.exists():
-        notes = rewrite_repo_links(shift_headings(readme.read_text().strip(), 4))
+        notes = separate_lists(rewrite_repo_links(shift_headings(readme.read_text().strip(), 4)))
         parts.append(f"Notes (`{readme.relative_to(ROOT).as_posix()}`):\n\n{notes}\n")
     rel = "../" * page.count("/")
     for image in record.images:
@@ -1143,7 +1143,7 @@ def project_page(title: str, source: Path) -> str:
         return f"# {title}\n\nThis checkout has no `{source.name}` yet.\n"
     text = source.read_text()
     if source.suffix == ".md":
-        return rewrite_repo_links(text)
+        return separate_lists(rewrite_repo_links(text))
     return (
         f"# {title}\n\nCite hierl with `{source.name}` (GitHub's *Cite this repository* "
         f"reads it):\n\n```yaml\n{text.rstrip()}\n```\n"
@@ -1151,6 +1151,31 @@ def project_page(title: str, source: Path) -> str:
 
 
 LINK = re.compile(r"(?<!!)\[(?P<text>[^\]]+)\]\((?P<target>[^)\s]+)\)")
+
+
+LIST_ITEM = re.compile(r"\s*(?:[-*+]|\d+\.) ")
+
+
+def separate_lists(text: str) -> str:
+    """``text`` (GitHub-flavoured Markdown) with a blank line before each list that
+    follows a paragraph line directly: Python-Markdown needs it, or the items run into
+    the paragraph."""
+    out: list[str] = []
+    fenced = False
+    for line in text.split("\n"):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        prev = out[-1] if out else ""
+        if (
+            not fenced
+            and LIST_ITEM.match(line)
+            and prev.strip()
+            and not LIST_ITEM.match(prev)
+            and not prev.startswith((" ", "\t"))
+        ):
+            out.append("")
+        out.append(line)
+    return "\n".join(out)
 
 
 def rewrite_repo_links(text: str) -> str:

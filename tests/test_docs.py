@@ -386,3 +386,10 @@ def test_table_cells_escape_pipes_only_outside_code_spans(gen_pages):
     # an escaped pipe inside a code span shows its backslash ("int \| None")
     assert gen_pages.cell("`int | None` or a|b\nnext") == "`int | None` or a\\|b next"
     assert gen_pages.cell("``x | y``") == "``x | y``"
+
+
+def test_lists_right_after_a_paragraph_get_their_blank_line(gen_pages):
+    text = "Run in pieces:\n- one\n  more of one\n- two\n\n```\nx\n- not a list\n```\n"
+    assert gen_pages.separate_lists(text) == (
+        "Run in pieces:\n\n- one\n  more of one\n- two\n\n```\nx\n- not a list\n```\n"
+    )
