@@ -393,3 +393,13 @@ def test_lists_right_after_a_paragraph_get_their_blank_line(gen_pages):
     assert gen_pages.separate_lists(text) == (
         "Run in pieces:\n\n- one\n  more of one\n- two\n\n```\nx\n- not a list\n```\n"
     )
+
+
+def test_no_figure_without_its_command_and_commit(gen_pages):
+    shown = [r for r in gen_pages.records() if r.images]
+    assert shown
+    for record in shown:
+        git = record.summary.get("git")
+        commit = isinstance(git, dict) and git.get("commit")
+        assert record.command, record.name
+        assert commit or re.search(r"commit `[0-9a-f]{7,}`", record.block), record.name
