@@ -681,6 +681,7 @@ def algorithms_on(strategy_name: str) -> list[str]:
 def hooks_table() -> str:
     """The methods and class attributes of ``PolicyOptimizer`` a new strategy
     implements or sets (the base class's own documentation)."""
+    from hierl.config import attribute_docs
     from hierl.optimizers import PolicyOptimizer
 
     rows = []
@@ -694,7 +695,7 @@ def hooks_table() -> str:
             doc = first_paragraph(docstring(func))
             must = " (abstract: every strategy implements it)" if _abstract(func) else ""
             rows.append([f"`{attr}()`", "method" + must, doc])
-    for attr, doc in _class_attribute_docs(PolicyOptimizer).items():
+    for attr, doc in attribute_docs(PolicyOptimizer).items():
         rows.append([f"`{attr}`", "class attribute", first_paragraph(doc)])
     return table(["hook", "kind", "what it is for"], rows)
 
@@ -704,27 +705,6 @@ def _abstract(func: Any) -> bool:
         return True
     source = inspect.getsource(func)
     return "raise NotImplementedError" in source
-
-
-def _class_attribute_docs(cls: type) -> dict[str, str]:
-    """The attribute docstrings of class ``cls`` (annotated class attributes followed by
-    a string), read as ``hierl.config.field_docs`` reads a dataclass's."""
-    import ast
-    import itertools
-
-    tree = ast.parse(inspect.cleandoc("\n" + inspect.getsource(cls)))
-    body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
-    docs = {}
-    for node, nxt in itertools.pairwise(body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-            and isinstance(nxt.value.value, str)
-        ):
-            docs[node.target.id] = inspect.cleandoc(nxt.value.value)
-    return docs
 
 
 def strategy_page(name: str) -> str:

@@ -403,3 +403,12 @@ def test_no_figure_without_its_command_and_commit(gen_pages):
         commit = isinstance(git, dict) and git.get("commit")
         assert record.command, record.name
         assert commit or re.search(r"commit `[0-9a-f]{7,}`", record.block), record.name
+
+
+def test_strategy_pages_show_one_step_the_data_flow_and_the_hooks(pages):
+    index, local = pages["strategies/index.md"], pages["strategies/local.md"]
+    assert "| `step()` | method (abstract: every strategy implements it) |" in index
+    assert "| `samples_to_driver` | class attribute |" in index  # an attribute docstring
+    assert "## One `step()`" in local
+    assert "| sample batches travel through the driver | `true` |" in local
+    assert "[PPO](../algorithms/ppo.md)" in local
