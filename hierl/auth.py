@@ -1,6 +1,6 @@
 """The shared token of hierl's HTTP servers (``hierl serve`` and ``input: "external"``).
 
-Standard library only: :class:`hierl.serve.client.PolicyClient` imports it inside apps
+Standard library only: ``hierl.serve.client.PolicyClient`` imports it inside apps
 that have neither numpy, torch nor Ray.
 """
 
@@ -15,7 +15,7 @@ servers and by PolicyClient)."""
 
 
 CLIENT_HEADER = "X-Hierl-Client"
-"""The header a :class:`~hierl.serve.client.PolicyClient` names itself with (its
+"""The header a ``PolicyClient`` names itself with (its
 ``client_id``): with a token set, the external-env server binds each episode to the
 client that started it (clients share the token, so it cannot tell them apart)."""
 

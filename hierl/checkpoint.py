@@ -18,7 +18,7 @@ use more memory than the file's own size (no compression bomb).  JSON nested dee
 Loading never unpickles and never imports or runs code named in the file.  (A trainer
 rebuilt from a checkpoint's config imports a module that config names, such as
 ``callbacks: "module:Class"`` or ``model.custom_model: "module:function"``, only when
-the user allows it: see :mod:`hierl.algorithms.checkpoint_imports`.)
+the user allows it: see ``hierl.algorithms.checkpoint_imports``.)
 
 Writing goes to a temporary sibling directory, fsyncs both files, then renames it into
 place, so a crash mid-write leaves any previous checkpoint at that path untouched.

@@ -14,6 +14,7 @@ import difflib
 import inspect
 import itertools
 import logging
+import textwrap
 import types
 import typing
 from collections.abc import Mapping
@@ -83,7 +84,7 @@ def suggest(name: str, valid: list[str] | tuple[str, ...]) -> str:
 
 
 def suggest_key(key: str, valid: list[str] | tuple[str, ...] | set[str]) -> str:
-    """Like :func:`suggest` for a config key, but by meaning first: an RLlib key names its
+    """Like ``suggest`` for a config key, but by meaning first: an RLlib key names its
     hierl counterpart (or what to use instead), whether or not this config has it."""
     if key in RLLIB_KEYS:
         target = RLLIB_KEYS[key]
@@ -97,7 +98,7 @@ def suggest_key(key: str, valid: list[str] | tuple[str, ...] | set[str]) -> str:
 def translate_rllib_keys(
     data: Mapping[str, Any], valid: set[str] | frozenset[str], prefix: str = ""
 ) -> dict[str, Any]:
-    """``data`` with each RLlib key (:data:`RLLIB_KEYS`) whose hierl key is in ``valid``
+    """``data`` with each RLlib key (``RLLIB_KEYS``) whose hierl key is in ``valid``
     renamed to it, with a one-line notice; giving both is a ConfigError."""
     out = dict(data)
     for key in list(out):
@@ -214,26 +215,33 @@ def from_dict(cls: type[C], data: Mapping[str, Any], prefix: str = "") -> C:
         raise ConfigError(str(e)) from e
 
 
+def attribute_docs(klass: type) -> dict[str, str]:
+    """The attribute docstrings written in class ``klass`` itself (not its bases): each
+    annotated class attribute followed by a string, as config fields are documented."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs = {}
+    for node, nxt in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[node.target.id] = inspect.cleandoc(nxt.value.value)
+    return docs
+
+
 def field_docs(cls: type) -> dict[str, str]:
     """Return the attribute docstrings of a dataclass (including its bases)."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        if not dataclasses.is_dataclass(klass):
-            continue
-        try:
-            tree = ast.parse(inspect.getsource(klass))
-        except (OSError, TypeError, SyntaxError):
-            continue
-        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-        for node, nxt in itertools.pairwise(body):
-            if (
-                isinstance(node, ast.AnnAssign)
-                and isinstance(node.target, ast.Name)
-                and isinstance(nxt, ast.Expr)
-                and isinstance(nxt.value, ast.Constant)
-                and isinstance(nxt.value.value, str)
-            ):
-                docs[node.target.id] = inspect.cleandoc(nxt.value.value)
+        if dataclasses.is_dataclass(klass):
+            docs.update(attribute_docs(klass))
     return docs
 
 

@@ -1,8 +1,8 @@
 """Moving data between host memory and the device a policy learns on.
 
 On a GPU, two habits keep the device busy while the host queues work: small host arrays
-go over through pinned memory without blocking (:func:`to_device`), and values come back
-in one read per update rather than one per number (:func:`host_floats`).  On the CPU
+go over through pinned memory without blocking (``to_device``), and values come back
+in one read per update rather than one per number (``host_floats``).  On the CPU
 both are plain conversions.
 """
 

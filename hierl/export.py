@@ -4,7 +4,7 @@ The exported model maps raw env observations (batched) straight to env actions, 
 everything hierl does in between folded in, so that serving it needs neither hierl nor
 Ray (torch alone for TorchScript, onnxruntime alone for ONNX):
 
-1. the observation preprocessing of :func:`hierl.models.preprocessors.get_preprocessor`
+1. the observation preprocessing of ``hierl.models.preprocessors.get_preprocessor``
    (Box: flattened float32; Discrete / MultiDiscrete: one-hot; MultiBinary: float;
    uint8 images stay uint8 and the model's CNN scales them by 1/255 as in training);
 2. the observation filter (a MeanStdFilter's running statistics, frozen at export);
@@ -12,7 +12,7 @@ Ray (torch alone for TorchScript, onnxruntime alone for ONNX):
 4. greedy action selection (the distribution's ``deterministic_sample``: argmax for
    Discrete / MultiDiscrete, the Gaussian mean for Box; DDPG/TD3: the actor's action,
    SAC: ``tanh`` of the squashed Gaussian's mean, scaled to the bounds) and the mapping
-   onto the env's action space of :func:`hierl.models.preprocessors.to_env_action`
+   onto the env's action space of ``hierl.models.preprocessors.to_env_action``
    (``start`` added, Box actions rounded for integer dtypes, clipped to ``[low, high]``,
    in the space's dtype).
 
@@ -32,7 +32,7 @@ row.  Inputs and outputs (``B``: the batch dimension, dynamic):
   Gaussian's ``[mean, log_std]``), then for recurrent models ``state_out_0``, ... (the state
   to pass to the next call).
 
-Loading, without hierl::
+Loading, without hierl:
 
     policy = torch.jit.load("policy.pt")
     actions, dist_inputs, values = policy(torch.as_tensor(obs_batch))
@@ -40,10 +40,10 @@ Loading, without hierl::
     session = onnxruntime.InferenceSession("policy.onnx")
     actions, dist_inputs, values = session.run(None, {"obs": obs_batch})
 
-``policy.json`` beside the model says how to call it (see :func:`write_spec`).  This
-module sits beside :mod:`hierl.torch_policy_graph` and knows nothing of trainers; the
+``policy.json`` beside the model says how to call it (see ``write_spec``).  This
+module sits beside ``hierl.torch_policy_graph`` and knows nothing of trainers; the
 trainer hands it the policy, its filter as ``(mean, scale, clip)`` and the metadata
-(:meth:`hierl.algorithms.trainer.Trainer.export_policy`).
+(``hierl.algorithms.trainer.Trainer.export_policy``).
 """
 
 from __future__ import annotations
@@ -93,11 +93,11 @@ __all__ = [
 ]
 
 FORMATS = ("torchscript", "onnx")
-"""The formats :func:`export_policy` writes."""
+"""The formats ``export_policy`` writes."""
 MODEL_FILES = {"torchscript": "policy.pt", "onnx": "policy.onnx"}
 """The model's file name in the export directory, per format."""
 SPEC_FILE = "policy.json"
-"""The sidecar that says how to call the model (:func:`write_spec`)."""
+"""The sidecar that says how to call the model (``write_spec``)."""
 OBS_INPUT = "obs"
 OUTPUTS = (SampleBatch.ACTIONS, SampleBatch.ACTION_DIST_INPUTS, SampleBatch.VF_PREDS)
 ONNX_OPSET = 17
@@ -111,7 +111,7 @@ INSTALL_HINT = "pip install 'hierl[export]'"
 
 Normalization = tuple[np.ndarray, np.ndarray, float]
 """An observation filter as ``clip((x - mean) / scale, -clip, clip)`` (float64 arrays):
-what :meth:`hierl.evaluators.filters.MeanStdFilter.normalization` returns."""
+what ``hierl.evaluators.filters.MeanStdFilter.normalization`` returns."""
 
 
 class ExportError(ValueError):
@@ -167,7 +167,7 @@ class _ObservationEncoder(nn.Module):
 
 
 class _ActionMapping(nn.Module):
-    """The torch twin of :func:`hierl.models.preprocessors.to_env_action`."""
+    """The torch twin of ``hierl.models.preprocessors.to_env_action``."""
 
     def __init__(self, space: gym.Space) -> None:
         super().__init__()
@@ -223,7 +223,7 @@ class GreedyPolicy(nn.Module):
 
     The greedy action is ``policy.dist_class(dist_inputs).deterministic_sample()``, which
     is what ``compute_actions(explore=False)`` does for every TorchPolicyGraph of hierl
-    (DQN's argmax of the Q-values included); :func:`export_policy` checks it.
+    (DQN's argmax of the Q-values included); ``export_policy`` checks it.
 
     Raises:
         ExportError: ``policy`` is neither a TorchPolicyGraph nor has ``export_model()``,
@@ -335,7 +335,7 @@ def _torch_dtype(dtype: np.dtype) -> torch.dtype:
 # -- writing ------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class ExportedPolicy:
-    """What :func:`export_policy` wrote.
+    """What ``export_policy`` wrote.
 
     Attributes:
         model_path: The model file (``policy.pt`` or ``policy.onnx``).
@@ -373,7 +373,7 @@ def export_policy(
 
     Args:
         policy: A TorchPolicyGraph (feed-forward or recurrent), or a policy with
-            ``export_model()`` (see :class:`GreedyPolicy`).
+            ``export_model()`` (see ``GreedyPolicy``).
         directory: Created if missing; files of an earlier export are replaced.
         format: ``"torchscript"`` (``policy.pt``) or ``"onnx"`` (``policy.onnx``).
         normalization: The observation filter as ``(mean, scale, clip)`` (None: none).
@@ -417,7 +417,7 @@ def write_model(module: nn.Module, directory: str | os.PathLike, format: str) ->
     that it reproduces the module on a new batch size; returns the model's path.
 
     ``module`` provides ``example_inputs(rows, seed)``, ``input_specs()`` and
-    ``output_specs()`` as :class:`GreedyPolicy` does (the inputs' and outputs' names).
+    ``output_specs()`` as ``GreedyPolicy`` does (the inputs' and outputs' names).
 
     Raises:
         ExportError: an unknown format, onnx missing, or a model that does not reproduce.
@@ -438,7 +438,7 @@ def write_spec(path: str | os.PathLike, spec: Mapping[str, Any]) -> None:
     (name, ``shape`` with None for the batch dimension, ``dtype``; a state input's
     ``initial`` value), ``recurrent``, the folded-in ``observation_preprocessing`` and
     ``observation_filter``, ``weights_sha256`` (SHA-256 of every tensor the model holds:
-    :func:`weights_digest`), versions, and the caller's metadata (``algorithm``,
+    ``weights_digest``), versions, and the caller's metadata (``algorithm``,
     ``iteration``, ``policy_id``, ``observation_space``, ``action_space``)."""
     atomic_write(Path(path), lambda tmp: tmp.write_text(json.dumps(spec, indent=2) + "\n"))
 
@@ -451,7 +451,7 @@ def weights_digest(module: nn.Module) -> str:
 @contextlib.contextmanager
 def _quiet_tracing() -> Iterator[None]:
     """Silence the tracer's deprecation notices and its warnings about Python values
-    read from tensors (shape checks that hold for every batch): :func:`_check` runs
+    read from tensors (shape checks that hold for every batch): ``_check`` runs
     the written model on another batch size instead."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)

@@ -1,8 +1,8 @@
 """Result logs that users already read: ``result.jsonl``, ``progress.csv``, TensorBoard.
 
-:class:`ResultLogger` writes each ``train()`` result of a run to one directory, in the
+``ResultLogger`` writes each ``train()`` result of a run to one directory, in the
 files and with the metric names of Ray Tune's default loggers, so that ``tensorboard
---logdir`` and CSV tools treat a ``hierl train`` run like a Tune trial::
+--logdir`` and CSV tools treat a ``hierl train`` run like a Tune trial:
 
     with ResultLogger("runs/ppo_cartpole") as log:
         for _ in range(100):
@@ -21,7 +21,7 @@ files and with the metric names of Ray Tune's default loggers, so that ``tensorb
   ``training_iteration``; NaN values are skipped (Tune's ``TBXLoggerCallback``).
 
 All three are flushed after every iteration.  A logger always appends: to continue a
-run from a checkpoint, first :func:`truncate_logs` to the checkpoint's iteration so that
+run from a checkpoint, first ``truncate_logs`` to the checkpoint's iteration so that
 the logs match the restored state.  ``tensorboardX`` and numpy are imported only when
 first needed (the CLI imports this module for its file names).
 """

@@ -5,7 +5,7 @@ a policy graph defines ``act`` (compute_actions), ``postprocess``
 (postprocess_trajectory) and ``loss`` (through compute_gradients / learn_on_batch),
 plus weights/state access and utility methods called by name.
 
-How the rest of hierl drives a policy graph::
+How the rest of hierl drives a policy graph:
 
     policy = MyPolicy(observation_space, action_space, config)
     # on an evaluator, once per environment step (batched over the vector of envs):
@@ -62,13 +62,13 @@ NONFINITE_GRADS_SKIPPED = "num_nonfinite_grads_skipped"
 """Learner stat, one name in every update path: the updates refused because the loss or
 a gradient (after clipping) was NaN or inf.  Such an update leaves the weights, the
 optimizer moments and any loss state (MARWIL's ``c^2``) as they were, and training goes
-on.  Every update reports it (0 or 1); :class:`UpdateStats` sums it where the other
+on.  Every update reports it (0 or 1); ``UpdateStats`` sums it where the other
 stats are averaged."""
 
 
 class UpdateStats:
     """Learner stats accumulated over updates: each stat's mean over the updates that
-    were applied, and :data:`NONFINITE_GRADS_SKIPPED` summed over all of them (a skipped
+    were applied, and ``NONFINITE_GRADS_SKIPPED`` summed over all of them (a skipped
     update reports nothing else).  The one way every optimizer and the trainer combine
     the stats of several updates."""
 

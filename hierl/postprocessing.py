@@ -153,7 +153,7 @@ def compute_advantages(
 
 
 N_STEP_DISCOUNTS = "n_step_discounts"
-"""Column added by :func:`compute_n_step`: ``gamma ** m`` per row, the discount of the
+"""Column added by ``compute_n_step``: ``gamma ** m`` per row, the discount of the
 bootstrap value of its (new) NEW_OBS, where ``m`` is the number of rewards its return sums."""
 
 
@@ -164,7 +164,7 @@ def compute_n_step(batch: SampleBatch, n: int, gamma: float) -> SampleBatch:
 
     * REWARDS = ``sum_{k<m} gamma^k r_{t+k}``;
     * NEW_OBS, TERMINATEDS (and TRUNCATEDS) = those of row ``t+m-1``;
-    * :data:`N_STEP_DISCOUNTS` = ``gamma^m``.
+    * ``N_STEP_DISCOUNTS`` = ``gamma^m``.
 
     The target of row t is then ``REWARDS + N_STEP_DISCOUNTS * (1 - TERMINATEDS) * V(NEW_OBS)``:
     an episode that terminates inside the window shortens it and is not bootstrapped, while
@@ -250,11 +250,11 @@ def vtrace(
     """V-trace (IMPALA, Espeholt et al. 2018, eq. 1 and §4.2) over runs of rows.
 
     Rows are trajectory runs laid end to end; ``ends`` marks each run's last row
-    (:func:`trajectory_ends`).  ``log_rhos = log pi(a|x) - log mu(a|x)`` (target minus
+    (``trajectory_ends``).  ``log_rhos = log pi(a|x) - log mu(a|x)`` (target minus
     behaviour policy), ``values = V(x_s)`` under the current value function,
     ``bootstrap_values`` (read at run ends only) ``= V(x after the run)``, 0 where the
     episode terminated.  With ``rho_s = min(rho_bar, e^log_rho_s)``, ``c_s = lambda
-    min(c_bar, e^log_rho_s)`` and ``delta_s = rho_s (r_s + gamma V(x_{s+1}) - V(x_s))``::
+    min(c_bar, e^log_rho_s)`` and ``delta_s = rho_s (r_s + gamma V(x_{s+1}) - V(x_s))``:
 
         v_s - V(x_s) = delta_s + gamma c_s (v_{s+1} - V(x_{s+1}))     (0 past the run's end)
 

@@ -1,12 +1,12 @@
 """Columnar batches of experience.
 
-A :class:`SampleBatch` maps column names (``"obs"``, ``"actions"``, ...) to numpy arrays that all
-share the same leading length, the batch's :attr:`SampleBatch.count` (number of rows / timesteps).
+A ``SampleBatch`` maps column names (``"obs"``, ``"actions"``, ...) to numpy arrays that all
+share the same leading length, the batch's ``SampleBatch.count`` (number of rows / timesteps).
 It supports row slicing, concatenation, shuffling, minibatch iteration, splitting into episodes
 and in-place LZ4 compression of large columns (typically image observations) so that batches are
 cheap to ship between processes.
 
-A :class:`MultiAgentBatch` groups one :class:`SampleBatch` per policy id together with the number
+A ``MultiAgentBatch`` groups one ``SampleBatch`` per policy id together with the number
 of environment steps the data was collected over.
 
 Only numpy and ``lz4.frame`` are used.
@@ -32,8 +32,8 @@ __all__ = [
     "tail_is_merged",
 ]
 
-#: Policy id used when a single-agent :class:`SampleBatch` is wrapped into a
-#: :class:`MultiAgentBatch`.
+#: Policy id used when a single-agent ``SampleBatch`` is wrapped into a
+#: ``MultiAgentBatch``.
 DEFAULT_POLICY_ID = "default_policy"
 
 
@@ -89,14 +89,14 @@ class CompressedColumn:
     __slots__ = ("data", "dtype", "shape")
 
     def __init__(self, data: bytes, shape: tuple[int, ...], dtype: np.dtype | str | type) -> None:
-        """Wrap already-compressed bytes; use :meth:`from_array` to compress an array."""
+        """Wrap already-compressed bytes; use ``from_array`` to compress an array."""
         self.data: bytes = bytes(data)
         self.shape: tuple[int, ...] = tuple(int(d) for d in shape)
         self.dtype: np.dtype = np.dtype(dtype)
 
     @classmethod
     def from_array(cls, array: Any) -> CompressedColumn:
-        """Compress ``array`` (made C-contiguous first) into a new :class:`CompressedColumn`.
+        """Compress ``array`` (made C-contiguous first) into a new ``CompressedColumn``.
 
         Raises:
             ValueError: If the array has object dtype (its buffer holds pointers, not data).
@@ -129,7 +129,7 @@ class CompressedColumn:
         return (self.data, self.shape, self.dtype)
 
     def __setstate__(self, state: tuple[bytes, tuple[int, ...], np.dtype]) -> None:
-        """Restore from :meth:`__getstate__`."""
+        """Restore from ``__getstate__``."""
         self.data, self.shape, self.dtype = state
 
     def __repr__(self) -> str:
@@ -141,7 +141,7 @@ class CompressedColumn:
 
 
 def _is_row_compressed(value: Any) -> bool:
-    """True for a 1-D object array of per-row :class:`CompressedColumn` (``bulk=False``)."""
+    """True for a 1-D object array of per-row ``CompressedColumn`` (``bulk=False``)."""
     return (
         isinstance(value, np.ndarray)
         and value.dtype.hasobject  # an attribute read: ``dtype == object`` builds a dtype
@@ -186,21 +186,21 @@ class SampleBatch(dict):
 
     Values are converted with ``np.asarray`` (dtypes are kept) when the batch is built or a column
     is assigned, and their leading length is checked against the other columns. ``len(batch)`` is
-    the number of *columns* (plain dict semantics); the number of rows is :attr:`count`.
+    the number of *columns* (plain dict semantics); the number of rows is ``count``.
 
     Indexing with a ``str`` returns the stored column; indexing with a ``slice`` returns a new
-    batch holding those rows (numpy views where possible, see :meth:`slice`).
+    batch holding those rows (numpy views where possible, see ``slice``).
 
-    The ``seq_lens`` column (:attr:`SEQ_LENS`) holds one entry per sequence and is exempt from the
+    The ``seq_lens`` column (``SEQ_LENS``) holds one entry per sequence and is exempt from the
     length check: a recurrent batch's rows are consecutive sequences (runs of steps of one
-    episode, see :meth:`chop_into_sequences`) of those lengths, summing to :attr:`count`. Row
+    episode, see ``chop_into_sequences``) of those lengths, summing to ``count``. Row
     operations keep sequences whole: slices must start and end on sequence boundaries,
-    :meth:`shuffle` permutes whole sequences and :meth:`minibatches` splits between them; each
+    ``shuffle`` permutes whole sequences and ``minibatches`` splits between them; each
     result carries its own ``seq_lens``. Recurrent state columns (``state_in_0``, ...) stay
     per row.
 
-    Compressed columns (see :meth:`compress`) are stored as :class:`CompressedColumn` (bulk) or a
-    1-D object array of per-row :class:`CompressedColumn` (``bulk=False``). Row-selecting
+    Compressed columns (see ``compress``) are stored as ``CompressedColumn`` (bulk) or a
+    1-D object array of per-row ``CompressedColumn`` (``bulk=False``). Row-selecting
     operations and concatenation decompress automatically; their results are uncompressed.
     """
 
@@ -251,7 +251,7 @@ class SampleBatch(dict):
     def __setitem__(self, key: str, value: Any) -> None:
         """Convert ``value`` with ``np.asarray`` and check its length against the other columns.
 
-        :class:`CompressedColumn` values are stored as they are.
+        ``CompressedColumn`` values are stored as they are.
 
         Raises:
             TypeError: If ``key`` is not a ``str``.
@@ -277,7 +277,7 @@ class SampleBatch(dict):
         super().__setitem__(key, value)
 
     def update(self, other: Any = (), /, **kwargs: Any) -> None:
-        """Like ``dict.update`` but every value goes through :meth:`__setitem__`."""
+        """Like ``dict.update`` but every value goes through ``__setitem__``."""
         items: Iterable[tuple[Any, Any]]
         if isinstance(other, Mapping):
             items = other.items()
@@ -291,7 +291,7 @@ class SampleBatch(dict):
             self[k] = v
 
     def setdefault(self, key: str, default: Any = None) -> Any:
-        """Like ``dict.setdefault`` but a new value goes through :meth:`__setitem__`."""
+        """Like ``dict.setdefault`` but a new value goes through ``__setitem__``."""
         if key not in self:
             self[key] = default
         return super().__getitem__(key)
@@ -401,7 +401,7 @@ class SampleBatch(dict):
 
         Raises:
             ValueError: If ``seq_lens`` is not a 1-D array of positive integers summing to
-                :attr:`count`.
+                ``count``.
         """
         lens = np.asarray(dict.__getitem__(self, self.SEQ_LENS))
         if lens.ndim != 1 or not (lens.size == 0 or np.issubdtype(lens.dtype, np.integer)):
@@ -424,7 +424,7 @@ class SampleBatch(dict):
     ) -> SampleBatch:
         """New batch of whole sequences ``seq_index`` (in that order), with their ``seq_lens``.
 
-        ``bounds`` is :meth:`_sequence_bounds` when the caller already has it.
+        ``bounds`` is ``_sequence_bounds`` when the caller already has it.
         """
         if bounds is None:
             bounds = self._sequence_bounds()
@@ -457,7 +457,7 @@ class SampleBatch(dict):
         """Set ``seq_lens``: cut every episode segment into sequences of ``max_seq_len`` steps.
 
         Segments are the runs of equal ``eps_id`` (and ``env_id`` when present) that
-        :meth:`split_by_episode` returns; a batch with neither column is one segment. Each
+        ``split_by_episode`` returns; a batch with neither column is one segment. Each
         segment is cut from its first row into sequences of ``max_seq_len`` rows, the last
         one holding the remainder, so a sequence never crosses an episode boundary. Rows are
         not moved. Modifies the batch in place and returns it.
@@ -536,9 +536,9 @@ class SampleBatch(dict):
         """Iterate over minibatches that together cover every row exactly once.
 
         All minibatches have ``size`` rows except possibly the last one, cut by
-        :func:`minibatch_bounds`: a remainder ``count % size`` smaller than ``size / 2`` is
+        ``minibatch_bounds``: a remainder ``count % size`` smaller than ``size / 2`` is
         merged into the last full minibatch, a larger one is a minibatch of its own (see
-        :func:`tail_is_merged`).  A batch of fewer than ``size`` rows is one minibatch.
+        ``tail_is_merged``).  A batch of fewer than ``size`` rows is one minibatch.
         An empty batch yields nothing. Arguments are validated eagerly (on the call, not
         the first ``next``).
 
@@ -602,7 +602,7 @@ class SampleBatch(dict):
         A new run starts wherever ``eps_id`` changes, and also wherever ``env_id`` changes when
         the batch has an ``env_id`` column. Runs are returned in order; concatenating them gives
         back this batch. An empty batch gives an empty list. With ``seq_lens`` every run
-        boundary must be a sequence boundary (as :meth:`chop_into_sequences` makes them).
+        boundary must be a sequence boundary (as ``chop_into_sequences`` makes them).
 
         Raises:
             ValueError: If there is no ``eps_id`` column, or a run boundary cuts a sequence.
@@ -626,8 +626,8 @@ class SampleBatch(dict):
         uncompressed. An empty sequence gives an empty batch.
 
         Raises:
-            TypeError: If an element is not a :class:`SampleBatch` (use the module-level
-                :func:`concat_samples` for :class:`MultiAgentBatch`).
+            TypeError: If an element is not a ``SampleBatch`` (use the module-level
+                ``concat_samples`` for ``MultiAgentBatch``).
             ValueError: If column sets differ (names the missing/extra columns) or a column's
                 trailing shapes are incompatible.
         """
@@ -674,9 +674,9 @@ class SampleBatch(dict):
 
         Args:
             columns: Column name(s) to compress; absent or already compressed ones are skipped.
-            bulk: Compress each column as one blob (:class:`CompressedColumn`). With
+            bulk: Compress each column as one blob (``CompressedColumn``). With
                 ``bulk=False`` every row is compressed separately and the column becomes a 1-D
-                object array of :class:`CompressedColumn` (a zero-row column is compressed in
+                object array of ``CompressedColumn`` (a zero-row column is compressed in
                 bulk since there is no row to compress).
 
         Raises:
@@ -730,15 +730,15 @@ class SampleBatch(dict):
     # ------------------------------------------------------------------ multi-agent
 
     def as_multi_agent(self, policy_id: str = DEFAULT_POLICY_ID) -> MultiAgentBatch:
-        """Wrap this batch (not a copy) as the only policy batch of a :class:`MultiAgentBatch`.
+        """Wrap this batch (not a copy) as the only policy batch of a ``MultiAgentBatch``.
 
-        ``env_steps`` of the result is this batch's :attr:`count`.
+        ``env_steps`` of the result is this batch's ``count``.
         """
         return MultiAgentBatch({policy_id: self}, self.count)
 
 
 class MultiAgentBatch:
-    """One :class:`SampleBatch` per policy id plus the number of environment steps they cover.
+    """One ``SampleBatch`` per policy id plus the number of environment steps they cover.
 
     Attributes:
         policy_batches: Policy id -> that policy's experience.
@@ -750,7 +750,7 @@ class MultiAgentBatch:
         """Create the batch; the mapping is copied, the policy batches are not.
 
         Raises:
-            TypeError: If a value is not a :class:`SampleBatch`.
+            TypeError: If a value is not a ``SampleBatch``.
             ValueError: If ``env_steps`` is negative.
         """
         for pid, b in policy_batches.items():
@@ -770,7 +770,7 @@ class MultiAgentBatch:
         return self._env_steps
 
     def env_steps(self) -> int:
-        """Number of environment steps; same as :attr:`count`."""
+        """Number of environment steps; same as ``count``."""
         return self._env_steps
 
     def agent_steps(self) -> int:
@@ -781,7 +781,7 @@ class MultiAgentBatch:
     def concat_samples(batches: Sequence[MultiAgentBatch | SampleBatch]) -> MultiAgentBatch:
         """Concatenate per policy; ``env_steps`` are summed.
 
-        :class:`SampleBatch` inputs are treated as :data:`DEFAULT_POLICY_ID` batches with
+        ``SampleBatch`` inputs are treated as ``DEFAULT_POLICY_ID`` batches with
         ``env_steps`` equal to their count. A policy missing from some inputs is concatenated
         from the inputs that have it. Inputs are not modified.
 
@@ -828,11 +828,11 @@ class MultiAgentBatch:
         return any(b.is_compressed() for b in self.policy_batches.values())
 
     def size_bytes(self) -> int:
-        """Sum of :meth:`SampleBatch.size_bytes` over the policy batches."""
+        """Sum of ``SampleBatch.size_bytes`` over the policy batches."""
         return sum(b.size_bytes() for b in self.policy_batches.values())
 
     def copy(self) -> MultiAgentBatch:
-        """Copy with every policy batch copied (see :meth:`SampleBatch.copy`)."""
+        """Copy with every policy batch copied (see ``SampleBatch.copy``)."""
         return MultiAgentBatch(
             {pid: b.copy() for pid, b in self.policy_batches.items()}, self._env_steps
         )
@@ -846,10 +846,10 @@ class MultiAgentBatch:
 def concat_samples(
     batches: Sequence[SampleBatch | MultiAgentBatch],
 ) -> SampleBatch | MultiAgentBatch:
-    """Concatenate batches, returning a :class:`MultiAgentBatch` if any input is one.
+    """Concatenate batches, returning a ``MultiAgentBatch`` if any input is one.
 
-    Otherwise this is :meth:`SampleBatch.concat_samples` (an empty sequence gives an empty
-    :class:`SampleBatch`).
+    Otherwise this is ``SampleBatch.concat_samples`` (an empty sequence gives an empty
+    ``SampleBatch``).
     """
     if any(isinstance(b, MultiAgentBatch) for b in batches):
         return MultiAgentBatch.concat_samples(batches)

@@ -3,7 +3,7 @@
 ``hierl.register_env`` and ``hierl.register_model`` keep a name → callable table in the
 process that calls them.  A remote evaluator, Tune trial or population member runs in
 another process, where only the *name* arrives (configs and checkpoints never hold
-code), so each :class:`SharedRegistry` also puts its entries, cloudpickled, in the Ray
+code), so each ``SharedRegistry`` also puts its entries, cloudpickled, in the Ray
 cluster's internal key-value store under this job's id: when an entry is registered if
 Ray is up, and again after every ``ray.init`` of this process (what
 ``ray.tune.registry`` does for ``tune.register_env``).  A worker that does not know a
@@ -36,7 +36,7 @@ class SharedRegistry(Generic[T]):
 
     def register(self, name: str, value: T) -> None:
         """Register ``value`` as ``name`` here and for this job's Ray workers (published
-        now if Ray is up, else by :func:`publish_all` when hierl starts Ray)."""
+        now if Ray is up, else by ``publish_all`` when hierl starts Ray)."""
         self._local[name] = value
         if "ray" in sys.modules:  # a later ray.init of the user's publishes it too
             _install_hook()

@@ -1,7 +1,7 @@
 """TorchPolicyGraph: a PolicyGraph built from a torch model, an action distribution and a loss.
 
 A new algorithm subclasses it and defines ``loss`` (and optionally
-``postprocess_trajectory``)::
+``postprocess_trajectory``):
 
     class MyPolicy(TorchPolicyGraph):
         def loss(self, batch):
@@ -156,12 +156,12 @@ def step_if_finite(
     torch update path makes before it steps.
 
     ``norm``, the global norm of the gradients before the caller clipped them, stands in
-    for :func:`grads_finite` (one pass over the gradients less): finite, every clipped
+    for ``grads_finite`` (one pass over the gradients less): finite, every clipped
     gradient is finite; not finite, some gradient was not, or their norm overflowed
     float32, and the update is refused either way.
 
     Returns the update's stats as floats (``values`` read in one transfer) with
-    :data:`~hierl.policy_graph.NONFINITE_GRADS_SKIPPED` 0; for a refused update only
+    ``NONFINITE_GRADS_SKIPPED`` 0; for a refused update only
     that count, 1: no step, so the weights and the optimizer moments stay exactly as
     they were, and a warning (``owner``, the loss, ``batch``'s column statistics) is
     logged on the 1st, 2nd, 4th, 8th... refusal of ``optimizer``.
@@ -230,7 +230,7 @@ def optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
 def load_optimizer_state(
     optimizer: torch.optim.Optimizer, saved: Mapping[str, Any], device: torch.device
 ) -> None:
-    """Inverse of :func:`optimizer_state`; the moments go to ``device``."""
+    """Inverse of ``optimizer_state``; the moments go to ``device``."""
     state = {
         # copies: arrays from the object store are shared, read-only memory
         int(k): {n: torch.tensor(np.asarray(v)) for n, v in s.items()}
@@ -249,7 +249,7 @@ def module_weights(module: nn.Module) -> Weights:
 
 
 def load_module_weights(module: nn.Module, weights: Weights, owner: str) -> None:
-    """Load :func:`module_weights` output; a missing name or a shape mismatch raises
+    """Load ``module_weights`` output; a missing name or a shape mismatch raises
     ValueError naming it (``owner`` names the policy in the message)."""
     own = module.state_dict()
     missing = sorted(set(own) - set(weights))
@@ -292,7 +292,7 @@ class TorchPolicyGraph(PolicyGraph):
     ``model`` to use your own module, or name a registered one in
     ``config.model.custom_model`` (``hierl.register_model``; works from YAML files and
     checkpoints): it must return ``(dist_inputs, values)`` from ``forward(obs)`` and may
-    define ``value(obs)`` (see :func:`hierl.models.networks.make_custom_model`).
+    define ``value(obs)`` (see ``hierl.models.networks.make_custom_model``).
 
     A *recurrent* model (``ModelConfig.use_lstm``, or your own module with
     ``is_recurrent = True``) instead defines ``get_initial_state() -> [arrays]`` (one
@@ -300,7 +300,7 @@ class TorchPolicyGraph(PolicyGraph):
     (dist_inputs (N, T, D), values (N, T), state_out)``.  Then ``compute_actions`` takes
     one state per row and returns the next one, sample batches carry the state at the
     start of every step (``state_in_0``, ``state_in_1``, ...) and ``seq_lens``, and
-    :meth:`model_outputs` unrolls the model over those sequences.
+    ``model_outputs`` unrolls the model over those sequences.
 
     Attributes:
         is_recurrent: Whether the model is recurrent.
@@ -308,10 +308,10 @@ class TorchPolicyGraph(PolicyGraph):
     """
 
     host_columns: tuple[str, ...] = ()
-    """Columns :meth:`to_tensors` leaves in host memory on an accelerator: those the loss
+    """Columns ``to_tensors`` leaves in host memory on an accelerator: those the loss
     reads on the host (IMPALA's ``eps_id``, ``t`` and ``terminateds``, which mark its
     trajectory runs) or at a few rows only, moving those itself (``new_obs``: V after each
-    run, through :meth:`values_after`).  Saves copies both ways, and a whole frame column."""
+    run, through ``values_after``).  Saves copies both ways, and a whole frame column."""
 
     def __init__(
         self,
@@ -358,7 +358,7 @@ class TorchPolicyGraph(PolicyGraph):
 
     def _make_numpy_actor(self) -> NumpyActor | None:
         """The numpy actor over the model (``ModelConfig.numpy_acting``; CPU models
-        only, which :meth:`NumpyActor.mirror` checks), or None."""
+        only, which ``NumpyActor.mirror`` checks), or None."""
         return NumpyActor.mirror(self.model) if self.model_config.numpy_acting else None
 
     # -- act ---------------------------------------------------------------------------
@@ -371,9 +371,9 @@ class TorchPolicyGraph(PolicyGraph):
         """Sample (or, with ``explore=False``, take the mode of) the action distribution.
 
         For a recurrent model ``state_batches`` holds one array per state tensor with one
-        row per observation (None: every row starts from :meth:`get_initial_state`), and
+        row per observation (None: every row starts from ``get_initial_state``), and
         the returned ``state_out`` is the state after this step, in the same layout.
-        Small batches on a model :class:`NumpyActor` mirrors act through it
+        Small batches on a model ``NumpyActor`` mirrors act through it
         (``ModelConfig.numpy_acting``).
         """
         if self.is_recurrent:
@@ -550,8 +550,8 @@ class TorchPolicyGraph(PolicyGraph):
         """Return ``(scalar loss, stats)`` for a batch of tensors keyed by column name."""
 
     def to_tensors(self, batch: SampleBatch | LazyRows) -> TensorBatch:
-        """Convert a SampleBatch to tensors on this policy's device (a :class:`LazyRows`
-        from :meth:`device_rows` is tensors there already and is returned as it is).
+        """Convert a SampleBatch to tensors on this policy's device (a ``LazyRows``
+        from ``device_rows`` is tensors there already and is returned as it is).
 
         Zero-copy on CPU for writable arrays; read-only ones (fetched from Ray's object
         store) are copied, since a tensor sharing read-only memory is unsafe to use.
@@ -606,8 +606,8 @@ class TorchPolicyGraph(PolicyGraph):
         self, values: Mapping[str, Any], batch: Mapping[str, Any] | None = None
     ) -> dict[str, float]:
         """This policy's optimizer step on the gradients in place, unless the loss or a
-        gradient is not finite (:func:`step_if_finite`); an applied step then calls
-        :meth:`after_update` with its stats.  Returns the stats."""
+        gradient is not finite (``step_if_finite``); an applied step then calls
+        ``after_update`` with its stats.  Returns the stats."""
         owner, norm = type(self).__name__, values.get("grad_gnorm")
         norm = norm if torch.is_tensor(norm) else None  # clipped here: its norm checks
         stats = step_if_finite(self.optimizer, self._params, values, owner, batch, norm)
@@ -635,7 +635,7 @@ class TorchPolicyGraph(PolicyGraph):
         They are in ``gradient_names()`` order; a parameter the loss does not reach (e.g.
         the value head of a loss without a baseline) has a zero gradient.  A non-finite
         loss or gradient is returned as it is, with the stat
-        :data:`~hierl.policy_graph.NONFINITE_GRADS_SKIPPED` 1 (0 otherwise):
+        ``NONFINITE_GRADS_SKIPPED`` 1 (0 otherwise):
         ``apply_gradients`` refuses such gradients.
         """
         values = self._backward(batch, clip=clip)

@@ -2,8 +2,8 @@
 content hashes of arrays.
 
 This module imports nothing from hierl (only the standard library and numpy; torch is
-imported inside :func:`seed_everything`), so any layer can use it and
-:func:`piecewise_linear` works without torch.
+imported inside ``seed_everything``), so any layer can use it and
+``piecewise_linear`` works without torch.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 PyYAML implements YAML 1.1, whose floats need a dot and a signed exponent (``1.0e-3``):
 ``1e-3`` or ``1E5`` would be read as *strings*, so ``lr: 1e-3`` would fail config checks
-with "must be a number".  :class:`YAMLLoader` reads them as floats, as YAML 1.2, JSON and
+with "must be a number".  ``YAMLLoader`` reads them as floats, as YAML 1.2, JSON and
 Python do; everything else is PyYAML's ``SafeLoader`` (no Python objects are built).
 """
 
@@ -30,5 +30,5 @@ YAMLLoader.add_implicit_resolver(
 
 
 def load_yaml(text: str) -> Any:
-    """Parse one YAML document with :class:`YAMLLoader`; raises ``yaml.YAMLError``."""
+    """Parse one YAML document with ``YAMLLoader``; raises ``yaml.YAMLError``."""
     return yaml.load(text, Loader=YAMLLoader)  # a SafeLoader: builds no objects

@@ -4,7 +4,6 @@ from hierl's public paths only."""
 from __future__ import annotations
 
 import ast
-import importlib
 import shutil
 import subprocess
 import sys
@@ -12,30 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.public_api import PUBLIC_MODULES, PUBLIC_PACKAGES
+from tests.support.public_api import public_names as _public_names
 from tests.support.readme_blocks import readme_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
-
-PUBLIC_PACKAGES = (
-    "hierl",
-    "hierl.algorithms",
-    "hierl.evaluators",
-    "hierl.models",
-    "hierl.optimizers",
-    "hierl.serve",
-    "hierl.tune",
-)
-"""Packages whose ``__all__`` is public (``hierl``'s also includes every trainer class)."""
-
-PUBLIC_MODULES = (
-    "hierl.checkpoint",
-    "hierl.config",
-    "hierl.policy_graph",
-    "hierl.postprocessing",
-    "hierl.sample_batch",
-    "hierl.torch_policy_graph",
-)
-"""Modules of the core types and math: public as a whole (their names without ``_``)."""
 
 
 def _ruff() -> list[str]:
@@ -59,18 +39,6 @@ def test_ruff_format_clean():
     cmd = [*_ruff(), "format", "--check", "."]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-def _public_names(module: str) -> set[str]:
-    """The names ``from <module> import ...`` may take."""
-    if module in PUBLIC_MODULES:
-        return {n for n in vars(importlib.import_module(module)) if not n.startswith("_")}
-    names = set(importlib.import_module(module).__all__)
-    if module == "hierl":
-        from hierl.algorithms.registry import trainer_class_exports
-
-        names |= set(trainer_class_exports())
-    return names
 
 
 def non_public_imports(source: str, where: str, first_line: int = 1) -> list[str]:

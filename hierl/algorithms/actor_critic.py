@@ -1,9 +1,9 @@
 """What the replay actor-critics for continuous actions (DDPG/TD3 and SAC) share.
 
-* :class:`ActorCriticConfig`: the network, the interleaving of sampling and updates, the
+* ``ActorCriticConfig``: the network, the interleaving of sampling and updates, the
   Polyak coefficient and the uniformly random warm-up;
-* :class:`DDPGCritic`: ``Q(s, u)`` on the concatenated observation and normalised action;
-* :class:`ActorCriticPolicy`: a Box action space's scaling to ``[-1, 1]``, the batch as
+* ``DDPGCritic``: ``Q(s, u)`` on the concatenated observation and normalised action;
+* ``ActorCriticPolicy``: a Box action space's scaling to ``[-1, 1]``, the batch as
   tensors, n-step postprocessing, optimizer steps refused on non-finite gradients, Polyak
   averaging of the target networks, weights and optimizer state.
 
@@ -104,8 +104,8 @@ class ActorCriticPolicy(PolicyGraph):
 
     Subclasses set ``algorithm`` (named in errors) and ``optimizer_names`` (each name
     ``x`` has an ``x_optimizer`` attribute, checkpointed as ``x_optimizer``), and build
-    their networks in :meth:`make_model` (an ``nn.Module`` with ``online_target_pairs()``)
-    and their optimizers in :meth:`make_optimizers`.
+    their networks in ``make_model`` (an ``nn.Module`` with ``online_target_pairs()``)
+    and their optimizers in ``make_optimizers``.
     """
 
     algorithm = "DDPG/TD3"
@@ -234,7 +234,7 @@ class ActorCriticPolicy(PolicyGraph):
 
     def export_model(self) -> tuple[GreedyActorCritic, None]:
         """The greedy policy as a new module (copies of the actor and the critics) for
-        :func:`hierl.export.export_policy`: the env action of ``compute_actions(...,
+        ``hierl.export.export_policy``: the env action of ``compute_actions(...,
         explore=False)``, the actor's outputs and ``min_i Q_i`` at that action; None: the
         module computes the greedy action itself (no distribution to apply)."""
         critics = [copy.deepcopy(c) for c in self.model.critics()]

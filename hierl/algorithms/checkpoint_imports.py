@@ -7,7 +7,7 @@ Gymnasium id with its module, ``"my_package.envs:MyEnv-v0"``, imported first).  
 may sit at any depth (a multi-agent policy's ``config.model``, a population's
 ``member_config``).  Rebuilding a trainer from a file someone else wrote would import
 that module, running its top-level code, and call what it names (``"builtins:print"``
-runs), so :func:`check_checkpoint_imports` refuses every such name unless
+runs), so ``check_checkpoint_imports`` refuses every such name unless
 
 * the user allows its module: ``allow_imports=["my_package"]`` (a package allows its
   submodules) or, on the command line, ``--allow-import my_package``;

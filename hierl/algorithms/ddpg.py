@@ -11,7 +11,7 @@
   https://arxiv.org/abs/1803.00933 (§4.2): the same learner on the ``apex`` optimizer;
   each evaluator explores with its own noise scale (``DDPGPolicy.set_exploration_scale``).
 
-One learner update (``DDPGPolicy.learn_on_replay_batch``), as in TD3's Algorithm 1::
+One learner update (``DDPGPolicy.learn_on_replay_batch``), as in TD3's Algorithm 1:
 
     y = r + gamma * (1 - terminated) * min_i Q'_i(s', clip(mu'(s') + clip(eps, -c, c), -1, 1))
     critic(s): minimise  w * (Q_i(s, a) - y)^2         (w: prioritized replay weights)
@@ -218,7 +218,7 @@ class DDPGModel(nn.Module):
 class DDPGPolicy(ActorCriticPolicy):
     """DDPG/TD3 policy graph: act with noise, learn on replayed batches, Polyak targets.
 
-    ``config`` is a :class:`DDPGConfig` (or a subclass).  Weights (``get_weights``) include
+    ``config`` is a ``DDPGConfig`` (or a subclass).  Weights (``get_weights``) include
     the target networks, so replicas that compute Ape-X priorities use the learner's
     targets.  ``get_state`` adds both Adam optimizers' moments, the update counter (the
     ``policy_delay`` phase), the last actor loss and the exploration scale.
@@ -380,7 +380,7 @@ class DDPGTrainer(Trainer):
 
 
 class TD3Trainer(DDPGTrainer):
-    """TD3: DDPG with :class:`TD3Config`'s defaults (twin critics, smoothing, delay 2)."""
+    """TD3: DDPG with ``TD3Config``'s defaults (twin critics, smoothing, delay 2)."""
 
     name = "TD3"
     config_class = TD3Config

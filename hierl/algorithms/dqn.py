@@ -12,7 +12,7 @@
 The policy graph holds all numerics: epsilon-greedy ``compute_actions``, n-step
 ``postprocess_trajectories``, the TD ``loss`` and the utilities ``update_target`` and
 ``set_exploration_scale`` (epsilon).  The trainers only schedule the target updates
-between optimizer steps::
+between optimizer steps:
 
     with DQNTrainer({"env": "CartPole-v1"}) as trainer:   # "replay" (default) or "async"
         result = trainer.train()     # >= timesteps_per_iteration env steps
@@ -189,7 +189,7 @@ class DQNPolicy(TorchPolicyGraph):
         self._last_td_error: np.ndarray | None = None
 
     def make_model(self) -> nn.Module:
-        """A :class:`QNetwork` (dueling when ``config.dueling``)."""
+        """A ``QNetwork`` (dueling when ``config.dueling``)."""
         cfg = self.config
         model = getattr(cfg, "model", None) or ModelConfig()
         check_default_model(model, "DQN's Q-network")

@@ -151,7 +151,7 @@ class ESPolicy(PolicyGraph):
         self._layers = None
 
     def export_model(self) -> tuple[torch.nn.Module, type[ActionDistribution]]:
-        """What ``hierl export`` folds in (see :mod:`hierl.export`): the MLP as a module
+        """What ``hierl export`` folds in (see ``hierl.export``): the MLP as a module
         returning ``(outputs, zero values)`` (ES learns no value function), and the rule
         that turns outputs into the greedy action (argmax, or the outputs themselves)."""
         discrete = isinstance(self.action_space, gym.spaces.Discrete)

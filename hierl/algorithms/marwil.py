@@ -15,7 +15,7 @@ committed only when the update is applied (``after_update``): a refused update (
 non-finite loss or gradient) leaves it as it was, and under ``multi_gpu`` it moves once
 per update, from the rows of every tower.
 
-Both train from ``input`` (logged data, :mod:`hierl.evaluators.offline`); the returns
+Both train from ``input`` (logged data, ``hierl.evaluators.offline``); the returns
 are computed as the data is read (``postprocess_inputs``; episodes cut by a fragment
 boundary are bootstrapped with the current value function).
 """
@@ -116,7 +116,7 @@ class MARWILPolicy(TorchPolicyGraph):
     def loss(self, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, Any]]:
         """``-E[w log pi(a|s)] + vf_loss_coeff * E[(V(s) - R)^2] / 2`` with
         ``w = exp(min(beta * (R - V(s)) / c, max_weight_exponent))`` (``w = 1`` for BC),
-        ``c^2`` moved by this batch first (committed by :meth:`after_update`)."""
+        ``c^2`` moved by this batch first (committed by ``after_update``)."""
         cfg = self.config
         dist_inputs, values = self.model_outputs(batch)
         logp = self.dist_class(dist_inputs).logp(batch[SampleBatch.ACTIONS])

@@ -2,12 +2,12 @@
 
 Flat trainers (``Trainer.train``) and nested ones (PPO-ES, A3C-ES, ES, AlphaZero, through
 ``BaseTrainer.finish_iteration``) count the iteration and its time with
-:func:`count_iteration` and end it with :func:`finish_iteration`, so
+``count_iteration`` and end it with ``finish_iteration``, so
 ``training_iteration``, ``time_this_iter_s`` and ``time_total_s`` mean the same in every
 result.  A flat trainer's episode statistics (``episode_reward_mean`` over the last
 ``metrics_smoothing_episodes`` episodes, ``episodes_total``, ``custom_metrics/*``,
-``policy_reward_*``) are kept by :class:`EpisodeStats`; its sampling and learner figures
-are assembled by :func:`sampling_metrics` and :func:`learner_metrics`.
+``policy_reward_*``) are kept by ``EpisodeStats``; its sampling and learner figures
+are assembled by ``sampling_metrics`` and ``learner_metrics``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """Play a trained policy in its env: what ``hierl rollout`` runs.
 
-:func:`rollout` plays whole episodes from fresh resets with a trainer's policy, greedy
+``rollout`` plays whole episodes from fresh resets with a trainer's policy, greedy
 unless told to explore, until ``episodes`` episodes or ``steps`` env steps, whichever
 comes first.  A single-agent env is played by the evaluator's
-:class:`~hierl.evaluators.rollout_core.EpisodePlayer` (preprocessing, observation filter and
+``EpisodePlayer`` (preprocessing, observation filter and
 recurrent state exactly as in training), optionally rendered on screen
 (``render_mode="human"``) or recorded to mp4 files with Gymnasium's ``RecordVideo``
 (``render_mode="rgb_array"``; needs moviepy).  A multi-agent env is played by a fresh
 in-process evaluator with the trainer's weights and filters, whole episodes only.
 
-Example::
+Example:
 
     trainer = Trainer.from_checkpoint(path, num_evaluators=0)
     for record in rollout(trainer, RolloutOptions(episodes=5, video_dir="videos")):
@@ -38,7 +38,7 @@ class RolloutError(ConfigError):
 
 @dataclasses.dataclass(frozen=True)
 class RolloutOptions:
-    """What :func:`rollout` plays."""
+    """What ``rollout`` plays."""
 
     episodes: int | None = 10
     """Stop after this many episodes (None: only ``steps`` limits the rollout)."""

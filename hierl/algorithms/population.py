@@ -244,7 +244,7 @@ class PopulationTrainer(BaseTrainer):
 
     def get_state(self) -> dict[str, Any]:
         """Every member's complete state, each one's latest score, the best member (who
-        acts for the checkpoint: :meth:`acting_checkpoint`), the loop's counters and RNG."""
+        acts for the checkpoint: ``acting_checkpoint``), the loop's counters and RNG."""
         members = self._call_all("get_state")
         return {
             "members": {str(i): s for i, s in enumerate(members)},

@@ -108,7 +108,7 @@ class PPOPolicy(TorchPolicyGraph):
         self._numpy_learner = self._make_numpy_learner()
 
     def _make_numpy_learner(self) -> NumpyActor | None:
-        """A numpy mirror of the model to learn through (:mod:`hierl.algorithms.ppo_numpy`)
+        """A numpy mirror of the model to learn through (``hierl.algorithms.ppo_numpy``)
         when ``model.numpy_learning`` is on, the actions are Gaussian and this class's loss
         is PPOPolicy's own; else None."""
         if not self.model_config.numpy_learning or self.dist_class is not DiagGaussian:
@@ -119,7 +119,7 @@ class PPOPolicy(TorchPolicyGraph):
         return self._numpy_actor or NumpyActor.mirror(self.model)
 
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
-        """One update: through numpy when :meth:`_make_numpy_learner` allowed it (and the
+        """One update: through numpy when ``_make_numpy_learner`` allowed it (and the
         KL penalty is off and the weights still back the mirror), else through torch."""
         learner = self._numpy_learner
         if (

@@ -1,5 +1,5 @@
 """PPO's update for small Gaussian MLP policies in numpy: the loss of
-:meth:`hierl.algorithms.ppo.PPOPolicy.loss` and its gradients written out by hand.
+``hierl.algorithms.ppo.PPOPolicy.loss`` and its gradients written out by hand.
 
 On CPU a 64-row minibatch through two 64x64 MLPs is a hundred-odd tiny tensor ops, and
 torch's per-op cost, not arithmetic, sets the time of an update: ~1.7 ms, the same for
@@ -11,10 +11,10 @@ send half the gradient to each equal operand; ``clamp`` passes it at its bounds)
 the parameters' ``.grad`` are then clipped and stepped by the policy's own torch
 optimizer, so its state, checkpoints and everything downstream are unchanged.
 
-It applies to :class:`~hierl.algorithms.ppo.PPOPolicy` itself (not subclasses that
+It applies to ``PPOPolicy`` itself (not subclasses that
 change its loss) on the default feed-forward model that
-:class:`~hierl.models.numpy_acting.NumpyActor` mirrors, with
-:class:`~hierl.models.distributions.DiagGaussian` actions and without the adaptive KL
+``NumpyActor`` mirrors, with
+``DiagGaussian`` actions and without the adaptive KL
 penalty (``kl_coeff`` 0); ``ModelConfig.numpy_learning`` switches it off.  Everything
 else learns through torch.
 """
@@ -47,7 +47,7 @@ def _clamp_passes(x: Array, low: float, high: float) -> Array:
 
 
 def _standardize(adv: Array) -> Array:
-    """:func:`hierl.torch_policy_graph.standardize` (unbiased std, as ``Tensor.std``)."""
+    """``hierl.torch_policy_graph.standardize`` (unbiased std, as ``Tensor.std``)."""
     if adv.size < 2:
         return adv
     return (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8)
@@ -62,7 +62,7 @@ def gaussian_ppo_loss_grads(
     """PPOPolicy's loss on a DiagGaussian policy's outputs (``kl_coeff`` 0):
     ``(total loss, stats, d loss / d dist_inputs, d loss / d values)``.
 
-    ``config`` is the policy's :class:`~hierl.algorithms.ppo.PPOConfig`; ``batch`` holds
+    ``config`` is the policy's ``PPOConfig``; ``batch`` holds
     the minibatch's columns as numpy arrays.
     """
     n = len(values)
@@ -132,7 +132,7 @@ def gaussian_ppo_loss_grads(
 def numpy_ppo_grads(
     learner: NumpyActor, config: Any, batch: SampleBatch
 ) -> tuple[float, dict[str, float], ParamGrads]:
-    """Forward pass, :func:`gaussian_ppo_loss_grads` and backward pass on ``batch``:
+    """Forward pass, ``gaussian_ppo_loss_grads`` and backward pass on ``batch``:
     ``(total loss, stats, gradients of every model parameter)``."""
     batch.decompress_if_needed()
     dist_inputs, values, tape = learner.forward_train(batch[SampleBatch.OBS])

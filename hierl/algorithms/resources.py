@@ -12,7 +12,7 @@ one resource bundle per process, driver first.  Whoever schedules a trainer (a R
 trial, a population loop such as PPO-ES that runs trainers as actors) reserves these
 bundles as one placement group and starts the trainer in its first bundle with
 child-task capture, so the nested actors land inside the reservation: they can never
-wait on CPUs that other trials hold (no deadlock)::
+wait on CPUs that other trials hold (no deadlock):
 
     bundles = trainer_bundles(PPOTrainer, {"num_evaluators": 2, "num_cpus_per_evaluator": 0.5})
     # [{"CPU": 1.0}, {"CPU": 0.5}, {"CPU": 0.5}]

@@ -11,7 +11,7 @@
   no noise scale for the optimizer's per-evaluator ladder to pin (SACPolicy has no
   ``ExplorationScale``; ``apex`` pins no ladder when no policy has one).
 
-One learner update (``SACPolicy.learn_on_replay_batch``)::
+One learner update (``SACPolicy.learn_on_replay_batch``):
 
     alpha = exp(log_alpha)                                  (the value before this update)
     u' ~ pi(.|s'),  y = r + gamma (1 - terminated) (min_i Q'_i(s', u') - alpha log pi(u'|s'))
@@ -215,7 +215,7 @@ def min_q(critics: list[DDPGCritic], obs: torch.Tensor, u: torch.Tensor) -> torc
 class SACPolicy(ActorCriticPolicy):
     """SAC policy graph: act by sampling the squashed Gaussian, learn on replayed batches.
 
-    ``config`` is a :class:`SACConfig`.  Weights (``get_weights``) include the target
+    ``config`` is a ``SACConfig``.  Weights (``get_weights``) include the target
     critics and ``log_alpha``, so replicas that compute Ape-X priorities use the learner's
     targets and temperature.  ``get_state`` adds the three Adam optimizers' moments and the
     update counter.

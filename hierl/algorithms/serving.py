@@ -1,12 +1,12 @@
 """Pushing a trainer's policy to a running serving deployment: the paper's
 ``srv_client.suggest_model(...)`` (arXiv appendix E.1).
 
-A trainer whose config names a ``serve_deployment`` calls :func:`maybe_push` after
-every iteration; every ``every`` iterations it takes a :class:`PolicySnapshot` (weights
+A trainer whose config names a ``serve_deployment`` calls ``maybe_push`` after
+every iteration; every ``every`` iterations it takes a ``PolicySnapshot`` (weights
 and observation-filter statistics of every policy, the iteration) and broadcasts it to
 every replica of the Ray Serve deployment ``hierl serve`` started (``hierl.serve``),
-which swaps it in between two batches and names the snapshot's :attr:`~PolicySnapshot.
-version` in every answer.  This module is the contract between the two sides (the
+which swaps it in between two batches and names the snapshot's ``PolicySnapshot.
+version`` in every answer.  This module is the contract between the two sides (the
 deployment's name, the method called, the snapshot and its content hash); it imports
 Ray only when it pushes, and nothing from ``hierl.serve`` (imports flow downward).
 """
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 DEPLOYMENT_NAME = "PolicyServer"
 """The name of the Serve deployment that answers ``/act`` in every ``hierl serve`` app."""
 UPDATE_METHOD = "update_policy"
-"""The deployment's method that takes a :class:`PolicySnapshot` (called on every replica)."""
+"""The deployment's method that takes a ``PolicySnapshot`` (called on every replica)."""
 
 
 @dataclasses.dataclass

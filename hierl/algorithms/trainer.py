@@ -1,11 +1,11 @@
 """Trainer: config + evaluators + a named optimizer + ``train()``.
 
 Each ``train()`` is one short logical iteration under central control, returning a flat
-result dict (assembled by :mod:`hierl.algorithms.metrics`), so a trainer nests anywhere:
+result dict (assembled by ``hierl.algorithms.metrics``), so a trainer nests anywhere:
 as a Ray actor in another algorithm, a step of a self-play loop, or a Ray Tune trial.  A
 new algorithm is a PolicyGraph plus a Trainer subclass naming its config class
-(:class:`~hierl.algorithms.trainer_config.TrainerConfig` or a subclass), policy class and
-the optimizers it supports::
+(``TrainerConfig`` or a subclass), policy class and
+the optimizers it supports:
 
     class MyTrainer(Trainer):
         name = "MY_ALGO"
@@ -312,7 +312,7 @@ class Trainer(BaseTrainer):
         return self.optimizer.num_steps_sampled
 
     def train(self) -> dict[str, Any]:
-        """Run one iteration; return the flat result dict (:mod:`hierl.algorithms.metrics`)."""
+        """Run one iteration; return the flat result dict (``hierl.algorithms.metrics``)."""
         start = time.perf_counter()
         steps_before = self.optimizer.num_steps_sampled
         learner_stats = self._optimizer_steps(steps_before)
@@ -385,7 +385,7 @@ class Trainer(BaseTrainer):
         action_dist_inputs, vf_preds)``, recurrent ones also their state: the
         preprocessing, the observation filter's current statistics and the greedy action
         are folded in, so its actions equal ``compute_single_action(obs, explore=False)``
-        (see :mod:`hierl.export` for the inputs, outputs and how to load it).
+        (see ``hierl.export`` for the inputs, outputs and how to load it).
 
         Raises:
             ExportError: an unknown format, a policy that is not a TorchPolicyGraph, an

@@ -4,7 +4,7 @@
 *nested* algorithm that composes other components instead (PPO-ES: a population of
 trainer actors; AlphaZero: self-play, replay and optimizer actors) subclasses
 ``BaseTrainer`` directly and implements ``train``, ``get_state`` and ``set_state``; the
-CLI, Ray Tune and checkpoints then treat it like any other algorithm::
+CLI, Ray Tune and checkpoints then treat it like any other algorithm:
 
     class MyLoop(BaseTrainer):
         name = "MY_LOOP"
@@ -53,7 +53,7 @@ class BaseConfig(Config):
     logdir: str | None = None
     """Write every ``train()`` result to this directory as ``result.jsonl``,
     ``progress.csv`` and TensorBoard events (Ray Tune's names: ``tensorboard --logdir``
-    reads it; see :mod:`hierl.loggers`), appending to what is there; None: no logs."""
+    reads it; see ``hierl.loggers``), appending to what is there; None: no logs."""
 
     def __post_init__(self) -> None:
         self.check("num_cpus_for_driver", self.num_cpus_for_driver >= 0, "must be >= 0")
@@ -121,7 +121,7 @@ class BaseTrainer:
     def finish_iteration(self, result: dict[str, Any], start: float) -> dict[str, Any]:
         """Count an iteration that began at ``time.perf_counter()`` = ``start`` and add
         the standard ``training_iteration`` / ``time_*`` keys to its ``result``, then log
-        it (:func:`hierl.algorithms.metrics.finish_iteration`)."""
+        it (``hierl.algorithms.metrics.finish_iteration``)."""
         return metrics.finish_iteration(self, result, start)
 
     def log_result(self, result: dict[str, Any]) -> None:
@@ -231,7 +231,7 @@ class BaseTrainer:
         Imports no module the stored config names (``callbacks``, ``model.custom_model``,
         ``env`` as ``"module:name"``) unless ``allow_imports`` lists it (or its package),
         it is registered in this process, or ``config_overrides`` replaces the setting
-        (see :mod:`hierl.algorithms.checkpoint_imports`).
+        (see ``hierl.algorithms.checkpoint_imports``).
 
         Raises:
             CheckpointError: the checkpoint is missing, corrupt, does not fit, or names a
@@ -253,15 +253,15 @@ class BaseTrainer:
         A flat trainer's checkpoint gives that trainer with nothing but its local
         evaluator (no Ray, no remote or evaluation evaluators, the env as input, no
         logged output: ``ACTING_OVERRIDES``); a nested one gives the trainer its
-        :meth:`acting_checkpoint` names (PPO-ES / A3C-ES: the best member, ES: its
+        ``acting_checkpoint`` names (PPO-ES / A3C-ES: the best member, ES: its
         policy), also without Ray or actors.  ``config_overrides`` apply on top (e.g.
-        another ``env``); ``allow_imports`` as for :meth:`from_checkpoint`.  Acting::
+        another ``env``); ``allow_imports`` as for ``from_checkpoint``.  Acting:
 
             trainer = BaseTrainer.for_acting("runs/PPO_ES_Walker2d-v5/checkpoints/000010")
             action = trainer.compute_single_action(obs, explore=False)
 
         Raises:
-            CheckpointError: as for :meth:`from_checkpoint`, or the algorithm holds no
+            CheckpointError: as for ``from_checkpoint``, or the algorithm holds no
                 flat policy to act with (the message says what to use instead).
         """
         from hierl.algorithms.registry import get_trainer_class
@@ -290,7 +290,7 @@ class BaseTrainer:
     ) -> tuple[type[BaseTrainer], dict[str, Any], Mapping[str, Any]]:
         """The flat trainer that acts for a checkpoint of this algorithm, as ``(its
         class, its config dict as a checkpoint stores it, its state)``, given the
-        checkpoint's stored ``config`` and ``state`` (used by :meth:`for_acting`).
+        checkpoint's stored ``config`` and ``state`` (used by ``for_acting``).
 
         ``Trainer`` returns itself with ``ACTING_OVERRIDES`` applied; a nested trainer
         whose result is one flat policy (PPO-ES: its recorded best member) overrides

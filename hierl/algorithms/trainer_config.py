@@ -1,7 +1,7 @@
 """TrainerConfig: the settings shared by every algorithm that samples with evaluators.
 
 Algorithm configs subclass it (``PPOConfig(TrainerConfig)``); ``Trainer``
-(:mod:`hierl.algorithms.trainer`) builds its evaluators and optimizer from it.  The
+(``hierl.algorithms.trainer``) builds its evaluators and optimizer from it.  The
 optimizer's own settings are declared in its config class and reached through
 ``optimizer_config`` (flat keys are aliases: ``resolve_aliases``).
 """
@@ -60,7 +60,7 @@ class TrainerConfig(SamplingSettings, BaseConfig):
     """Settings shared by every algorithm.  Algorithm configs subclass this.
 
     The evaluators' sampling settings are declared once, in
-    :class:`~hierl.evaluators.settings.SamplingSettings`, and included here as flat keys.
+    ``SamplingSettings``, and included here as flat keys.
 
     An algorithm names the optimizers it supports and states, per optimizer, the
     settings it changes (``optimizer_defaults``); the optimizer's settings themselves are
@@ -127,7 +127,7 @@ class TrainerConfig(SamplingSettings, BaseConfig):
     evaluation_interval: int = 0
     """Evaluate every this many ``train()`` iterations (0: never): the current weights
     play ``evaluation_num_episodes`` whole episodes on separate evaluators
-    (:mod:`hierl.algorithms.evaluation`), reported as ``evaluation/episode_reward_mean``
+    (``hierl.algorithms.evaluation``), reported as ``evaluation/episode_reward_mean``
     etc."""
     evaluation_num_episodes: int = 10
     """Episodes per evaluation."""
@@ -143,9 +143,9 @@ class TrainerConfig(SamplingSettings, BaseConfig):
     """Where evaluators' ``sample()`` reads experience: ``"sampler"`` (the env), logged
     data written by ``output`` (a directory, a glob, a file or a list of files), or a
     ``ray.data.Dataset``; logged data makes the evaluators OfflineEvaluators
-    (:mod:`hierl.evaluators.offline`), each reading its share of the files.
+    (``hierl.evaluators.offline``), each reading its share of the files.
     ``"external"``: apps drive the episodes through ``hierl.serve.PolicyClient`` over
-    HTTP (:mod:`hierl.evaluators.external`; ``env`` then only gives the spaces)."""
+    HTTP (``hierl.evaluators.external``; ``env`` then only gives the spaces)."""
     input_external: ExternalInputConfig = dataclasses.field(default_factory=ExternalInputConfig)
     """Where the evaluators of ``input: "external"`` listen (``host``, ``port``: the local
     evaluator on ``port`` with no remote evaluators, else remote evaluator ``i`` on
@@ -162,7 +162,7 @@ class TrainerConfig(SamplingSettings, BaseConfig):
     """Run the policy's ``postprocess_trajectories`` on logged data as it is read (in
     file order, before shuffling); MARWIL needs it for its returns."""
     off_policy_estimation: tuple[str, ...] = ()
-    """Estimators (``is``, ``wis``; :mod:`hierl.algorithms.off_policy_estimation`) of the
+    """Estimators (``is``, ``wis``; ``hierl.algorithms.off_policy_estimation``) of the
     current policy's return from the whole logged episodes of ``input``'s files (at most
     ``off_policy_estimation_max_rows`` rows, read once), reported every
     ``evaluation_interval`` iterations (every iteration if 0) as
@@ -171,7 +171,7 @@ class TrainerConfig(SamplingSettings, BaseConfig):
     """Rows of logged episodes kept for off-policy estimation."""
     output: str | None = None
     """A directory where every evaluator writes each batch it samples (Parquet, see
-    :mod:`hierl.evaluators.offline.writer`); None: nothing is written."""
+    ``hierl.evaluators.offline.writer``); None: nothing is written."""
     output_postprocessed: bool = True
     """Write batches after the policy's postprocessing (False: the rows as sampled)."""
     output_max_file_size: int = DEFAULT_MAX_FILE_SIZE
@@ -181,7 +181,7 @@ class TrainerConfig(SamplingSettings, BaseConfig):
     serve_deployment: dict | ServeDeployment | None = None
     """Push the policy to a running ``hierl serve`` app every few iterations (the paper's
     ``suggest_model``), e.g. ``{"app": "hierl", "every": 5}``; the app then answers with the
-    new weights and filters (:mod:`hierl.algorithms.serving`).  None: no pushing."""
+    new weights and filters (``hierl.algorithms.serving``).  None: no pushing."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -2,15 +2,15 @@
 
 Two measurements, run by ``hierl bench optimizers`` and ``benchmarks/optimizers.py``:
 
-1. **Strategies** (:func:`bench_strategies`): every named optimizer drives the same
+1. **Strategies** (``bench_strategies``): every named optimizer drives the same
    trainer (same policy graph, env and evaluator count) for a few iterations after a
    warm-up.  Reported per optimizer: env samples/s, learner samples/s (rows used in
    updates), gradient updates/s, the per-phase times, and the bytes that passed through
    the driver per iteration (numpy payloads the driver fetched with ``ray.get``, put
-   with ``ray.put`` or passed by value to actor calls: :class:`DriverTraffic`).
+   with ``ray.put`` or passed by value to actor calls: ``DriverTraffic``).
    ``replay`` and ``apex`` run the same (on-policy) graph here: the figures measure the
    system's throughput, not learning.
-2. **SGD throughput** (:func:`bench_sgd`), like the paper's Table 3: one Humanoid-sized
+2. **SGD throughput** (``bench_sgd``), like the paper's Table 3: one Humanoid-sized
    PPO update (obs 376, 17 continuous actions, 256x256 networks, 32k rows, 4k
    minibatches) by ``multi_gpu`` with 1 and 2 towers and by ``allreduce`` over 2
    evaluators, against a pure-torch loop on the same shapes measured in the same run.
@@ -74,7 +74,7 @@ class DriverTraffic:
     """Counts array bytes entering or leaving this (driver) process through Ray.
 
     Inside the ``with`` block, ``ray.get`` results, ``ray.put`` arguments and the
-    by-value arguments of actor method calls are measured with :func:`payload_bytes`.
+    by-value arguments of actor method calls are measured with ``payload_bytes``.
     Object refs passed between actors cost nothing here: that is the point.
     """
 
@@ -193,7 +193,7 @@ def bench_strategy(
 
 
 def bench_strategies(names: Sequence[str] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
-    """:func:`bench_strategy` for each name (default: :func:`strategies`); a failing
+    """``bench_strategy`` for each name (default: ``strategies``); a failing
     strategy is reported, not fatal."""
     rows = []
     for name in names or strategies():

@@ -5,7 +5,7 @@ runs ``hierl train`` (configs, stop conditions, logs, ``--resume``; ``progress``
 display), ``commands`` the others (``config_yaml`` writes ``hierl config --yaml``); each
 calls into the package.
 
-Examples::
+Examples:
 
     hierl train --algo PPO --env CartPole-v1
     hierl train --algo PG --env CartPole-v1 --config cfg.yaml --stop training_iteration=50

@@ -1,6 +1,6 @@
 """The ``hierl`` commands besides ``train``: ``list``, ``config``, ``tune``, ``bench``,
 ``rollout``, ``export`` and ``serve``; each ``add_<name>_command`` (its options and help,
-assembled by :func:`hierl.cli.parser.build_parser`) sits just above its ``cmd_<name>``."""
+assembled by ``hierl.cli.parser.build_parser``) sits just above its ``cmd_<name>``."""
 
 from __future__ import annotations
 

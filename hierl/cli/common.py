@@ -34,7 +34,7 @@ the CLI stays free of heavy imports."""
 
 
 def user_error(error: BaseException) -> BaseException | None:
-    """The user error (a :data:`USER_ERRORS` instance) that ``error`` is or that Ray
+    """The user error (a ``USER_ERRORS`` instance) that ``error`` is or that Ray
     wrapped it around (a task's or actor's error, Ray Data's), else None: any other
     exception is a bug and keeps its traceback."""
     types = tuple(

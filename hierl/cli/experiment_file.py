@@ -10,7 +10,7 @@ top-level mapping with ``run``.  Command-line flags override what the experiment
 
 Without any ``--config``, ``hierl train --algo ALGO --env ENV`` trains with the tuned file
 of ``examples/tuned/`` whose experiment runs ALGO on ENV, if there is one
-(:func:`tuned_experiments`): the task's settings, as RL Zoo's ``train.py`` reads its
+(``tuned_experiments``): the task's settings, as RL Zoo's ``train.py`` reads its
 per-env hyperparameters.
 """
 

@@ -1,11 +1,11 @@
 """AlphaZero checkpoints at the command line: ``hierl play CHECKPOINT`` plays its best
 model at its board game, against you at the terminal or against a built-in opponent for
 N games; ``hierl export`` writes its network and ``hierl rollout`` points here
-(:func:`export_alphazero`, :func:`refuse_rollout`).
+(``export_alphazero``, ``refuse_rollout``).
 
-The model acts through :class:`hierl.algorithms.alphazero.player.AlphaZeroPlayer` (no
-Ray, no actors); matches use :func:`hierl.algorithms.alphazero.match.play_match` and the
-opponents of :mod:`hierl.algorithms.alphazero.opponents`, the same code as
+The model acts through ``hierl.algorithms.alphazero.player.AlphaZeroPlayer`` (no
+Ray, no actors); matches use ``hierl.algorithms.alphazero.match.play_match`` and the
+opponents of ``hierl.algorithms.alphazero.opponents``, the same code as
 ``benchmarks/connect_four.py``.
 """
 

@@ -1,6 +1,6 @@
 """Live training progress for the command line.
 
-On a terminal, :class:`TrainingProgress` redraws a small ``rich`` panel after every
+On a terminal, ``TrainingProgress`` redraws a small ``rich`` panel after every
 iteration: iteration, timesteps, episode return (min/max), episode length, throughput,
 time, and one bar per stop condition.  Where an iteration finished no training episode
 (offline algorithms: BC, MARWIL, CQL), the latest evaluation episodes' return is shown.

@@ -1,7 +1,7 @@
 """Atari: the DeepMind preprocessing that ``ALE/*`` and ``*NoFrameskip-v4`` ids get by default.
 
 The pipeline is the one users know from Stable-Baselines3's ``AtariWrapper`` and RLlib's
-Atari defaults (Mnih et al. 2015; Machado et al. 2018 for the v5 ids' sticky actions)::
+Atari defaults (Mnih et al. 2015; Machado et al. 2018 for the v5 ids' sticky actions):
 
     gymnasium.make(id, frameskip=1)          # ALE/*-v5 keep their sticky actions (0.25)
     AtariPreprocessing                       # up to 30 no-ops on reset, frame skip 4 with
@@ -14,7 +14,7 @@ Atari defaults (Mnih et al. 2015; Machado et al. 2018 for the v5 ids' sticky act
 Rewards are clipped to ``[-1, 1]`` in the training batch (``clip_rewards`` None means 1.0
 for these ids), never in the env: the samplers report the full-game, unclipped returns
 that ``RecordEpisodeStatistics`` records below ``EpisodicLife`` (see
-:func:`hierl.evaluators.rollout_core.game_results`).  ``preprocessor_pref="none"`` turns the
+``hierl.evaluators.rollout_core.game_results``).  ``preprocessor_pref="none"`` turns the
 whole pipeline off: the env is then exactly what ``gymnasium.make`` builds.
 """
 
@@ -161,9 +161,9 @@ def wrap_deepmind(env: gym.Env) -> gym.Env:
 
 
 def make_atari(env_id: str, env_config: Mapping[str, Any]) -> gym.Env:
-    """``gymnasium.make(env_id, frameskip=1, **env_config)`` under :func:`wrap_deepmind`
+    """``gymnasium.make(env_id, frameskip=1, **env_config)`` under ``wrap_deepmind``
     (without OpenCV, AtariPreprocessing raises DependencyNotInstalled, which
-    :func:`hierl.evaluators.env.resolve_env_creator` turns into one error naming the extra)."""
+    ``hierl.evaluators.env.resolve_env_creator`` turns into one error naming the extra)."""
     return wrap_deepmind(gym.make(env_id, **{"frameskip": 1, **dict(env_config)}))
 
 

@@ -1,7 +1,7 @@
 """User callbacks: hooks into the rollout loops and the trainer (RLlib's DefaultCallbacks).
 
-Subclass :class:`EpisodeCallbacks`, override the hooks you need and set the class, or
-its name as a ``"module:Class"`` string, as config ``callbacks``::
+Subclass ``EpisodeCallbacks``, override the hooks you need and set the class, or
+its name as a ``"module:Class"`` string, as config ``callbacks``:
 
     class PoleAngle(EpisodeCallbacks):
         def on_episode_end(self, *, episode, env_info, worker_index):
@@ -11,7 +11,7 @@ its name as a ``"module:Class"`` string, as config ``callbacks``::
 
 Each PolicyEvaluator makes one instance (so the episode hooks run in the process that
 samples, remote evaluators included) and the trainer makes one on the driver for
-:meth:`EpisodeCallbacks.on_train_result`.  The hooks, and how often each is called:
+``EpisodeCallbacks.on_train_result``.  The hooks, and how often each is called:
 
 * ``on_episode_start``: once per episode, after the reset that begins it;
 * ``on_episode_step``: once per env step of every sub-env (only classes that override it
@@ -85,7 +85,7 @@ class EpisodeCallbacks:
     """Hooks into sampling and training; subclass it and override the hooks you need.
 
     Set the subclass, or its ``"module:Class"`` name, as config ``callbacks``; see
-    :mod:`hierl.evaluators.callbacks` for when each hook runs.  Every hook takes keyword
+    ``hierl.evaluators.callbacks`` for when each hook runs.  Every hook takes keyword
     arguments only and returns None (``on_train_result`` changes ``result`` in place).
     """
 
@@ -131,7 +131,7 @@ def overrides(callbacks: EpisodeCallbacks | None, hook: str) -> bool:
 
 
 def resolve_callbacks(value: Any) -> type[EpisodeCallbacks] | None:
-    """The :class:`EpisodeCallbacks` subclass config ``callbacks`` names.
+    """The ``EpisodeCallbacks`` subclass config ``callbacks`` names.
 
     ``value`` is None, such a class, or its ``"module:Class"`` name (the module is
     imported; ``Class`` may be a dotted path inside it).
@@ -179,6 +179,6 @@ def resolve_callbacks(value: Any) -> type[EpisodeCallbacks] | None:
 
 
 def make_callbacks(value: Any) -> EpisodeCallbacks | None:
-    """An instance of the class ``value`` names (see :func:`resolve_callbacks`), or None."""
+    """An instance of the class ``value`` names (see ``resolve_callbacks``), or None."""
     cls = resolve_callbacks(value)
     return None if cls is None else cls()

@@ -1,10 +1,10 @@
 """Environment creation: Gymnasium ids, user creators, and vectorisation.
 
 An *env creator* is a callable ``creator(env_config) -> gymnasium.Env | VectorEnv``.
-``env_config`` is an :class:`EnvContext`: the user's dict plus ``worker_index`` and
+``env_config`` is an ``EnvContext``: the user's dict plus ``worker_index`` and
 ``vector_index`` so that each copy can be told apart.  A creator that returns a
 ``gymnasium.vector.VectorEnv`` is used as is (stepped in one call: no per-sub-env
-Python loop); plain envs are wrapped into a :class:`SameStepVectorEnv` (Gymnasium's
+Python loop); plain envs are wrapped into a ``SameStepVectorEnv`` (Gymnasium's
 ``SyncVectorEnv`` in ``SAME_STEP`` autoreset mode).
 """
 
@@ -29,7 +29,7 @@ EnvCreator = Callable[[Mapping[str, Any]], "gym.Env | VectorEnv"]
 _REGISTRY: SharedRegistry[EnvCreator] = SharedRegistry("envs")
 """Env creators by name; remote evaluators and Tune trials of this job see them too."""
 
-#: Gymnasium ids of the board games of :mod:`hierl.algorithms.alphazero.games`, by string
+#: Gymnasium ids of the board games of ``hierl.algorithms.alphazero.games``, by string
 #: entry point: registering them imports nothing from ``hierl.algorithms``.
 BOARD_GAME_ENVS: dict[str, str] = {
     "hierl/TicTacToe-v0": "hierl.algorithms.alphazero.games:TicTacToeEnv",
@@ -64,7 +64,7 @@ def register_env(name: str, creator: EnvCreator) -> None:
 
 
 def is_registered_env(name: str) -> bool:
-    """Whether ``name`` was given to :func:`register_env` (here or by this job's driver)."""
+    """Whether ``name`` was given to ``register_env`` (here or by this job's driver)."""
     return _REGISTRY.get(name) is not None
 
 
@@ -74,7 +74,7 @@ def resolve_env_creator(env: str | EnvCreator, preprocessor_pref: str = "deepmin
     Gymnasium ids may name their module as ``gymnasium.make`` accepts
     (``"my_package.envs:MyEnv-v0"`` imports ``my_package.envs`` first); ``ALE/*`` ids
     register ale-py on first use.  Atari ids (``ALE/*``, ``*NoFrameskip-v4``) get the
-    DeepMind preprocessing of :mod:`hierl.evaluators.atari` unless ``preprocessor_pref``
+    DeepMind preprocessing of ``hierl.evaluators.atari`` unless ``preprocessor_pref``
     is ``"none"``.  ConfigError for an unknown id (with similar ids) or a missing extra.
     """
     if callable(env):

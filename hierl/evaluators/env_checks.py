@@ -9,7 +9,7 @@ The rollout loops call these with one line each (on every reset and step):
 
 These are vectorised array comparisons over the whole env vector (a few microseconds a
 step; ``observation_space.contains`` per sub-env would be a Python loop).  A failure
-raises :class:`EnvDataError` naming the env id, the evaluator, the step, the sub-env and
+raises ``EnvDataError`` naming the env id, the evaluator, the step, the sub-env and
 the offending values.  To accept such data anyway, fix it in a Gymnasium wrapper in the
 env creator (e.g. ``gymnasium.wrappers.ClipObservation``, ``nan_to_num``).
 """

@@ -1,12 +1,12 @@
 """Env kinds: what an env creator may return, each kind one registration.
 
-An :class:`EnvKind` says everything the rest of hierl needs to know about one kind of
+An ``EnvKind`` says everything the rest of hierl needs to know about one kind of
 env, so that supporting a new kind (say a batched simulator with its own API) is one
-``register_env_kind`` call, in this module for the built-in kinds or in your own::
+``register_env_kind`` call, in this module for the built-in kinds or in your own:
 
     register_env_kind(EnvKind("MySimulator", MySimulator, MySimulatorSampler))
 
-* its **sampler**: the :class:`~hierl.evaluators.rollout_core.FragmentSampler` subclass that
+* its **sampler**: the ``FragmentSampler`` subclass that
   samples it (its ``from_evaluator`` builds it from a PolicyEvaluator; its per-step loop
   calls ``act``, ``RolloutCore.call_env`` and ``RolloutCore.end_episode``), and whether
   an ``EpisodePlayer`` can play it whole episodes at a time (ES, ``hierl rollout``);
@@ -17,7 +17,7 @@ env, so that supporting a new kind (say a batched simulator with its own API) is
   envs (a ``VectorSampler`` then steps it as is instead of stacking copies).
 
 PolicyEvaluator, ``policy_map``, ``env``, ``env_state``, ES and ``hierl rollout``
-dispatch through :func:`env_kind`; none of them tests an env's type itself.  Kinds are
+dispatch through ``env_kind``; none of them tests an env's type itself.  Kinds are
 matched in order, the first whose ``env_type`` fits wins; a kind registers before every
 kind whose ``env_type`` its own subclasses (a ``gymnasium.Env`` subclass is tried before
 plain ``gymnasium.Env``).  Registrations are per process: register a kind in a module
@@ -72,7 +72,7 @@ class EnvKind:
     env_type: type
     """What an env creator returns for this kind (an ``isinstance`` test)."""
     sampler: str | type[FragmentSampler]
-    """Its :class:`~hierl.evaluators.rollout_core.FragmentSampler` subclass, or
+    """Its ``FragmentSampler`` subclass, or
     ``"module:Class"`` naming it (imported on first use: the built-in samplers build on
     modules that import this one)."""
     plays_episodes: bool = False
@@ -90,7 +90,7 @@ class EnvKind:
 
     @property
     def sampler_class(self) -> type[FragmentSampler]:
-        """The :class:`~hierl.evaluators.rollout_core.FragmentSampler` subclass of ``sampler``."""
+        """The ``FragmentSampler`` subclass of ``sampler``."""
         if isinstance(self.sampler, type):
             return self.sampler
         module, _, name = self.sampler.partition(":")
@@ -120,7 +120,7 @@ ENV_KINDS: list[EnvKind] = [
 
 
 def register_env_kind(kind: EnvKind) -> None:
-    """Add ``kind`` to :data:`ENV_KINDS`, before every kind whose ``env_type`` its own
+    """Add ``kind`` to ``ENV_KINDS``, before every kind whose ``env_type`` its own
     ``env_type`` subclasses (so that it wins over them).  Registering an equal kind again
     does nothing.
 
@@ -152,7 +152,7 @@ class EnvKindError(TypeError):
     """An env creator returned an env of no kind, or of a kind that cannot be used here.
 
     Attributes:
-        kind: the env's kind (None: none of :data:`ENV_KINDS`).
+        kind: the env's kind (None: none of ``ENV_KINDS``).
     """
 
     def __init__(self, message: str, kind: EnvKind | None = None):
@@ -161,10 +161,10 @@ class EnvKindError(TypeError):
 
 
 def env_kind(env: Any) -> EnvKind:
-    """The :class:`EnvKind` of ``env`` (what an env creator returned).
+    """The ``EnvKind`` of ``env`` (what an env creator returned).
 
     Raises:
-        EnvKindError: ``env`` is of no kind in :data:`ENV_KINDS`.
+        EnvKindError: ``env`` is of no kind in ``ENV_KINDS``.
     """
     for kind in ENV_KINDS:
         if isinstance(env, kind.env_type):

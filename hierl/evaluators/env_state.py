@@ -3,10 +3,10 @@
 Everything here is converted to numpy arrays and JSON scalars (``hierl.checkpoint`` stores
 those without pickle).  Three layers:
 
-* **Process RNGs** (:func:`get_rng_state` / :func:`set_rng_state`): Python ``random``,
+* **Process RNGs** (``get_rng_state`` / ``set_rng_state``): Python ``random``,
   numpy's global generator and torch's CPU generator.  Policies draw their action noise
   from torch's global generator, so this covers action sampling in the driver.
-* **Environments** (:func:`snapshot_env` / :func:`restore_env`): an env (or any wrapper
+* **Environments** (``snapshot_env`` / ``restore_env``): an env (or any wrapper
   in its chain, or a native ``VectorEnv``) that defines ``get_state()`` / ``set_state()``
   is saved through them.  Otherwise every instance attribute is saved if it is *plain
   data* (numbers, strings, None, numpy arrays, lists/tuples/deques/str-keyed dicts of
@@ -14,10 +14,10 @@ those without pickle).  Three layers:
   ALE emulator (its ``cloneState(include_rng=True)`` bytes, restored in place); spaces,
   specs, enums, callables and wrapped envs are skipped as static.  An attribute of any
   other type (a physics engine, a subprocess pipe) makes the env *not snapshotable*:
-  :class:`NotSnapshotable` names it.  Gymnasium's classic-control and toy-text envs and
+  ``NotSnapshotable`` names it.  Gymnasium's classic-control and toy-text envs and
   their standard wrappers (TimeLimit, OrderEnforcing, PassiveEnvChecker) are plain data,
   and so is the DeepMind Atari pipeline over ale-py (frame stacks, episode statistics).
-* **The rollout loop** (:func:`get_sampler_state` / :func:`set_sampler_state`): the
+* **The rollout loop** (``get_sampler_state`` / ``set_sampler_state``): the
   current (filtered) observations, per-sub-env episode ids, returns and lengths,
   recurrent states, the carried-over partial episodes of ``complete_episodes`` and the
   envs' snapshot, so sampling continues mid-episode exactly where it stopped.
@@ -83,7 +83,7 @@ def get_rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
-    """Inverse of :func:`get_rng_state`."""
+    """Inverse of ``get_rng_state``."""
     import torch
 
     py = state["python"]
@@ -243,7 +243,7 @@ def snapshot_env(env: gym.Env | VectorEnv) -> dict[str, Any]:
 
 
 def restore_env(env: gym.Env | VectorEnv, snap: Mapping[str, Any]) -> None:
-    """Inverse of :func:`snapshot_env` on an env built the same way.
+    """Inverse of ``snapshot_env`` on an env built the same way.
 
     Raises:
         ValueError: the snapshot is of an env with another structure.
@@ -296,7 +296,7 @@ def get_sampler_state(sampler: Any) -> dict[str, Any]:
 
 
 def set_sampler_state(sampler: Any, state: Mapping[str, Any]) -> None:
-    """Inverse of :func:`get_sampler_state` on a sampler built from the same config.
+    """Inverse of ``get_sampler_state`` on a sampler built from the same config.
 
     Raises:
         ValueError: the state does not fit this sampler (number of envs, shapes).

@@ -2,7 +2,7 @@
 
 The set is the one place that decides what happens when a remote evaluator fails (its
 process or node died, or its env raised): every optimizer hands the failure to
-:meth:`EvaluatorSet.handle_failure` and goes on with whatever handle it returns.
+``EvaluatorSet.handle_failure`` and goes on with whatever handle it returns.
 
 * **recreate** (default): a new actor is started with the same ``worker_index`` and
   options, put in the failed one's place in ``remote_evaluators`` (order and indices
@@ -19,7 +19,7 @@ process or node died, or its env raised): every optimizer hands the failure to
   is re-raised.
 
 A failure is an actor death (``RayActorError``: killed, crashed, node lost) or an
-:class:`~hierl.evaluators.env.EnvError` raised inside the evaluator.  Other errors
+``EnvError`` raised inside the evaluator.  Other errors
 (e.g. a non-finite loss) are bugs, not failures: they propagate unchanged.
 """
 
@@ -79,7 +79,7 @@ def evaluator_class(spec: EvaluatorSpec) -> type[PolicyEvaluator]:
 class EvaluatorSet:
     """Creates, addresses, recreates and stops a local evaluator and N Ray actors.
 
-    Every evaluator is built from ``spec`` (an :class:`EvaluatorSpec`; a failed one is
+    Every evaluator is built from ``spec`` (an ``EvaluatorSpec``; a failed one is
     recreated from it too): the local one with ``worker_index`` 0, each remote with
     ``worker_index`` 1..N and one torch thread per CPU it reserves.  Remote evaluators
     receive the local evaluator's weights on creation.  ``actor_options`` go to
@@ -249,7 +249,7 @@ class EvaluatorSet:
         self, submit: Callable[[Any], Any], weights: Any = None
     ) -> list[tuple[Any, Any]]:
         """``submit(actor) -> ref`` on every healthy remote evaluator; ``(actor, result)``
-        of those that succeeded.  Failures go to :meth:`handle_failure` (the replacement
+        of those that succeeded.  Failures go to ``handle_failure`` (the replacement
         gets no task from this call; ``weights`` as there); other errors propagate.
         Waits at most ``get_timeout_s`` in all."""
         import ray

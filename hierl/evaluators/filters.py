@@ -202,7 +202,7 @@ class MeanStdFilter(NoFilter):
 
     def normalization(self) -> tuple[np.ndarray, np.ndarray, float]:
         """``(mean, std + STD_EPSILON, clip)`` of the running statistics (see
-        :meth:`NoFilter.normalization`)."""
+        ``NoFilter.normalization``)."""
         return self.rs.mean.copy(), self.rs.std + STD_EPSILON, float(self.clip)
 
     def frozen(self) -> Callable[[np.ndarray], np.ndarray]:

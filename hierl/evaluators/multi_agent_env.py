@@ -1,7 +1,7 @@
 """The multi-agent environment interface: dicts keyed by agent id.
 
 RLlib's convention (ICML 2018 §4, "multi-agent"): one env steps several agents; every
-per-agent quantity is a dict keyed by agent id.  The calling loop::
+per-agent quantity is a dict keyed by agent id.  The calling loop:
 
     obs, infos = env.reset(seed=0)                # obs: {agent_id: obs} of the agents to act
     while True:
@@ -97,7 +97,7 @@ def make_multi_agent(
     ``env`` is a Gymnasium id or ``creator(env_config) -> gym.Env``.  The class takes an
     ``env_config`` dict (``num_agents`` in it overrides the default; the rest goes to the
     single-agent env).  Each agent leaves when its copy terminates or truncates; the
-    episode ends when all have left.  Like RLlib's ``make_multi_agent`` (MultiCartPole)::
+    episode ends when all have left.  Like RLlib's ``make_multi_agent`` (MultiCartPole):
 
         MultiCartPole = make_multi_agent("CartPole-v1")
         config = {"env": MultiCartPole, "env_config": {"num_agents": 2}, ...}

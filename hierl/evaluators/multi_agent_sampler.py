@@ -13,7 +13,7 @@ agents' batches of the same episode and fragment (``other_agent_batches``: agent
 ``(policy_id, SampleBatch)``, RLlib's convention; what a centralized critic reads).
 The result is a MultiAgentBatch counting environment steps.
 
-Callbacks (:mod:`hierl.evaluators.callbacks`) see one episode per env copy: its
+Callbacks (``hierl.evaluators.callbacks``) see one episode per env copy: its
 observations, infos and actions are the env's dicts by agent id, its reward the step's sum
 over the agents.
 """

@@ -2,7 +2,7 @@
 
 PettingZoo is not a dependency: the adapter only uses the ParallelEnv API by duck typing
 (``possible_agents``, ``observation_space(agent)``, ``action_space(agent)``,
-``reset(seed=, options=)``, ``step(actions)`` returning five dicts, ``close()``)::
+``reset(seed=, options=)``, ``step(actions)`` returning five dicts, ``close()``):
 
     from pettingzoo.butterfly import pistonball_v6
     config = {"env": lambda cfg: PettingZooEnv(pistonball_v6.parallel_env(**cfg)), ...}

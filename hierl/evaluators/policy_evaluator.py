@@ -4,7 +4,7 @@ RLlib (ICML 2018) §3.2: "a policy evaluator wraps a policy graph and an environ
 add sample() ... and the methods needed by policy optimizers".  The same class is the
 driver's *local evaluator* (worker_index 0; its envs are only created if it samples) and
 each remote replica (``PolicyEvaluator.as_remote(num_cpus=...).remote(spec, worker_index=i)``),
-built from an :class:`~hierl.evaluators.spec.EvaluatorSpec`.
+built from an ``EvaluatorSpec``.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class PolicyEvaluator:
 
     Args:
         spec: what to build (env, policy class and config, sampling settings); see
-            :class:`~hierl.evaluators.spec.EvaluatorSpec`.
+            ``EvaluatorSpec``.
         worker_index: 0 for the driver's local evaluator, 1..N for remote replicas (this
             evaluator's seed is ``spec.seed + 10_000 * worker_index``).
         num_threads: torch intra-op threads for this process (remote evaluators: 1).
@@ -194,7 +194,7 @@ class PolicyEvaluator:
         policy_id: str = DEFAULT_POLICY_ID,
         run_callbacks: bool = True,
     ) -> EpisodePlayer:
-        """An :class:`~hierl.evaluators.rollout_core.EpisodePlayer` of policy ``policy_id``
+        """An ``EpisodePlayer`` of policy ``policy_id``
         (with its preprocessor and observation filter) on ``env``, a single
         ``gymnasium.Env`` (None: a new one from this evaluator's env creator), that runs
         this evaluator's callbacks' episode hooks unless ``run_callbacks`` is False.
@@ -262,7 +262,7 @@ class PolicyEvaluator:
         """A feed-forward policy's action for one raw env observation, in the env's format.
 
         Recurrent policies carry state from step to step: use
-        :meth:`compute_single_action_and_state`.
+        ``compute_single_action_and_state``.
         """
         if self._policy(policy_id).get_initial_state():
             raise ValueError(

@@ -2,7 +2,7 @@
 
 Every component that recreates its failed Ray actors (the evaluator set, the population
 trainers, AlphaZero) counts the recreations against one budget, a config setting such as
-``max_evaluator_restarts``, and raises its own error when it is used up::
+``max_evaluator_restarts``, and raises its own error when it is used up:
 
     budget = RestartBudget(config.max_evaluator_restarts, "max_evaluator_restarts",
                            EvaluatorFailureError)
@@ -33,7 +33,7 @@ class RestartBudget:
         error: the exception class raised when a failure ends training.
 
     Attributes:
-        made: recreations made so far (what a checkpoint keeps: :meth:`get_state`).
+        made: recreations made so far (what a checkpoint keeps: ``get_state``).
         counts: recreations per key (a worker index, a role...) made by this process.
     """
 

@@ -1,7 +1,7 @@
 """The rollout core: the one per-step loop behind every way hierl plays an env.
 
 Whatever plays an env (a PolicyEvaluator's sampler, an ES perturbation, ``hierl
-rollout``), each step is the same::
+rollout``), each step is the same:
 
     actions = act(policy, observations[, state])     # compute_actions, env format
     obs, rewards, terminated, truncated, info = call_env(env, "step", actions)
@@ -11,31 +11,31 @@ rollout``), each step is the same::
 
 This module holds what does not depend on how the rows are laid out:
 
-* :class:`RolloutCore`: env calls (an exception becomes an :class:`EnvError` naming the
+* ``RolloutCore``: env calls (an exception becomes an ``EnvError`` naming the
   env, the evaluator, the sub-env and the step count), episode ids, the user's callbacks
-  (:mod:`hierl.evaluators.callbacks`: the live :class:`Episode` of every sub-env, its
+  (``hierl.evaluators.callbacks``: the live ``Episode`` of every sub-env, its
   start, steps and end, trajectories and samples), the end of an episode (callbacks,
-  then its :class:`EpisodeRecord` in the metrics) and :meth:`~RolloutCore.pop_episodes`;
-* :func:`act`, the *act* step, and :func:`batch_obs`;
-* :class:`FragmentSampler`: a core that returns fragments of ``rollout_fragment_length``
+  then its ``EpisodeRecord`` in the metrics) and ``RolloutCore.pop_episodes``;
+* ``act``, the *act* step, and ``batch_obs``;
+* ``FragmentSampler``: a core that returns fragments of ``rollout_fragment_length``
   steps per env (``batch_mode``, reward clipping).  Its loops are
-  :class:`~hierl.evaluators.sampler.VectorSampler` (single-agent vector envs, array code
-  over the env vector) and :class:`~hierl.evaluators.multi_agent_sampler.MultiAgentSampler`
+  ``VectorSampler`` (single-agent vector envs, array code
+  over the env vector) and ``MultiAgentSampler``
   (MultiAgentEnv copies, one row per agent);
-* :class:`EpisodePlayer`: a core over one ``gymnasium.Env`` that plays one whole episode
+* ``EpisodePlayer``: a core over one ``gymnasium.Env`` that plays one whole episode
   per call (ES's perturbations, ``hierl rollout``);
-* :func:`make_episode_env`: an env an :class:`EpisodePlayer` can play (its kind checked).
+* ``make_episode_env``: an env an ``EpisodePlayer`` can play (its kind checked).
 
 Env kinds are the extension point for a new kind of env: each is one registration in
-:mod:`hierl.evaluators.env_kinds` (its :class:`FragmentSampler`, its spaces, its state);
-a new kind's sampler builds on this module (its per-step loop calls :func:`act`,
-:meth:`RolloutCore.call_env` and :meth:`RolloutCore.end_episode`; its
+``hierl.evaluators.env_kinds`` (its ``FragmentSampler``, its spaces, its state);
+a new kind's sampler builds on this module (its per-step loop calls ``act``,
+``RolloutCore.call_env`` and ``RolloutCore.end_episode``; its
 ``from_evaluator`` builds it), and PolicyEvaluator, ES and ``hierl rollout`` need no
 change.
 
 Observation filters: every loop records an observation in the filter's statistics once,
 when it is acted on (or, at the end of a fragment, will be); an episode's final
-observation is normalised but never recorded (see :mod:`hierl.evaluators.sampler`).
+observation is normalised but never recorded (see ``hierl.evaluators.sampler``).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def game_results(
 
     ``info`` is the vector env's info of their last step (Gymnasium's layout: ``key`` and
     its ``_key`` mask); ``returns`` and ``lengths`` are the loop's own sums.  An end whose
-    info says ``life_loss`` (:class:`hierl.evaluators.atari.EpisodicLife`) only cuts the
+    info says ``life_loss`` (``hierl.evaluators.atari.EpisodicLife``) only cuts the
     training episode: it is not reported.  An end whose info has ``episode``
     (``gymnasium.wrappers.RecordEpisodeStatistics``, e.g. below reward-changing or
     episodic-life wrappers) is reported with that whole game's return and length.
@@ -119,7 +119,7 @@ def batch_obs(space: gym.Space, items: list[Any]) -> Any:
 
 
 class Actions(NamedTuple):
-    """What :func:`act` returns for a batch of observations."""
+    """What ``act`` returns for a batch of observations."""
 
     actions: np.ndarray
     """As the policy sampled them (what the training batch records)."""
@@ -158,15 +158,15 @@ class RolloutCore:
         env_id: the env's id or creator name (error messages).
         worker_index: the evaluator's index (0: the driver's local evaluator); episode
             ids start at ``worker_index << 40`` so that they are unique across evaluators.
-        callbacks: the user's hooks (:mod:`hierl.evaluators.callbacks`); None costs
+        callbacks: the user's hooks (``hierl.evaluators.callbacks``); None costs
             nothing per step or per episode.
 
     Attributes:
         env_steps: steps taken by ``call_env(..., "step")`` so far (an ``EnvError`` says it).
         step_hook: whether the callbacks override ``on_episode_step`` (only then do loops
-            call :meth:`step_episode`).
-        live: with callbacks, the :class:`Episode` of every sub-env (by env index) between
-            its :meth:`start_episode` and its end.
+            call ``step_episode``).
+        live: with callbacks, the ``Episode`` of every sub-env (by env index) between
+            its ``start_episode`` and its end.
     """
 
     def __init__(
@@ -191,7 +191,7 @@ class RolloutCore:
     def call_env(
         self, env: Any, method: str, *args: Any, sub_env: int | None = None, **kwargs: Any
     ) -> Any:
-        """``env.method(*args, **kwargs)``; an exception becomes an :class:`EnvError`
+        """``env.method(*args, **kwargs)``; an exception becomes an ``EnvError``
         (``sub_env`` None: found in the traceback of a ``SyncVectorEnv``)."""
         try:
             out = getattr(env, method)(*args, **kwargs)
@@ -237,7 +237,7 @@ class RolloutCore:
         action: Any,
     ) -> Episode:
         """Sub-env ``env_index`` took a step: update its episode, run ``on_episode_step``
-        (loops call this only when :attr:`step_hook` is set); returns the episode."""
+        (loops call this only when ``step_hook`` is set); returns the episode."""
         episode = self.live[env_index]
         episode.episode_reward += reward
         episode.episode_length += 1
@@ -252,7 +252,7 @@ class RolloutCore:
         """An episode ended: run the callbacks on it, then keep it for the metrics.
 
         ``observation`` is the env's final observation (None: the one the last
-        :meth:`step_episode` recorded); the callbacks' custom metrics go into ``record``.
+        ``step_episode`` recorded); the callbacks' custom metrics go into ``record``.
         """
         if self.callbacks is not None:
             episode = self.live.pop(record.env_index)
@@ -278,7 +278,7 @@ class RolloutCore:
         """Several sub-envs' episodes ended at once (``env_info(i)``, ``observation(i)``:
         sub-env ``i``'s info and final observation, asked for only with callbacks).
 
-        Without callbacks the records are only built in :meth:`pop_episodes` (no Python
+        Without callbacks the records are only built in ``pop_episodes`` (no Python
         object per episode here); the arrays must not be changed afterwards.
         """
         if self.callbacks is None:
@@ -321,10 +321,10 @@ class RolloutCore:
 
 @dataclasses.dataclass(frozen=True)
 class RolloutSettings:
-    """What every :class:`FragmentSampler` is told besides its envs and policies."""
+    """What every ``FragmentSampler`` is told besides its envs and policies."""
 
     rollout_fragment_length: int
-    """Steps of every env copy per ``sample()`` (see :class:`FragmentSampler`)."""
+    """Steps of every env copy per ``sample()`` (see ``FragmentSampler``)."""
     batch_mode: str = "truncate_episodes"
     """``truncate_episodes`` (fragments) or ``complete_episodes`` (whole episodes)."""
     clip_rewards: float | None = None
@@ -334,11 +334,11 @@ class RolloutSettings:
     seed: int | None = None
     """The first reset's seed (env copy ``j`` of a MultiAgentSampler: ``seed + j``)."""
     worker_index: int = 0
-    """The evaluator's index (see :class:`RolloutCore`)."""
+    """The evaluator's index (see ``RolloutCore``)."""
     env_id: str = "env"
     """The env's id or creator name (error messages)."""
     callbacks: EpisodeCallbacks | None = None
-    """The user's hooks (:mod:`hierl.evaluators.callbacks`)."""
+    """The user's hooks (``hierl.evaluators.callbacks``)."""
 
     def __post_init__(self) -> None:
         if self.batch_mode not in BATCH_MODES:
@@ -353,11 +353,11 @@ class FragmentSampler(RolloutCore):
     ``sample()`` returns, with ``batch_mode="truncate_episodes"``,
     ``rollout_fragment_length`` steps of every one of ``num_envs`` env copies; with
     ``"complete_episodes"`` only whole episodes, at least that many steps (subclasses say
-    how they count).  See :class:`RolloutSettings` for the settings.
+    how they count).  See ``RolloutSettings`` for the settings.
 
     Subclasses implement ``_sample_fragment``, ``_sample_episodes``, ``close`` and the
-    ``from_evaluator`` constructor that :attr:`PolicyEvaluator.sampler` calls for their
-    :class:`EnvKind`.
+    ``from_evaluator`` constructor that ``PolicyEvaluator.sampler`` calls for their
+    ``EnvKind``.
     """
 
     resumable: ClassVar[bool] = False
@@ -414,7 +414,7 @@ class FragmentSampler(RolloutCore):
 # -- whole episodes of one env -------------------------------------------------------------
 @dataclasses.dataclass
 class PlayedEpisode:
-    """One episode played by :meth:`EpisodePlayer.play`."""
+    """One episode played by ``EpisodePlayer.play``."""
 
     record: EpisodeRecord
     """Its return, length and custom metrics (set by the callbacks)."""
@@ -432,7 +432,7 @@ class EpisodePlayer(RolloutCore):
 
     Observations are preprocessed and normalised by ``obs_filter`` *without* recording
     them (the caller decides what the filter learns from an episode); recurrent policies
-    carry their state through the episode.  See :meth:`PolicyEvaluator.episode_player`.
+    carry their state through the episode.  See ``PolicyEvaluator.episode_player``.
     """
 
     def __init__(
@@ -462,7 +462,7 @@ class EpisodePlayer(RolloutCore):
         record_observations: bool = False,
     ) -> PlayedEpisode:
         """Reset with ``seed`` and play until the episode ends or ``max_steps`` steps
-        (-1: no limit); the episode then ends as in every loop (:meth:`end_episode`)."""
+        (-1: no limit); the episode then ends as in every loop (``end_episode``)."""
         policy, space = self.policy, self.policy.observation_space
         box = isinstance(space, gym.spaces.Box)
         # CRUCIAL: the filter does not change during the episode (update=False below), so
@@ -510,7 +510,7 @@ class EpisodePlayer(RolloutCore):
 
 
 def check_plays_episodes(env: Any, env_id: str) -> None:
-    """EnvKindError (``env`` closed) unless an :class:`EpisodePlayer` can play ``env``."""
+    """EnvKindError (``env`` closed) unless an ``EpisodePlayer`` can play ``env``."""
     kind = env_kind(env)
     if not kind.plays_episodes:
         env.close()
@@ -527,7 +527,7 @@ def make_episode_env(
     worker_index: int = 0,
     env_id: str = "env",
 ) -> gym.Env:
-    """A new env from ``creator`` (vector index 0) that an :class:`EpisodePlayer` plays.
+    """A new env from ``creator`` (vector index 0) that an ``EpisodePlayer`` plays.
 
     Raises:
         EnvKindError: the creator returns another kind of env (named in the message).

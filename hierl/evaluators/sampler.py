@@ -21,7 +21,7 @@ the multi-agent sampler and in ES (whose reference records the observations it a
 openai/evolution-strategies-starter ``policies.py`` ``rollout``).  A ``DISABLED`` reset
 records only the rows it reset (Gymnasium returns the current observation of the others).
 
-Callbacks (:mod:`hierl.evaluators.callbacks`) cost nothing when unset.  When set, each
+Callbacks (``hierl.evaluators.callbacks``) cost nothing when unset.  When set, each
 sub-env's episode start and end runs its hooks (Python per episode, not per step); only
 callbacks that override ``on_episode_step`` get a per-step loop over the sub-envs.  A
 NEXT_STEP env's episode starts at the step that resets it.

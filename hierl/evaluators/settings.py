@@ -4,9 +4,9 @@
 keys (``{"rollout_fragment_length": 200}``) and ``hierl config ALGO`` lists them with
 their docs; the trainer hands them, resolved (``rollout_fragment_length`` > 0,
 ``clip_rewards`` with its Atari default), to the
-:class:`~hierl.evaluators.spec.EvaluatorSpec` every evaluator is built from.
+``EvaluatorSpec`` every evaluator is built from.
 Evaluators that only act (evaluation, a multi-agent rollout) sample with
-:meth:`SamplingSettings.for_acting`.
+``SamplingSettings.for_acting``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class SamplingSettings(Config):
     preprocessor_pref: Literal["deepmind", "none"] = "deepmind"
     """``deepmind``: Atari ids (``ALE/*``, ``*NoFrameskip-v4``) get the DeepMind
     preprocessing (no-op reset, frame skip 4 with max-pooling, 84x84 grayscale, 4 stacked
-    frames, episodic life, reward clipping; :mod:`hierl.evaluators.atari`), as in SB3's
+    frames, episodic life, reward clipping; ``hierl.evaluators.atari``), as in SB3's
     ``AtariWrapper`` and RLlib; ``none``: the env exactly as ``gymnasium.make`` builds it."""
     clip_rewards: float | None = None
     """Clip rewards to ``[-c, c]`` for learning (reported returns stay unclipped); None:
@@ -49,7 +49,7 @@ class SamplingSettings(Config):
     callbacks: Any = None
     """An ``hierl.evaluators.EpisodeCallbacks`` subclass, or its name as
     ``"module:Class"`` (what YAML files and checkpoints store): hooks into episodes,
-    trajectories, samples and results (:mod:`hierl.evaluators.callbacks`), e.g. custom
+    trajectories, samples and results (``hierl.evaluators.callbacks``), e.g. custom
     metrics reported as ``custom_metrics/<name>_mean``."""
     policy_mapping_fn: Callable[[Any], str] | None = None
     """Multi-agent: ``fn(agent_id) -> policy_id``; may be omitted with one policy."""

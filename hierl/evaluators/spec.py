@@ -2,7 +2,7 @@
 
 The trainer builds one spec from its config (``Trainer._make_evaluators``); the
 evaluator set builds its local evaluator and every remote replica from it, and a failed
-replica is recreated from the same spec::
+replica is recreated from the same spec:
 
     spec = EvaluatorSpec.of("CartPole-v1", PGPolicy, config, num_envs_per_evaluator=4, seed=0)
     local = PolicyEvaluator(spec)                              # worker_index 0
@@ -12,7 +12,7 @@ replica is recreated from the same spec::
 What differs between the evaluators of one spec is passed beside it: ``worker_index``
 (which also offsets the seed) and ``num_threads``.  A spec is immutable; make variants
 with ``dataclasses.replace(spec, ...)``.  The sampling settings are one
-:class:`~hierl.evaluators.settings.SamplingSettings` value (``spec.sampling``);
+``SamplingSettings`` value (``spec.sampling``);
 ``EvaluatorSpec.of`` takes its fields flat.
 """
 
@@ -49,7 +49,7 @@ class EvaluatorSpec:
     sampling: SamplingSettings = dataclasses.field(
         default_factory=lambda: SamplingSettings(rollout_fragment_length=DEFAULT_FRAGMENT_LENGTH)
     )
-    """How to sample (:class:`~hierl.evaluators.settings.SamplingSettings`), resolved:
+    """How to sample (``SamplingSettings``), resolved:
     ``rollout_fragment_length`` > 0, and ``clip_rewards`` None or 0 for no clipping (the
     trainer has already resolved its Atari default)."""
     explore: bool = True
@@ -68,7 +68,7 @@ class EvaluatorSpec:
     ids to policy ids)."""
     input: InputSpec | None = None
     """Where ``sample()`` reads from (None: the simulator); an input with logged data
-    makes each evaluator an :class:`~hierl.evaluators.offline.OfflineEvaluator`."""
+    makes each evaluator an ``OfflineEvaluator``."""
     output: OutputSpec | None = None
     """Where every sampled batch is written (None: nowhere)."""
 

@@ -27,7 +27,7 @@ ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiB
 class SameStepVectorEnv(SyncVectorEnv):
     """``SyncVectorEnv(env_fns, copy=False, autoreset_mode=SAME_STEP)`` whose ``step``
     returns the same observations, rewards, flags and infos with fewer Python calls when
-    both spaces are array spaces (:data:`ARRAY_SPACES`).
+    both spaces are array spaces (``ARRAY_SPACES``).
 
     As in Gymnasium's ``SAME_STEP`` mode, a sub-env whose episode ends is reset in the
     same step: the returned observation is the next episode's first, and the final one

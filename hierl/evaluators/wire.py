@@ -3,9 +3,9 @@ external envs).
 
 Observations travel as nested JSON lists in Gymnasium's batched layout: a batch of
 ``n`` observations of a ``Box(shape)`` space is an ``(n, *shape)`` list, of a
-``Discrete`` space a list of ``n`` integers.  :func:`decode_observations` turns such a
-value into the array a policy takes, or raises :class:`WireError` naming the field and
-what was expected (the HTTP layers answer it with status 400); :func:`encode` turns
+``Discrete`` space a list of ``n`` integers.  ``decode_observations`` turns such a
+value into the array a policy takes, or raises ``WireError`` naming the field and
+what was expected (the HTTP layers answer it with status 400); ``encode`` turns
 actions and other arrays back into JSON values.  Numpy and Gymnasium only: no torch,
 no Ray, so external clients and servers can use it.
 """

@@ -4,17 +4,17 @@ Everything a policy needs to turn raw Gymnasium observations into action distrib
 and value estimates, in three modules; their public names are re-exported here, imported
 lazily, so that ``hierl.models.preprocessors`` loads without torch:
 
-* :mod:`hierl.models.preprocessors` -- numpy only: :func:`get_preprocessor` (batched
+* ``hierl.models.preprocessors`` -- numpy only: ``get_preprocessor`` (batched
   observations in Gymnasium's *vectorized* layout to float32 arrays) and
-  :func:`to_env_action` (sampled actions to what the env accepts); the samplers import it
+  ``to_env_action`` (sampled actions to what the env accepts); the samplers import it
   directly.
-* :mod:`hierl.models.networks` -- :class:`ModelConfig` and the torch modules
-  :class:`MLP`, :class:`NatureCNN`, :class:`ActorCritic` and :class:`RecurrentActorCritic`
-  (picked by :func:`make_actor_critic` when ``ModelConfig.use_lstm`` is set).
-* :mod:`hierl.models.distributions` -- :class:`Categorical`, :class:`MultiCategorical` and
-  :class:`DiagGaussian`, selected for an action space by :func:`get_action_dist`.
-* :mod:`hierl.models.registry` -- custom models by name: :func:`register_model` and
-  ``ModelConfig.custom_model`` (built by :func:`make_custom_model`).
+* ``hierl.models.networks`` -- ``ModelConfig`` and the torch modules
+  ``MLP``, ``NatureCNN``, ``ActorCritic`` and ``RecurrentActorCritic``
+  (picked by ``make_actor_critic`` when ``ModelConfig.use_lstm`` is set).
+* ``hierl.models.distributions`` -- ``Categorical``, ``MultiCategorical`` and
+  ``DiagGaussian``, selected for an action space by ``get_action_dist``.
+* ``hierl.models.registry`` -- custom models by name: ``register_model`` and
+  ``ModelConfig.custom_model`` (built by ``make_custom_model``).
 """
 
 from __future__ import annotations

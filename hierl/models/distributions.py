@@ -1,5 +1,5 @@
-"""Action distributions: :class:`Categorical`, :class:`MultiCategorical` and
-:class:`DiagGaussian`, selected for an action space by :func:`get_action_dist`."""
+"""Action distributions: ``Categorical``, ``MultiCategorical`` and
+``DiagGaussian``, selected for an action space by ``get_action_dist``."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ class MultiCategorical(ActionDistribution):
     """
 
     def __init__(self, inputs: torch.Tensor, nvec: Sequence[int]) -> None:
-        """Split ``inputs`` into one :class:`Categorical` per entry of ``nvec``."""
+        """Split ``inputs`` into one ``Categorical`` per entry of ``nvec``."""
         super().__init__(inputs)
         self.nvec = tuple(int(n) for n in np.asarray(nvec).reshape(-1))
         if inputs.shape[-1] != sum(self.nvec):
@@ -212,7 +212,7 @@ class DiagGaussian(ActionDistribution):
 
     def sample_with_logp(self) -> tuple[torch.Tensor, torch.Tensor]:
         """A sample ``mean + std * eps`` and its log-density, read off the noise
-        (``z = eps``): half the tensor ops of :meth:`sample` then :meth:`logp`, which
+        (``z = eps``): half the tensor ops of ``sample`` then ``logp``, which
         matters when one env's step is a handful of small ops."""
         with torch.no_grad():
             eps = torch.randn_like(self.mean)
@@ -249,9 +249,9 @@ def get_action_dist(
 ) -> tuple[type[ActionDistribution] | functools.partial, int]:
     """Return ``(distribution class, number of distribution inputs)`` for an action space.
 
-    * Discrete -> :class:`Categorical` with ``n`` inputs.
+    * Discrete -> ``Categorical`` with ``n`` inputs.
     * MultiDiscrete -> ``functools.partial(MultiCategorical, nvec=...)`` with ``sum(nvec)``.
-    * Box (any shape, flattened) -> :class:`DiagGaussian` with ``2 * prod(shape)`` inputs.
+    * Box (any shape, flattened) -> ``DiagGaussian`` with ``2 * prod(shape)`` inputs.
 
     Raises:
         ValueError: For any other space; the message lists the supported ones.

@@ -1,11 +1,11 @@
 """Model configuration and torch networks.
 
-* :class:`ModelConfig` -- a plain dataclass describing the network architecture.
-* Torch modules -- :class:`MLP`, :class:`NatureCNN`, :class:`ActorCritic` and its recurrent
-  variant :class:`RecurrentActorCritic` (picked by :func:`make_actor_critic` when
+* ``ModelConfig`` -- a plain dataclass describing the network architecture.
+* Torch modules -- ``MLP``, ``NatureCNN``, ``ActorCritic`` and its recurrent
+  variant ``RecurrentActorCritic`` (picked by ``make_actor_critic`` when
   ``ModelConfig.use_lstm`` is set).
-* Custom models -- :func:`make_custom_model` builds the module registered (with
-  :func:`hierl.models.registry.register_model`) under ``ModelConfig.custom_model``.
+* Custom models -- ``make_custom_model`` builds the module registered (with
+  ``hierl.models.registry.register_model``) under ``ModelConfig.custom_model``.
 """
 
 from __future__ import annotations
@@ -74,69 +74,66 @@ def get_activation(name: str) -> type[nn.Module]:
 
 @dataclass
 class ModelConfig:
-    """Architecture of an :class:`ActorCritic` model.
-
-    Attributes:
-        hiddens: Sizes of the hidden layers of the fully connected torso. For image
-            observations the CNN replaces the fully connected torso.
-        activation: Hidden-layer activation: ``"tanh"``, ``"relu"``, ``"elu"`` or ``"silu"``.
-        vf_share_layers: If True, the policy and value heads share a single torso; if
-            False each head gets its own torso of the same architecture; None (default):
-            shared for image observations (one CNN forward per step instead of two, as in
-            SB3's and CleanRL's Atari policies), separate for the others.
-        conv_filters: Convolution stack for image observations as ``(out_channels, kernel,
-            stride)`` per layer. ``None`` selects the Nature-CNN defaults
-            ``((32, 8, 4), (64, 4, 2), (64, 3, 1))``.
-        channels_first: The layout of 3-dim image observations: True ``(C, H, W)``, False
-            ``(H, W, C)``, None (default): channel-first when the first dim is smaller than
-            the last (``(4, 84, 84)`` from a frame stack), else channel-last
-            (``(84, 84, 3)``); see :func:`image_layout`.
-        free_log_std: For continuous (Box) actions, use a state-independent learned
-            log-standard-deviation parameter (PPO style) instead of predicting it.
-        init_log_std: Initial value of the free log-std parameter.
-        use_lstm: Recurrent model: an LSTM follows the torso and both heads read its
-            output (:class:`RecurrentActorCritic`; with it the heads always share the torso
-            and the LSTM, so ``vf_share_layers`` does not apply). Policies then carry state
-            through ``compute_actions`` and train on sequences (truncated BPTT).
-        lstm_cell_size: Hidden (and cell) state size of the LSTM.
-        max_seq_len: Longest sequence of consecutive steps the loss unrolls the LSTM over
-            (truncated backpropagation through time); longer episode segments are cut into
-            several sequences, each started from its recorded state.
-        custom_model: The name of a model registered with ``hierl.register_model`` to
-            use instead of the default actor-critic (the fields above then apply only as
-            that model reads them); None: the default.  Configs and checkpoints store the
-            name, never code: restoring needs the name registered again.
-        custom_model_config: Settings for the custom model (JSON values: they are stored
-            in checkpoints), handed to its factory inside this config.
-        numpy_acting: Act on CPU through numpy views of the default feed-forward
-            model's weights (:class:`~hierl.models.numpy_acting.NumpyActor`) for batches
-            of up to 64 rows: the same function without torch's per-op cost, ~5x less
-            time per step for one env with 64x64 MLPs.  It applies only to MLP torsos
-            with Categorical or DiagGaussian actions (others act through torch), and
-            draws from numpy's global generator instead of torch's.  False: always torch.
-        numpy_learning: Let policies whose loss has a numpy version learn through it on
-            the same views of the weights (PPO with DiagGaussian actions:
-            :mod:`hierl.algorithms.ppo_numpy`): the gradients torch's autograd computes,
-            about half the time per 64-row minibatch of 64x64 MLPs on CPU; the step is
-            still the policy's torch optimizer.  False: always torch.
+    """Architecture of an ``ActorCritic`` model.
 
     Lists are accepted for the tuple fields and normalised to tuples.
     """
 
     hiddens: tuple[int, ...] = (64, 64)
+    """Sizes of the hidden layers of the fully connected torso. For image observations the
+    CNN replaces the fully connected torso."""
     activation: str = "tanh"
+    """Hidden-layer activation: ``"tanh"``, ``"relu"``, ``"elu"`` or ``"silu"``."""
     vf_share_layers: bool | None = None
+    """If True, the policy and value heads share a single torso; if False each head gets
+    its own torso of the same architecture; None (default): shared for image
+    observations (one CNN forward per step instead of two, as in SB3's and CleanRL's
+    Atari policies), separate for the others."""
     conv_filters: tuple[tuple[int, int, int], ...] | None = None
+    """Convolution stack for image observations as ``(out_channels, kernel, stride)`` per
+    layer. ``None`` selects the Nature-CNN defaults ``((32, 8, 4), (64, 4, 2), (64, 3,
+    1))``."""
     channels_first: bool | None = None
+    """The layout of 3-dim image observations: True ``(C, H, W)``, False ``(H, W, C)``,
+    None (default): channel-first when the first dim is smaller than the last (``(4, 84,
+    84)`` from a frame stack), else channel-last (``(84, 84, 3)``); see
+    ``image_layout``."""
     free_log_std: bool = True
+    """For continuous (Box) actions, use a state-independent learned log-standard-deviation
+    parameter (PPO style) instead of predicting it."""
     init_log_std: float = 0.0
+    """Initial value of the free log-std parameter."""
     use_lstm: bool = False
+    """Recurrent model: an LSTM follows the torso and both heads read its output
+    (``RecurrentActorCritic``; with it the heads always share the torso and the LSTM, so
+    ``vf_share_layers`` does not apply). Policies then carry state through
+    ``compute_actions`` and train on sequences (truncated BPTT)."""
     lstm_cell_size: int = 64
+    """Hidden (and cell) state size of the LSTM."""
     max_seq_len: int = 20
+    """Longest sequence of consecutive steps the loss unrolls the LSTM over (truncated
+    backpropagation through time); longer episode segments are cut into several
+    sequences, each started from its recorded state."""
     custom_model: str | None = None
+    """The name of a model registered with ``hierl.register_model`` to use instead of the
+    default actor-critic (the fields above then apply only as that model reads them);
+    None: the default. Configs and checkpoints store the name, never code: restoring
+    needs the name registered again."""
     custom_model_config: dict = field(default_factory=dict)
+    """Settings for the custom model (JSON values: they are stored in checkpoints), handed
+    to its factory inside this config."""
     numpy_acting: bool = True
+    """Act on CPU through numpy views of the default feed-forward model's weights
+    (``NumpyActor``) for batches of up to 64 rows: the same function without torch's
+    per-op cost, ~5x less time per step for one env with 64x64 MLPs. It applies only to
+    MLP torsos with Categorical or DiagGaussian actions (others act through torch), and
+    draws from numpy's global generator instead of torch's. False: always torch."""
     numpy_learning: bool = True
+    """Let policies whose loss has a numpy version learn through it on the same views of
+    the weights (PPO with DiagGaussian actions: ``hierl.algorithms.ppo_numpy``): the
+    gradients torch's autograd computes, about half the time per 64-row minibatch of
+    64x64 MLPs on CPU; the step is still the policy's torch optimizer. False: always
+    torch."""
 
     def __post_init__(self) -> None:
         """Normalise list-valued fields to tuples and validate the configuration."""
@@ -278,7 +275,7 @@ def image_layout(shape: Sequence[int], channels_first: bool | None = None) -> tu
 class NatureCNN(nn.Module):
     """Convolutional torso for uint8 images with values in ``[0, 255]`` (Mnih et al. 2015).
 
-    The input, ``(N, *obs_shape)`` in any of the layouts of :func:`image_layout`, is
+    The input, ``(N, *obs_shape)`` in any of the layouts of ``image_layout``, is
     brought to NCHW indexing over channels-last memory (the layout oneDNN and cuDNN
     convolve fastest; a free view of ``(H, W, C)`` frames), converted to float once (on the
     module's device) and scaled by ``1/255``, then passed through the conv stack (ReLU
@@ -305,7 +302,7 @@ class NatureCNN(nn.Module):
             obs_shape: Image shape ``(H, W)``, ``(C, H, W)`` or ``(H, W, C)``.
             conv_filters: ``(out_channels, kernel, stride)`` per conv layer; ``None`` uses the
                 Nature DQN stack ``((32, 8, 4), (64, 4, 2), (64, 3, 1))``.
-            channels_first: The layout of a 3-dim shape (None: :func:`image_layout`'s rule).
+            channels_first: The layout of a 3-dim shape (None: ``image_layout``'s rule).
 
         Raises:
             ValueError: If the shape is not an image shape or is too small for the filters.
@@ -352,8 +349,8 @@ class NatureCNN(nn.Module):
 
 
 def make_torso(obs_space: gym.Space, config: ModelConfig) -> MLP | NatureCNN:
-    """The torso for observations of ``obs_space``: :class:`NatureCNN` for images
-    (:func:`~hierl.models.preprocessors.is_image_space`), else an :class:`MLP` of
+    """The torso for observations of ``obs_space``: ``NatureCNN`` for images
+    (``is_image_space``), else an ``MLP`` of
     ``config.hiddens`` over the preprocessed (flat) observation."""
     preprocessor = get_preprocessor(obs_space)
     if isinstance(preprocessor, ImagePreprocessor):
@@ -364,8 +361,8 @@ def make_torso(obs_space: gym.Space, config: ModelConfig) -> MLP | NatureCNN:
 class ActorCritic(nn.Module):
     """Policy and value network for a Gymnasium observation/action space pair.
 
-    The observation (already preprocessed with :attr:`preprocessor`) is fed to a torso --
-    :class:`NatureCNN` for image observations, otherwise an :class:`MLP` with
+    The observation (already preprocessed with ``preprocessor``) is fed to a torso --
+    ``NatureCNN`` for image observations, otherwise an ``MLP`` with
     ``config.hiddens`` -- followed by a policy head (orthogonal gain 0.01) producing the
     action distribution inputs and a value head (gain 1.0). With
     ``config.vf_share_layers`` both heads share one torso; otherwise each has its own
@@ -387,8 +384,8 @@ class ActorCritic(nn.Module):
         """Build torsos and heads for the given spaces and configuration.
 
         Raises:
-            ValueError: If ``config.use_lstm`` is set (build :class:`RecurrentActorCritic`,
-                e.g. through :func:`make_actor_critic`).
+            ValueError: If ``config.use_lstm`` is set (build ``RecurrentActorCritic``,
+                e.g. through ``make_actor_critic``).
         """
         if config.use_lstm:
             raise ValueError(
@@ -441,14 +438,14 @@ class ActorCritic(nn.Module):
 class RecurrentActorCritic(nn.Module):
     """Actor-critic with an LSTM between the torso and the heads (``ModelConfig.use_lstm``).
 
-    Each observation goes through the torso (:class:`NatureCNN` for images, else an
-    :class:`MLP` with ``config.hiddens``), then through a single-layer LSTM of
+    Each observation goes through the torso (``NatureCNN`` for images, else an
+    ``MLP`` with ``config.hiddens``), then through a single-layer LSTM of
     ``config.lstm_cell_size`` units; the policy head (orthogonal gain 0.01) and the value head
     (gain 1.0) both read the LSTM output. Distribution inputs are laid out as in
-    :class:`ActorCritic` (including the free log-std for Box actions).
+    ``ActorCritic`` (including the free log-std for Box actions).
 
     The recurrent state of one agent is ``[h, c]``, two float32 vectors of
-    ``lstm_cell_size`` (:meth:`get_initial_state`: zeros). :meth:`forward` runs padded
+    ``lstm_cell_size`` (``get_initial_state``: zeros). ``forward`` runs padded
     sequences ``(N, T, ...)`` from one state per sequence; acting is ``T = 1``. The LSTM is
     causal, so outputs at valid steps do not depend on any padding after them.
 
@@ -456,7 +453,7 @@ class RecurrentActorCritic(nn.Module):
         is_recurrent: Always True; policies look for it to carry state.
         max_seq_len: ``config.max_seq_len``, the longest sequence the loss unrolls.
         cell_size: ``config.lstm_cell_size``.
-        preprocessor, dist_class, num_dist_inputs, log_std: As in :class:`ActorCritic`.
+        preprocessor, dist_class, num_dist_inputs, log_std: As in ``ActorCritic``.
     """
 
     is_recurrent = True
@@ -522,7 +519,7 @@ class RecurrentActorCritic(nn.Module):
 def make_actor_critic(
     obs_space: gym.Space, action_space: gym.Space, config: ModelConfig
 ) -> ActorCritic | RecurrentActorCritic:
-    """The default model for ``config``: :class:`RecurrentActorCritic` when ``use_lstm``."""
+    """The default model for ``config``: ``RecurrentActorCritic`` when ``use_lstm``."""
     if config.use_lstm:
         return RecurrentActorCritic(obs_space, action_space, config)
     return ActorCritic(obs_space, action_space, config)
@@ -535,22 +532,22 @@ def make_custom_model(
 
     The factory is called as ``factory(obs_space, action_space, num_outputs, config)``:
     ``num_outputs`` is the number of action-distribution inputs for ``action_space``
-    (:func:`~hierl.models.distributions.get_action_dist`: logits for Discrete, means and
+    (``get_action_dist``: logits for Discrete, means and
     log-stds for Box) and ``config`` this ModelConfig, whose ``custom_model_config`` holds
     the model's own settings.  It returns a ``torch.nn.Module`` with the interface of
-    :class:`ActorCritic`, which every actor-critic policy graph (PG, A2C, PPO, IMPALA,
+    ``ActorCritic``, which every actor-critic policy graph (PG, A2C, PPO, IMPALA,
     MARWIL) uses:
 
     * ``forward(obs) -> (dist_inputs (B, num_outputs), values (B,))`` for a batch of
       preprocessed observations (float32 ``(B, size)`` vectors, or uint8 images in the
-      env's layout: :func:`~hierl.models.preprocessors.get_preprocessor`);
+      env's layout: ``get_preprocessor``);
     * optionally ``value(obs) -> values (B,)`` (bootstrapping without the policy head);
     * optionally ``dist_class``: hierl sets it to the distribution of ``action_space``
       unless the module defines its own;
     * recurrent models set ``is_recurrent = True`` and define ``get_initial_state() ->
       [arrays]`` (one agent's state), ``max_seq_len`` and ``forward(obs (N, T, ...),
       state [(N, ...)]) -> (dist_inputs (N, T, D), values (N, T), state_out)``, as
-      :class:`RecurrentActorCritic` does.
+      ``RecurrentActorCritic`` does.
 
     A feed-forward model is called once on a batch of zeros here, so that a wrong output
     shape is reported now, naming the model.

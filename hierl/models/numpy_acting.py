@@ -4,20 +4,20 @@ One env's step through torch is a couple of dozen one-row tensor ops (linear lay
 activations, the distribution's sample and log-density, conversions), and on CPU each
 pays torch's dispatch cost: ~170 µs a step for two 64x64 MLPs and a Gaussian on a slow
 core, longer than a MuJoCo physics step.  The same arithmetic in numpy costs ~35 µs.
-:class:`NumpyActor` does it on numpy *views* of the model's parameters (no copies:
+``NumpyActor`` does it on numpy *views* of the model's parameters (no copies:
 in-place updates by the optimizer, ``set_weights`` or ``load_state_dict`` are seen at
-once), for the default feed-forward :class:`~hierl.models.networks.ActorCritic` with MLP
-torsos and :class:`~hierl.models.distributions.Categorical` or
-:class:`~hierl.models.distributions.DiagGaussian` actions.  Sampling draws from numpy's
-global generator, which :func:`hierl.utils.seed_everything` seeds and checkpoints save,
-as they do torch's.  :meth:`NumpyActor.forward_train` and :meth:`NumpyActor.backward`
+once), for the default feed-forward ``ActorCritic`` with MLP
+torsos and ``Categorical`` or
+``DiagGaussian`` actions.  Sampling draws from numpy's
+global generator, which ``hierl.utils.seed_everything`` seeds and checkpoints save,
+as they do torch's.  ``NumpyActor.forward_train`` and ``NumpyActor.backward``
 give the same model's forward pass with its intermediate values and the gradients of
 its parameters for given output gradients (what ``torch.autograd`` computes, up to
 float32 rounding), for losses written in numpy (PPO's Gaussian update,
-:mod:`hierl.algorithms.ppo_numpy`).  Value bootstrapping and everything else stay in
+``hierl.algorithms.ppo_numpy``).  Value bootstrapping and everything else stay in
 torch.
 
-``ModelConfig.numpy_acting`` switches it off; :meth:`NumpyActor.mirror` returns None for
+``ModelConfig.numpy_acting`` switches it off; ``NumpyActor.mirror`` returns None for
 any model it cannot reproduce exactly (custom models, images, LSTMs, other
 distributions), and those act through torch.
 """
@@ -131,7 +131,7 @@ class _Dense:
 
 
 def _mlp_layers(torso: nn.Module) -> list[_Dense] | None:
-    """The dense layers of an :class:`MLP` of Linear/activation pairs; None otherwise."""
+    """The dense layers of an ``MLP`` of Linear/activation pairs; None otherwise."""
     if type(torso) is not MLP:
         return None
     modules = list(torso.net)
@@ -176,7 +176,7 @@ def _backprop(layers: list[_Dense], tape: Tape, grad: Array, grads: ParamGrads) 
 
 
 class TrainPass:
-    """What :meth:`NumpyActor.forward_train` keeps for :meth:`NumpyActor.backward`."""
+    """What ``NumpyActor.forward_train`` keeps for ``NumpyActor.backward``."""
 
     def __init__(self, pi_tape: Tape, vf_tape: Tape | None, features: Array, vf_features: Array):
         self.pi_tape = pi_tape
@@ -186,9 +186,9 @@ class TrainPass:
 
 
 class NumpyActor:
-    """Numpy forward pass and action sampling for one :class:`ActorCritic` on CPU.
+    """Numpy forward pass and action sampling for one ``ActorCritic`` on CPU.
 
-    Build it with :meth:`mirror`; :meth:`act` gives what
+    Build it with ``mirror``; ``act`` gives what
     ``TorchPolicyGraph.compute_actions`` gives (actions, log-probabilities, values and
     distribution inputs, in the same dtypes), equal to torch's forward pass up to float32
     rounding.
@@ -206,7 +206,7 @@ class NumpyActor:
         pi_layers: list[_Dense],
         vf_layers: list[_Dense] | None,
     ) -> None:
-        """Use :meth:`mirror`."""
+        """Use ``mirror``."""
         self._model = model
         self._params = list(model.parameters())
         self._pointers = self._storage()
@@ -220,7 +220,7 @@ class NumpyActor:
     @classmethod
     def mirror(cls, model: nn.Module) -> NumpyActor | None:
         """A numpy actor over ``model``'s parameters, or None when it cannot reproduce
-        ``model`` exactly: anything but a CPU :class:`ActorCritic` (not a subclass) with
+        ``model`` exactly: anything but a CPU ``ActorCritic`` (not a subclass) with
         MLP torsos of Linear layers and tanh/relu/elu/silu activations and Categorical or
         DiagGaussian actions."""
         if type(model) is not ActorCritic or model.is_image:
@@ -264,7 +264,7 @@ class NumpyActor:
         return dist_inputs, values
 
     def forward_train(self, obs: Array) -> tuple[Array, Array, TrainPass]:
-        """:meth:`forward` that also keeps what :meth:`backward` needs."""
+        """``forward`` that also keeps what ``backward`` needs."""
         obs = np.asarray(obs, dtype=np.float32)
         features, pi_tape = _run_train(self._pi_layers, obs)
         dist_inputs = self._dist_inputs(self._pi_head(features))
@@ -277,7 +277,7 @@ class NumpyActor:
 
     def backward(self, tape: TrainPass, grad_dist_inputs: Array, grad_values: Array) -> ParamGrads:
         """Gradients of every parameter of the model for the gradients of a loss with
-        respect to :meth:`forward_train`'s outputs (``(B, D)`` and ``(B,)``, float32)."""
+        respect to ``forward_train``'s outputs (``(B, D)`` and ``(B,)``, float32)."""
         grads: ParamGrads = []
         grad_head = grad_dist_inputs
         if self._log_std is not None:
@@ -317,7 +317,7 @@ class NumpyActor:
 
 
 def _gaussian_act(dist_inputs: Array, explore: bool) -> tuple[Array, Array]:
-    """As :class:`DiagGaussian`: ``mean + std * eps`` and its log-density, read off
+    """As ``DiagGaussian``: ``mean + std * eps`` and its log-density, read off
     ``eps`` (the mean and its density without ``explore``)."""
     dim = dist_inputs.shape[-1] // 2
     mean = dist_inputs[:, :dim]
@@ -337,7 +337,7 @@ def _gaussian_act(dist_inputs: Array, explore: bool) -> tuple[Array, Array]:
 
 
 def _categorical_act(logits: Array, explore: bool) -> tuple[Array, Array]:
-    """As :class:`Categorical`: an exponential race over the probabilities (or the
+    """As ``Categorical``: an exponential race over the probabilities (or the
     argmax) and the action's log-probability."""
     shifted = logits - logits.max(axis=-1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))

@@ -1,8 +1,8 @@
 """Observation preprocessing and env-side actions: numpy only, no torch.
 
-* Preprocessors (:func:`get_preprocessor`) -- numpy, batched conversion of observations in
+* Preprocessors (``get_preprocessor``) -- numpy, batched conversion of observations in
   Gymnasium's *vectorized* layout into float32 arrays that can be fed to a network.
-* :func:`to_env_action` -- maps sampled actions onto what the environment accepts (clipping
+* ``to_env_action`` -- maps sampled actions onto what the environment accepts (clipping
   to Box bounds, shifting by ``start`` for discrete spaces).
 
 The samplers and the PolicyEvaluator import this module directly (it imports no torch).
@@ -34,7 +34,7 @@ __all__ = [
 
 def is_image_space(space: gym.Space) -> bool:
     """Whether ``space`` is an image: a uint8 Box of 3 dims (channel-first ``(C, H, W)``
-    or channel-last ``(H, W, C)``: see :func:`hierl.models.networks.image_layout`) or of
+    or channel-last ``(H, W, C)``: see ``hierl.models.networks.image_layout``) or of
     2 dims (one ``(H, W)`` frame)."""
     return isinstance(space, spaces.Box) and len(space.shape) in (2, 3) and space.dtype == np.uint8
 
@@ -238,7 +238,7 @@ def _flat_preprocessor(space: gym.Space) -> Preprocessor:
 def get_preprocessor(space: gym.Space) -> Preprocessor:
     """Return the preprocessor for an observation space.
 
-    * uint8 Box of 2 or 3 dims: an image, kept as uint8 (:class:`ImagePreprocessor`);
+    * uint8 Box of 2 or 3 dims: an image, kept as uint8 (``ImagePreprocessor``);
       a 3-dim Box of another dtype is an error when image-sized (``MIN_IMAGE_SIDE``).
     * Other Box: flattened to ``(prod(shape),)`` float32 (no copy for 2-D float32 input).
     * Discrete: one-hot of size ``n`` (value ``start`` maps to column 0).

@@ -1,7 +1,7 @@
 """Custom models by name: ``register_model(name, factory)`` and ``model.custom_model: name``.
 
 A config (YAML, JSON, a checkpoint) names a model; it never holds code.  The factory is
-registered in the driver's process::
+registered in the driver's process:
 
     def make_my_model(obs_space, action_space, num_outputs, model_config):
         return MyModule(obs_space, num_outputs, **model_config.custom_model_config)
@@ -9,14 +9,14 @@ registered in the driver's process::
     hierl.register_model("my_model", make_my_model)
     PPOTrainer({"env": "CartPole-v1", "model": {"custom_model": "my_model"}})
 
-What the factory returns is described in :func:`hierl.models.networks.make_custom_model`.
+What the factory returns is described in ``hierl.models.networks.make_custom_model``.
 A name that is not registered may also be the factory's own ``"module:function"`` name,
 which every process imports (as ``callbacks`` are named): what ``hierl train --config
 cfg.yaml`` uses, since no code of the user's runs in that process before the config is
 read.
 
 Ray workers (remote evaluators, Tune trials, a population's member trainers) find the
-factories registered in the driver through :class:`hierl.shared_registry.SharedRegistry`.
+factories registered in the driver through ``hierl.shared_registry.SharedRegistry``.
 This module imports neither torch nor Ray until it needs them.
 """
 
@@ -45,7 +45,7 @@ def register_model(name: str, factory: ModelFactory) -> None:
     """Register ``factory`` as custom model ``name`` (config ``model.custom_model``).
 
     Registering a name again replaces its factory.  See the module docstring for how
-    Ray workers find it, and :func:`hierl.models.networks.make_custom_model` for what the
+    Ray workers find it, and ``hierl.models.networks.make_custom_model`` for what the
     factory is given and must return.
 
     Raises:

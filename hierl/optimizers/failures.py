@@ -1,7 +1,7 @@
 """How optimizers hand a failed evaluator task to the evaluator set.
 
 The recreation policy lives in ``EvaluatorSet.handle_failure``; this is the glue for
-optimizers that keep tasks in a :class:`~hierl.optimizers.task_pool.TaskPool`: forget
+optimizers that keep tasks in a ``TaskPool``: forget
 the failed actor's other tasks, let the set recreate (or drop) it, and return the new
 handle so the optimizer schedules work on it.
 """

@@ -6,7 +6,7 @@ the actors.  Both run their learner in a thread of the driver process so the
 (GIL-releasing) torch update overlaps with the driver's Ray bookkeeping.  What one update
 does is the ``learn`` function the optimizer passes.
 
-How an optimizer drives it::
+How an optimizer drives it:
 
     def learn(tag, batch):                              # one update
         stats = policy.learn_on_batch(batch)
@@ -64,7 +64,7 @@ class LearnerThread(threading.Thread):
     """Daemon thread running ``learn(tag, batch)`` on queued ``(tag, batch)`` items.
 
     Args:
-        learn: one update (see :data:`LearnFn`).
+        learn: one update (see ``LearnFn``).
         inqueue_size: bound of ``inqueue`` (batches waiting to be learned).
         outqueue_size: bound of ``outqueue`` (outputs waiting for the driver);
             when it is full the thread waits, so an idle driver stalls the learner
@@ -215,7 +215,7 @@ class LearnerThread(threading.Thread):
 
     def pop_stats(self) -> dict[str, float]:
         """Learner statistics averaged over the updates since the last call
-        (:class:`~hierl.policy_graph.UpdateStats`: refused updates counted, not averaged).
+        (``UpdateStats``: refused updates counted, not averaged).
 
         Without new updates, the previous average is returned again ({} before any),
         with no refused updates.

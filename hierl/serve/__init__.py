@@ -1,7 +1,7 @@
 """Serving trained policies: a checkpoint's policy behind an HTTP JSON endpoint on Ray
-Serve (``hierl serve CHECKPOINT``, :func:`deploy`), with dynamic batching, hot-swapped
+Serve (``hierl serve CHECKPOINT``, ``deploy``), with dynamic batching, hot-swapped
 weights pushed by a running trainer (``serve_deployment`` config) and a shared token;
-and :class:`~hierl.serve.client.PolicyClient`, with which apps that own their loop
+and ``PolicyClient``, with which apps that own their loop
 drive a trainer's episodes (``input: "external"``).
 
 Names are imported lazily: ``import hierl.serve`` loads neither Ray nor torch.

@@ -1,8 +1,8 @@
 """PolicyClient: drive training episodes from an app that owns its loop (RLlib's
 PolicyClient), over plain HTTP.
 
-The trainer runs with ``input: "external"`` (:mod:`hierl.evaluators.external`); the
-app, in any process, on any machine that can reach it::
+The trainer runs with ``input: "external"`` (``hierl.evaluators.external``); the
+app, in any process, on any machine that can reach it:
 
     client = PolicyClient("http://127.0.0.1:9900")
     episode = client.start_episode()
@@ -17,7 +17,7 @@ app, in any process, on any machine that can reach it::
 
 Remote inference (the default) needs the standard library only: importing this module
 loads neither Ray, torch nor numpy, so it runs inside any app.  Rewards logged with
-:meth:`~PolicyClient.log_returns` travel with the episode's next call (one request per
+``PolicyClient.log_returns`` travel with the episode's next call (one request per
 step).  Observations may be lists, numbers or anything with ``tolist()`` (numpy arrays);
 actions come back as JSON values (an int for Discrete, a list for Box).
 
@@ -32,7 +32,7 @@ trains on as the behaviour policy's.  A batch whose answer is lost (the server i
 unreachable, or timed out) stays buffered, up to ``MAX_RETAINED_BYTES``, and is sent
 again under the same id with the next flush (the server applies it once); calls the
 server refuses (e.g. an episode it dropped as idle) are logged and returned by
-:meth:`~PolicyClient.flush`, the others are applied.  Feed-forward policies only.
+``PolicyClient.flush``, the others are applied.  Feed-forward policies only.
 """
 
 from __future__ import annotations

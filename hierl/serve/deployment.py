@@ -2,10 +2,10 @@
 
 ``deploy(checkpoint)`` (and ``hierl serve CHECKPOINT``) starts Serve (HTTP on
 ``127.0.0.1:8000`` unless told otherwise) and runs the app: ``num_replicas`` replicas of
-:class:`PolicyServer`, each holding a :class:`~hierl.serve.policy.ServedPolicy` rebuilt
+``PolicyServer``, each holding a ``ServedPolicy`` rebuilt
 from the checkpoint.  Routes, under the app's ``route_prefix``:
 
-* ``POST /act``: observations -> actions (see :mod:`hierl.serve.policy` for the JSON);
+* ``POST /act``: observations -> actions (see ``hierl.serve.policy`` for the JSON);
   concurrent requests are batched into one forward pass by Serve's dynamic batching
   (``max_batch_size`` requests, waiting at most ``batch_wait_timeout_s``);
 * ``GET /spec``: the spaces, the checkpoint's algorithm, iteration and content hash;
@@ -20,7 +20,7 @@ within ``body_timeout_s`` gets 408, a request not answered within ``request_time
 connections, not a replica's slot).
 
 A trainer with ``serve_deployment={"app": name}`` pushes new weights to every replica
-(:mod:`hierl.algorithms.serving`): each replica swaps them in between batches, and every
+(``hierl.algorithms.serving``): each replica swaps them in between batches, and every
 answer names the ``version`` that computed it.
 """
 
@@ -232,7 +232,7 @@ class ServedApp:
 
 def load_served(checkpoint: str | Path, options: ServeOptions) -> ServedPolicy | ServedSearch:
     """What a replica serves: an ALPHAZERO checkpoint's player with its search
-    (:class:`~hierl.serve.search.ServedSearch`), else the checkpoint's policies."""
+    (``ServedSearch``), else the checkpoint's policies."""
     if is_alphazero_checkpoint(checkpoint):
         return ServedSearch.from_checkpoint(
             checkpoint, options.max_simulations, options.allow_imports
@@ -245,7 +245,7 @@ def deploy(
 ) -> ServedApp:
     """Serve the policy of ``checkpoint`` over HTTP; returns when every replica answers.
 
-    ``settings`` are :class:`~hierl.serve.options.ServeOptions` fields (``host``,
+    ``settings`` are ``ServeOptions`` fields (``host``,
     ``port``, ``num_replicas``, ``max_batch_size``, ``auth_token``...), over ``options``.
 
     Raises:

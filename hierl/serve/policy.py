@@ -1,13 +1,13 @@
 """The served policy: a checkpoint's policies acting on batches of JSON requests.
 
-:class:`ServedPolicy` is what each Serve replica holds (``hierl.serve.deployment``), and
+``ServedPolicy`` is what each Serve replica holds (``hierl.serve.deployment``), and
 it runs without Serve too (the benchmark's in-process baseline, unit tests).  It takes
 the trainer's own local evaluator, so observations go through the preprocessors and
 observation filters of training (``update=False``: serving never changes the filter),
 and acts on a whole batch of requests with one forward pass per ``(policy, explore)``
-group (:func:`hierl.evaluators.rollout_core.act`).
+group (``hierl.evaluators.rollout_core.act``).
 
-Requests (``POST /act``), as JSON::
+Requests (``POST /act``), as JSON:
 
     {"observations": [[...], ...],      # or "observation": [...] for a single one
      "explore": false,                  # sample (true) or the greedy action (default)
@@ -84,9 +84,9 @@ class ServedPolicy:
 
     Args:
         trainer: a trainer (normally rebuilt from a checkpoint with
-            :meth:`from_checkpoint`) whose local evaluator acts.
+            ``from_checkpoint``) whose local evaluator acts.
         max_observations: observations one request may carry.
-        checkpoint: where the trainer came from (reported by :meth:`spec`).
+        checkpoint: where the trainer came from (reported by ``spec``).
     """
 
     def __init__(self, trainer: Trainer, max_observations: int = MAX_BATCH, checkpoint: str = ""):
@@ -109,7 +109,7 @@ class ServedPolicy:
         allow_imports: Collection[str] = (),
     ) -> ServedPolicy:
         """Rebuild the trainer that acts for the checkpoint in this process
-        (:meth:`BaseTrainer.for_acting`: no remote evaluators; PPO-ES / A3C-ES: the best
+        (``BaseTrainer.for_acting``: no remote evaluators; PPO-ES / A3C-ES: the best
         member) and serve its policies.  The run's ``input`` and ``output`` are left
         closed: serving samples nothing and writes nothing.
 
@@ -117,7 +117,7 @@ class ServedPolicy:
             CheckpointError: the checkpoint is missing, corrupt, does not fit its algorithm,
                 or is of a nested algorithm that holds no single flat policy, or its config
                 names a module outside ``allow_imports`` (see
-                :mod:`hierl.algorithms.checkpoint_imports`).
+                ``hierl.algorithms.checkpoint_imports``).
         """
         path = Path(checkpoint)
         # CRUCIAL: a replica acts but never samples: it must not open the run's input
@@ -166,7 +166,7 @@ class ServedPolicy:
 
     # -- requests --------------------------------------------------------------------------
     def parse(self, data: Any) -> Query:
-        """A ``/act`` request's JSON value as a :class:`Query`.
+        """A ``/act`` request's JSON value as a ``Query``.
 
         Raises:
             WireError: naming the field that does not fit and what was expected (the

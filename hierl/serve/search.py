@@ -1,10 +1,10 @@
 """The served board-game player: an AlphaZero checkpoint's network with the MCTS run in
 the replica.
 
-:class:`ServedSearch` answers ``POST /act`` for an ALPHAZERO checkpoint (the deployment
-picks it instead of :class:`hierl.serve.policy.ServedPolicy`; the same methods).  A
+``ServedSearch`` answers ``POST /act`` for an ALPHAZERO checkpoint (the deployment
+picks it instead of ``hierl.serve.policy.ServedPolicy``; the same methods).  A
 request holds a board and optionally a simulation count, bounded by the server setting
-``max_simulations``::
+``max_simulations``:
 
     {"board": [[0, 0, 0, 0, 0, 0, 0], ..., [0, 0, 0, 1, -1, 0, 0]],  # rows x cols, row 0 at
                                        # the top; 1: the first player's stones, -1: the second's
@@ -100,7 +100,7 @@ class ServedSearch:
         }
 
     def parse(self, data: Any) -> BoardQuery:
-        """A request's JSON value as a :class:`BoardQuery`.
+        """A request's JSON value as a ``BoardQuery``.
 
         Raises:
             WireError: naming the field that does not fit and what is valid.

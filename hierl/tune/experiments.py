@@ -1,7 +1,7 @@
 """Experiment files: YAML describing one or more Tune experiments, run by ``hierl tune FILE``.
 
 The format follows RLlib's tuned examples; every key is checked before any trial runs
-(an unknown key, algorithm, scheduler or config key is an error naming it)::
+(an unknown key, algorithm, scheduler or config key is an error naming it):
 
     cartpole-ppo:                    # experiment name
       run: PPO                       # algorithm (hierl list)

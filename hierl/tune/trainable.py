@@ -2,7 +2,7 @@
 
 Tune drives a trial through ``setup(config) → step() ... → save/load_checkpoint →
 cleanup()``; a hierl Trainer already is ``Trainer(config) → train() ... → save/restore →
-stop()``, so the adapter only maps one onto the other::
+stop()``, so the adapter only maps one onto the other:
 
     tuner = tune.Tuner(
         "hierl/PPO",  # or trainable("PPO"), or trainable(MyTrainer)
@@ -93,7 +93,7 @@ def trial_seed(base_seed: int, trial_id: str | None) -> int:
 
 
 class TrainerTrainable(tune.Trainable):
-    """Tune Trainable running one ``trainer_class`` trainer; see :func:`trainable`."""
+    """Tune Trainable running one ``trainer_class`` trainer; see ``trainable``."""
 
     trainer_class: type[Trainer] = Trainer
     base_seed: int = 0

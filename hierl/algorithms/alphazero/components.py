@@ -3,14 +3,14 @@
 RLlib (arXiv:1712.09381v1, appendix E.3): self-play evaluators, optimizers pulling
 from a shared replay buffer, and candidate-vs-best comparisons.
 
-* :class:`SelfPlayEvaluator`: a :class:`~hierl.evaluators.PolicyEvaluator` (its
+* ``SelfPlayEvaluator``: a ``PolicyEvaluator`` (its
   vectorised rollout loop, seeding and metrics) whose ``self_play`` returns whole games
   as (obs, π, z) rows plus small stats, so the driver can route the rows to the replay
   actor by object reference without fetching them.
-* The shared replay buffer is :class:`~hierl.optimizers.replay.buffer.ReplayBuffer`
+* The shared replay buffer is ``ReplayBuffer``
   itself, run as an actor.
-* :class:`AlphaZeroLearner`: trains a candidate network on replayed rows.
-* :class:`Arena`: plays candidate vs best (the gate's evidence) and the best vs a fixed
+* ``AlphaZeroLearner``: trains a candidate network on replayed rows.
+* ``Arena``: plays candidate vs best (the gate's evidence) and the best vs a fixed
   opponent (the strength estimate).
 """
 

@@ -11,7 +11,7 @@ from hierl.evaluators.evaluator_set import DEFAULT_MAX_EVALUATOR_RESTARTS
 @dataclasses.dataclass
 class AlphaZeroConfig(BaseConfig):
     """Settings of the AlphaZero loop (env: ``hierl/TicTacToe-v0``, ``hierl/ConnectFour-v0``
-    or any env built on :class:`hierl.algorithms.alphazero.games.BoardGameEnv`)."""
+    or any env built on ``hierl.algorithms.alphazero.games.BoardGameEnv``)."""
 
     # -- components --
     num_self_play_workers: int = 2

@@ -2,7 +2,7 @@
 
 What ``hierl export`` writes for an ALPHAZERO checkpoint.  The file holds the **network
 only: the MCTS is not part of it**.  Playing like ``hierl play`` needs the search around
-it (:class:`hierl.algorithms.alphazero.mcts.MCTS` with ``evaluate`` calling this model);
+it (``hierl.algorithms.alphazero.mcts.MCTS`` with ``evaluate`` calling this model);
 the argmax of its policy logits over the legal moves is the raw network's move, weaker
 than the searched one.  ``policy.json`` says so under ``"search"``.
 
@@ -10,7 +10,7 @@ Inputs and outputs (``B``: the batch dimension, dynamic):
 
 * ``board_planes`` ``(B, 2, rows, cols)`` float32: plane 0 = the stones of the player to
   move, plane 1 = the opponent's (the env's observation;
-  :meth:`~hierl.algorithms.alphazero.games.BoardGame.to_planes` of a canonical board);
+  ``BoardGame.to_planes`` of a canonical board);
 * ``policy_logits`` ``(B, num_actions)`` float32 (illegal moves are not masked: mask
   them, then softmax);
 * ``value`` ``(B,)`` float32 in [-1, 1], for the player to move.

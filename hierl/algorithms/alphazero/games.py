@@ -10,14 +10,14 @@ every position as "my move" and flip the sign of values between plies.
 
 Two games, registered with Gymnasium (by string entry points, so this module loads
 only when an env is made) when ``hierl.evaluators`` is imported
-(:func:`hierl.evaluators.env.register_board_game_envs`):
+(``hierl.evaluators.env.register_board_game_envs``):
 
 * ``hierl/TicTacToe-v0``: 3x3, three in a row wins; action = cell ``row * 3 + col``.
 * ``hierl/ConnectFour-v0``: ``rows`` x ``cols`` (default 6x7, e.g. ``env_config``
   ``{"rows": 4, "cols": 5}`` for tests), ``connect`` (default 4) in a row wins; action =
   column, the stone drops to the lowest empty cell.
 
-The envs (:class:`BoardGameEnv`) are single-agent views of the two-player game, meant
+The envs (``BoardGameEnv``) are single-agent views of the two-player game, meant
 for self-play (one policy moves for both sides):
 
 * observation: ``float32`` array ``(2, rows, cols)``: plane 0 = stones of the player to
@@ -30,9 +30,9 @@ for self-play (one policy moves for both sides):
   reward ``-1``, terminated, ``info["illegal_move"] = True``; with
   ``illegal_move="raise"`` it raises ``ValueError`` instead.
 
-:class:`MinimaxPlayer` plays perfectly (memoized negamax over canonical boards; random
+``MinimaxPlayer`` plays perfectly (memoized negamax over canonical boards; random
 tie-break among optimal moves with a seeded RNG); it is exact for Tic-Tac-Toe and tiny
-Connect Four boards.  :func:`play_games` plays any two :class:`Player` objects against
+Connect Four boards.  ``play_games`` plays any two ``Player`` objects against
 each other, many games in lockstep so batched players (MCTS) evaluate them together.
 """
 
@@ -131,7 +131,7 @@ class BoardGame(abc.ABC):
         return np.stack([boards == 1, boards == -1], axis=-3).astype(np.float32)
 
     def from_planes(self, planes: np.ndarray) -> np.ndarray:
-        """Inverse of :meth:`to_planes`; accepts flattened planes ``(..., 2*rows*cols)``."""
+        """Inverse of ``to_planes``; accepts flattened planes ``(..., 2*rows*cols)``."""
         planes = np.asarray(planes)
         lead = planes.shape[:-3] if planes.shape[-3:] == (2, *self.shape) else planes.shape[:-1]
         planes = planes.reshape(*lead, -1)
@@ -231,7 +231,7 @@ class ConnectFour(BoardGame):
 
 # -- Gymnasium envs --------------------------------------------------------------------
 class BoardGameEnv(gym.Env):
-    """Self-play view of a :class:`BoardGame` (one policy moves for both players).
+    """Self-play view of a ``BoardGame`` (one policy moves for both players).
 
     See the module docstring for observation, reward and illegal-move conventions.
 
@@ -322,10 +322,10 @@ class ConnectFourEnv(BoardGameEnv):
 
 
 def game_of_env(env: gym.Env) -> BoardGame:
-    """The :class:`BoardGame` behind a (possibly wrapped) board-game env.
+    """The ``BoardGame`` behind a (possibly wrapped) board-game env.
 
     Raises:
-        TypeError: if ``env`` is not a :class:`BoardGameEnv`.
+        TypeError: if ``env`` is not a ``BoardGameEnv``.
     """
     game = getattr(env.unwrapped, "game", None)
     if not isinstance(game, BoardGame):

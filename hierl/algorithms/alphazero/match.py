@@ -2,7 +2,7 @@
 
 What ``hierl play --opponent ...`` prints and ``benchmarks/connect_four.py`` records.
 Game ``i`` is started by the player under test when ``i`` is even, by the opponent when
-odd; the games of each side are played in lockstep (:func:`~.games.play_games`), so a
+odd; the games of each side are played in lockstep (``play_games``), so a
 batched player (AlphaZero's MCTS) evaluates all of them together.  ``opening_moves``
 random plies start every game (both players are deterministic otherwise: the same two
 games would repeat).

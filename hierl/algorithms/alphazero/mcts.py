@@ -5,11 +5,11 @@ knowledge", Methods "Search algorithm"); AlphaZero (Silver et al., Science 2018)
 RLlib (arXiv:1712.09381v1, §2.3.2 and appendix E.3) runs it as a subroutine of the
 self-play policy graph.
 
-One :meth:`MCTS.search` call runs ``num_simulations`` simulations on each of a batch of
+One ``MCTS.search`` call runs ``num_simulations`` simulations on each of a batch of
 root positions.  Every simulation round descends once in every tree (PUCT selection),
 collects the leaves that need the network, evaluates them in **one batched call**, then
 expands them and backs the values up.  Positions are canonical boards
-(:mod:`hierl.algorithms.alphazero.games`): values are always for the player to move, so the
+(``hierl.algorithms.alphazero.games``): values are always for the player to move, so the
 sign flips at every ply of the backup.
 
 Selection maximises ``Q(s, a) + c_puct * P(s, a) * sqrt(N(s) + 1) / (1 + N(s, a))``
@@ -82,7 +82,7 @@ class MCTS:
 
     Args:
         game: the rules.
-        evaluate: the network (see :data:`EvaluateFn`).
+        evaluate: the network (see ``EvaluateFn``).
         num_simulations: simulations per root (>= 1).
         c_puct: exploration constant.
         dirichlet_alpha: concentration of the root noise.
@@ -216,7 +216,7 @@ def select_actions(
 
 
 class MCTSPlayer:
-    """A :class:`~hierl.algorithms.alphazero.games.Player` that searches, then plays greedily.
+    """A ``Player`` that searches, then plays greedily.
 
     Args:
         mcts: the search (its ``evaluate`` is the network, or a uniform evaluator).

@@ -1,17 +1,17 @@
 """Built-in opponents that no network tuned: random, pure MCTS with random rollouts, and
 depth-limited alpha-beta for Connect Four.
 
-* :class:`RolloutMCTSPlayer`: UCT (Kocsis & Szepesvári 2006; Browne et al. 2012, "A
+* ``RolloutMCTSPlayer``: UCT (Kocsis & Szepesvári 2006; Browne et al. 2012, "A
   Survey of Monte Carlo Tree Search Methods", Algorithm 2) with ``rollouts`` random
   playouts per move, UCB1 constant ``c``, the most visited move played.  No network.
-* :class:`AlphaBetaPlayer`: negamax with alpha-beta pruning to ``depth`` plies on a
+* ``AlphaBetaPlayer``: negamax with alpha-beta pruning to ``depth`` plies on a
   Connect Four bitboard, a transposition table, centre-first move ordering and the
   classic window heuristic (open windows of 2 and 3 stones, centre column stones).
   Ties among the best root moves are broken at random (seeded).
 
-Both search bitboards for Connect Four (:class:`ConnectFourBits`; Python ints, a few
+Both search bitboards for Connect Four (``ConnectFourBits``; Python ints, a few
 hundred nanoseconds a move) and the generic numpy rules for other games (MCTS only).
-:func:`make_opponent` builds one by name; ``hierl play`` and ``benchmarks/connect_four.py``
+``make_opponent`` builds one by name; ``hierl play`` and ``benchmarks/connect_four.py``
 use it, so the benchmark's table is reproducible with one command.
 """
 
@@ -27,9 +27,9 @@ import numpy as np
 from hierl.algorithms.alphazero.games import BoardGame, ConnectFour, Player, RandomPlayer
 
 OPPONENTS = ("random", "mcts", "alphabeta")
-"""Names :func:`make_opponent` knows."""
+"""Names ``make_opponent`` knows."""
 MAX_DEPTH = 12
-"""Deepest alpha-beta search :func:`make_opponent` accepts (depth 8 takes ~1 s a move)."""
+"""Deepest alpha-beta search ``make_opponent`` accepts (depth 8 takes ~1 s a move)."""
 WIN = 1_000_000
 """Alpha-beta's value of a win (minus the plies to reach it: faster wins first)."""
 
@@ -118,7 +118,7 @@ class AlphaBetaPlayer:
     """Depth-limited negamax with alpha-beta on Connect Four bitboards (module docstring).
 
     Args:
-        game: a :class:`ConnectFour` of any size.
+        game: a ``ConnectFour`` of any size.
         depth: plies searched (>= 1).
         seed: breaks ties among equally good root moves.
     """
@@ -200,7 +200,7 @@ class AlphaBetaPlayer:
 
 
 class _Rules:
-    """Generic rules on numpy canonical boards, as :class:`RolloutMCTSPlayer` needs them."""
+    """Generic rules on numpy canonical boards, as ``RolloutMCTSPlayer`` needs them."""
 
     def __init__(self, game: BoardGame):
         self.game = game
@@ -219,7 +219,7 @@ class _Rules:
 
 
 class _BitRules:
-    """Connect Four rules on bitboards (same interface as :class:`_Rules`)."""
+    """Connect Four rules on bitboards (same interface as ``_Rules``)."""
 
     def __init__(self, game: ConnectFour):
         self.bits = ConnectFourBits(game)
@@ -328,7 +328,7 @@ class RolloutMCTSPlayer:
 def make_opponent(
     name: str, game: BoardGame, *, rollouts: int = 1000, depth: int = 6, seed: int | None = None
 ) -> Player:
-    """A built-in opponent by name (:data:`OPPONENTS`): ``random``, ``mcts`` (``rollouts``
+    """A built-in opponent by name (``OPPONENTS``): ``random``, ``mcts`` (``rollouts``
     per move) or ``alphabeta`` (Connect Four, ``depth`` plies).
 
     Raises:

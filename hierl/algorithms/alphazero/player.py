@@ -2,7 +2,7 @@
 
 Training runs self-play, replay, learner and arena actors; acting needs only the arena's
 champion (the checkpoint's ``best_weights``) and the search.
-:meth:`AlphaZeroPlayer.from_checkpoint` reads just those weights (the replay buffer stays
+``AlphaZeroPlayer.from_checkpoint`` reads just those weights (the replay buffer stays
 on disk), builds the network in this process (no Ray, no actor) and searches with
 **acting settings** given as arguments:
 
@@ -14,9 +14,9 @@ on disk), builds the network in this process (no Ray, no actor) and searches wit
 
 Greedy search is deterministic up to tie-breaks: evaluation matches diversify games with
 random opening plies instead (``opening_moves`` of
-:func:`hierl.algorithms.alphazero.match.play_match`).
+``hierl.algorithms.alphazero.match.play_match``).
 
-Calling loop::
+Calling loop:
 
     player = AlphaZeroTrainer.load_player("run/checkpoints/000042", simulations=200)
     board = player.game.initial_board()          # canonical: +1 = the player to move
@@ -84,7 +84,7 @@ def check_acting_settings(simulations: int, temperature: float, noise: float) ->
 class AlphaZeroPlayer:
     """An AlphaZero network wrapped in its MCTS, acting with the given settings.
 
-    Implements the :class:`~hierl.algorithms.alphazero.games.Player` protocol
+    Implements the ``Player`` protocol
     (``select_moves``), so it plays matches against the built-in opponents.
 
     Args:

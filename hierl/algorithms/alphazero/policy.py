@@ -4,7 +4,7 @@ AlphaGo Zero (Silver et al., Nature 2017), Methods "Optimization" and "Search
 algorithm"; RLlib (arXiv:1712.09381v1, appendix E.3: "MCTS is added as a sub-routine
 of each self-play Evaluator").
 
-* ``compute_actions`` runs a batched PUCT search (:mod:`.mcts`) from every observation
+* ``compute_actions`` runs a batched PUCT search (``.mcts``) from every observation
   of the batch (one board per env of the evaluator: the leaves of all games go through
   the network together) and returns the move plus the search policy π (the root visit
   distribution) in the ``mcts_policy`` column.  Exploring (self-play) adds Dirichlet
@@ -44,7 +44,7 @@ MCTS_POLICY = "mcts_policy"
 
 
 def game_for_config(config: Any) -> BoardGame:
-    """The :class:`BoardGame` of ``config.env`` (created once with ``config.env_config``)."""
+    """The ``BoardGame`` of ``config.env`` (created once with ``config.env_config``)."""
     env = resolve_env_creator(config.env)(EnvContext(dict(config.env_config or {})))
     try:
         return game_of_env(env)
@@ -124,11 +124,11 @@ def evaluate_boards(
 class AlphaZeroPolicy(PolicyGraph):
     """Policy graph whose ``act`` is an MCTS guided by a policy/value network.
 
-    ``config`` is an :class:`~hierl.algorithms.alphazero.trainer.AlphaZeroConfig`
+    ``config`` is an ``AlphaZeroConfig``
     (fields read: ``env``, ``env_config``, ``network``, ``hidden_sizes``,
     ``conv_channels``, ``lr``, ``l2_coeff``, ``augment_symmetries``, ``num_simulations``,
     ``c_puct``, ``dirichlet_alpha``, ``dirichlet_fraction``, ``temperature_moves``).
-    The game is found from the env (a :class:`~hierl.algorithms.alphazero.games.BoardGameEnv`).
+    The game is found from the env (a ``BoardGameEnv``).
     """
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any):
@@ -280,7 +280,7 @@ class AlphaZeroPolicy(PolicyGraph):
         }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
-        """Inverse of :meth:`get_state`."""
+        """Inverse of ``get_state``."""
         super().set_state(state)
         if "optimizer" in state:
             load_optimizer_state(self.optimizer, state["optimizer"], torch.device("cpu"))

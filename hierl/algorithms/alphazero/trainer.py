@@ -5,14 +5,14 @@ arXiv:1712.09381v1 appendix E.3, whose ~70-line event loop this follows).
 
 Components (Ray actors; in-process objects when ``num_self_play_workers=0``):
 
-* ``num_self_play_workers`` :class:`.components.SelfPlayEvaluator` s always play the
+* ``num_self_play_workers`` ``.components.SelfPlayEvaluator`` s always play the
   current **best** model against itself (MCTS + Dirichlet noise + temperature) and
   push whole games to
-* one **shared replay buffer** actor (:class:`hierl.optimizers.replay.buffer.ReplayBuffer`),
+* one **shared replay buffer** actor (``hierl.optimizers.replay.buffer.ReplayBuffer``),
   from which
-* ``num_learners`` :class:`.components.AlphaZeroLearner` s pull batches and train
+* ``num_learners`` ``.components.AlphaZeroLearner`` s pull batches and train
   candidates (starting from the best, continuing their own line until a new best);
-* every finished training round is a candidate; :class:`.components.Arena` actors play
+* every finished training round is a candidate; ``.components.Arena`` actors play
   it against the best for ``arena_games`` games (half with each colour), and the
   **gate** makes it the new best when its score ``(wins + draws/2) / games`` is
   ``>= gate_threshold`` (0.55, AlphaGo Zero's "55% of the games"; Go has no draws,
@@ -103,7 +103,7 @@ class AlphaZeroTrainer(BaseTrainer):
     ``candidates_accepted``, ``candidates_rejected``, ``candidates_evaluated``,
     ``replay_size``, ``num_self_play_games``, ``first_player_win_rate``, ``draw_rate``,
     ``arena/last_score``, ``num_actor_restarts``, ``actor_restarts/<role>`` (role in
-    :data:`ROLES`) and the latest learner stats under ``learner/``.
+    ``ROLES``) and the latest learner stats under ``learner/``.
     ``timesteps_total`` counts self-play moves, ``episodes_total`` self-play games.
     """
 
@@ -184,7 +184,7 @@ class AlphaZeroTrainer(BaseTrainer):
         return None if self.config.seed is None else self.config.seed + 7919 * k
 
     def _make_actor(self, role: str, index: int) -> Any:
-        """A new Ray actor for ``role`` (one of :data:`ROLES`) with index ``index``."""
+        """A new Ray actor for ``role`` (one of ``ROLES``) with index ``index``."""
         import ray
 
         c = self.config
@@ -550,7 +550,7 @@ class AlphaZeroTrainer(BaseTrainer):
     ) -> AlphaZeroPlayer:
         """Only what acting needs from a checkpoint: its best model in an MCTS, built in
         this process (no Ray, no actors, no replay buffer); acting settings are arguments
-        (see :mod:`hierl.algorithms.alphazero.player`)."""
+        (see ``hierl.algorithms.alphazero.player``)."""
         return AlphaZeroPlayer.from_checkpoint(
             checkpoint,
             simulations=simulations,
@@ -565,7 +565,7 @@ class AlphaZeroTrainer(BaseTrainer):
         cls, config: dict[str, Any], state: Mapping[str, Any]
     ) -> tuple[type[BaseTrainer], dict[str, Any], Mapping[str, Any]]:
         """Refused: AlphaZero acts through its search, not a flat policy (see
-        :meth:`load_player`)."""
+        ``load_player``)."""
         raise CheckpointError(
             "an ALPHAZERO checkpoint acts through its search, not a flat policy: load it with "
             "AlphaZeroTrainer.load_player(path, simulations=...), play it with `hierl play`, "

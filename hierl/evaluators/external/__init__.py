@@ -3,7 +3,7 @@
 ``settings`` (ExternalInputConfig, the trainer's ``input_external``), ``episodes`` (the
 rows of client-driven episodes), ``server`` (the HTTP endpoint) and ``evaluator``
 (ExternalEvaluator, picked by ``input: "external"``).  The client is
-:class:`hierl.serve.client.PolicyClient`.  Names are imported lazily (the offline
+``hierl.serve.client.PolicyClient``.  Names are imported lazily (the offline
 settings import ``settings`` while the evaluators package is still loading).
 """
 

@@ -1,20 +1,20 @@
 """The episodes PolicyClients drive: one row per step, whole episodes out.
 
-An external app owns the loop; the server sees, per episode, calls in this order::
+An external app owns the loop; the server sees, per episode, calls in this order:
 
     start  ->  (action | log_action, returns*)*  ->  end (final observation)
 
 A step opens when an observation is acted on (``action``: the policy picks;
 ``log_action``: the app picked) and closes at the next observation of the episode (its
 ``NEW_OBS``), with the rewards logged in between (or sent along with that call).  Rows
-are built exactly as :class:`~hierl.evaluators.sampler.VectorSampler` builds them (OBS,
+are built exactly as ``VectorSampler`` builds them (OBS,
 NEW_OBS, ACTIONS, REWARDS, TERMINATEDS, TRUNCATEDS, EPS_ID, T, the policy's extras and
 recurrent ``state_in_*``), so every algorithm trains on them unchanged.
 
 Only *ended* episodes become training rows: an episode that is never ended (the client
 vanished) is dropped after ``episode_timeout_s`` without a call, with its steps.  The
-table is not thread-safe: the owner (:class:`~hierl.evaluators.external.evaluator.
-ExternalEvaluator`) calls it under its lock.
+table is not thread-safe: the owner (``
+ExternalEvaluator``) calls it under its lock.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ class ActionRequest:
     reward: float = 0.0
     """Reward of the previous step sent along with this call."""
     client: str | None = None
-    """Who calls (see :meth:`ExternalEpisodes.episode`)."""
+    """Who calls (see ``ExternalEpisodes.episode``)."""
     action: Any = None
     """The env action, once computed."""
     error: EpisodeError | WireError | None = None
@@ -142,7 +142,7 @@ class ExternalEpisodes:
         explore: whether episodes with ``training_enabled`` sample actions (False:
             greedy everywhere); episodes without it act greedily.
         clip_rewards: clip the rows' rewards to ``[-c, c]`` (metrics stay unclipped).
-        episode_timeout_s: idle time after which :meth:`drop_idle` drops an episode.
+        episode_timeout_s: idle time after which ``drop_idle`` drops an episode.
         max_episodes: open episodes allowed at once.
         max_episode_steps: steps one episode may hold (a call opening one more: 413).
         max_info_bytes: JSON size of one episode's merged ``info`` (more: 413).
@@ -192,7 +192,7 @@ class ExternalEpisodes:
         client: str | None = None,
     ) -> str:
         """Open an episode (``episode_id`` None: a new random id); returns its id.  With
-        ``client``, only calls by that client reach it (:meth:`episode`)."""
+        ``client``, only calls by that client reach it (``episode``)."""
         client_id = uuid.uuid4().hex if episode_id is None else str(episode_id)
         if client_id in self.live:
             raise EpisodeError(409, f"episode {short_repr(client_id)} is already running")

@@ -2,8 +2,8 @@
 external apps drive over HTTP (``input: "external"``; RLlib's ExternalEnv /
 PolicyServerInput).
 
-The app owns the loop and calls a :class:`hierl.serve.client.PolicyClient`; the
-evaluator runs an :class:`~hierl.evaluators.external.server.ExternalServer` in its own
+The app owns the loop and calls a ``hierl.serve.client.PolicyClient``; the
+evaluator runs an ``ExternalServer`` in its own
 process and answers with its current policy (exploring in episodes started with
 ``training_enabled``; concurrent clients' observations are batched into one
 ``compute_actions``).  Where the evaluators listen:
@@ -16,13 +16,13 @@ process and answers with its current policy (exploring in episodes started with
 num_envs`` steps and returns them whole (as ``batch_mode="complete_episodes"``),
 postprocessed by the policy exactly as the sampler does; after ``WAIT_FRACTION *
 sample_timeout_s`` it returns the ended episodes it has, or raises
-:class:`ExternalInputTimeout` if there are none.  (The driver waits ``sample_timeout_s``
+``ExternalInputTimeout`` if there are none.  (The driver waits ``sample_timeout_s``
 for a remote evaluator's ``sample()`` from when it submits it: the evaluator gives up
 sooner, so that the partial batch reaches the driver instead of a ``GetTimeoutError``.)
 Episode metrics (``episode_reward_mean`` ...) come from every ended episode.
 
 The observation and action spaces are those of the trainer's ``env``, which is only
-created to read them (a Gymnasium id, or a creator returning :class:`SpacesEnv` when
+created to read them (a Gymnasium id, or a creator returning ``SpacesEnv`` when
 the app has no gym.Env).
 """
 
@@ -130,7 +130,7 @@ class ExternalEvaluator(PolicyEvaluator):
         )
         self.sample_timeout_s = spec.input.sample_timeout_s
         self.wait_s = WAIT_FRACTION * self.sample_timeout_s
-        """How long ``sample()`` waits for ended episodes (see :data:`WAIT_FRACTION`)."""
+        """How long ``sample()`` waits for ended episodes (see ``WAIT_FRACTION``)."""
         self._exported: tuple[str, bytes, dict[str, str]] | None = None
         self._arrived = threading.Event()
         self._pending: list[ActionRequest] = []
@@ -185,7 +185,7 @@ class ExternalEvaluator(PolicyEvaluator):
         return None if self.server is None else self.server.address
 
     def get_address(self) -> tuple[str, int] | None:
-        """:attr:`address` (callable on a remote evaluator)."""
+        """``address`` (callable on a remote evaluator)."""
         return self.address
 
     # -- sampling ---------------------------------------------------------------------
@@ -293,7 +293,7 @@ class ExternalEvaluator(PolicyEvaluator):
         }
 
     def policy_model(self) -> tuple[bytes, dict[str, str]]:
-        """``GET /policy``: the current policy as TorchScript (:mod:`hierl.export`: raw
+        """``GET /policy``: the current policy as TorchScript (``hierl.export``: raw
         observations in, ``(actions, action_dist_inputs, vf_preds)`` out; exported once
         per version) and the headers a local-inference client needs: ``X-Policy-Version``,
         ``X-Policy-Input-Dtype``, ``X-Action-Distribution`` (the class whose
@@ -362,7 +362,7 @@ class ExternalEvaluator(PolicyEvaluator):
         body: dict[str, Any],
         client: str | None = None,
     ) -> Any:
-        """One client call (see :mod:`hierl.evaluators.external.server` for the routes).
+        """One client call (see ``hierl.evaluators.external.server`` for the routes).
 
         ``client`` names the caller (the ``X-Hierl-Client`` header a PolicyClient sends):
         with a token set, an episode is bound to the client that started it, and is

@@ -1,8 +1,8 @@
 """The HTTP JSON endpoint of an external-env evaluator (standard library only).
 
-One :class:`ExternalServer` per evaluator that samples, each request on its own thread
+One ``ExternalServer`` per evaluator that samples, each request on its own thread
 (``http.server.ThreadingHTTPServer``, HTTP/1.1 keep-alive).  The routes, all JSON
-except ``GET /policy``::
+except ``GET /policy``:
 
     GET  /healthz                          {"ok": true}
     GET  /spec                             the spaces, the worker index, the policy version
@@ -55,8 +55,8 @@ EPISODE_COMMANDS = ("action", "log_action", "returns", "end")
 
 
 class ExternalApp(Protocol):
-    """What the server serves (an :class:`~hierl.evaluators.external.evaluator.
-    ExternalEvaluator`)."""
+    """What the server serves (an ``
+    ExternalEvaluator``)."""
 
     def handle(
         self, command: str, episode_id: str | None, body: dict[str, Any], client: str | None
@@ -77,7 +77,7 @@ class ExternalServer:
 
     Args:
         app: handles the calls (see the module docstring for the routes).
-        host, port: where to listen (port 0: a free port; see :attr:`address`).
+        host, port: where to listen (port 0: a free port; see ``address``).
         token: shared token required as ``Authorization: Bearer <token>`` (None: none;
             a warning is logged when the address is not a loopback one).
         name: who listens (error messages).
@@ -162,7 +162,7 @@ def _is_loopback(host: str) -> bool:
 class _DeadlineReader(io.RawIOBase):
     """A connection's reads with two limits: ``idle_s`` for the first byte of a request
     (an idle keep-alive connection) and, from that byte on, a deadline for the whole
-    request (:meth:`expect_request` starts the next one).  A client that trickles a
+    request (``expect_request`` starts the next one).  A client that trickles a
     byte at a time can hold its thread no longer than ``request_s``."""
 
     def __init__(self, sock: socket.socket, idle_s: float, request_s: float):
@@ -255,7 +255,7 @@ class _Server(ThreadingHTTPServer):
                 self.threads.discard(threading.current_thread())
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        """A connection that broke (a client that went away, or :meth:`close`) is not
+        """A connection that broke (a client that went away, or ``close``) is not
         an error worth a traceback; anything else is logged."""
         error = sys.exc_info()[1]
         if isinstance(error, (ConnectionError, TimeoutError)):

@@ -1,8 +1,8 @@
 """The settings of ``input: "external"``: where the evaluators listen for PolicyClients.
 
-The trainer holds one :class:`ExternalInputConfig` as its config field
+The trainer holds one ``ExternalInputConfig`` as its config field
 ``input_external`` and passes it, with its ``sample_timeout_s``, to every evaluator in
-the :class:`~hierl.evaluators.offline.settings.InputSpec` (``InputSpec.external``).
+the ``InputSpec`` (``InputSpec.external``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ EXTERNAL = "external"
 
 AUTH_TOKEN_ENV = TOKEN_ENV
 """The environment variable read for the shared token when ``auth_token`` is None
-(:data:`hierl.auth.TOKEN_ENV`, as for ``hierl serve`` and PolicyClient)."""
+(``hierl.auth.TOKEN_ENV``, as for ``hierl serve`` and PolicyClient)."""
 
 
 @dataclasses.dataclass

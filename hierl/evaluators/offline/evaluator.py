@@ -4,8 +4,8 @@ The RLlib paper's OfflineEvaluator (arXiv appendix E.1): the optimizers see an
 evaluator like any other, so ``local``, ``multi_gpu``, ``replay`` and the rest train from
 a dataset unchanged.  Each ``sample()`` draws its source by the probabilities of
 ``InputSpec.sources`` (``input_mix``): the live simulator (``"sampler"``), Parquet files
-(:class:`~hierl.evaluators.offline.reader.ParquetInput`) or a Ray Data dataset
-(:class:`~hierl.evaluators.offline.reader.RayDataInput`), and returns
+(``ParquetInput``) or a Ray Data dataset
+(``RayDataInput``), and returns
 ``rollout_fragment_length * num_envs`` rows.  Rows read from data are counted as
 sampled steps; they carry no episode metrics (evaluation measures the policy).
 """

@@ -1,6 +1,6 @@
 """Reading logged experience: shuffled training batches and whole logged episodes.
 
-:class:`ParquetInput` streams the Parquet files of an ``input`` (a directory, a glob or
+``ParquetInput`` streams the Parquet files of an ``input`` (a directory, a glob or
 a list of files) in bounded memory: each epoch visits the files in a seeded random
 order, reads them ``shuffle_window`` rows at a time (only those row groups), shuffles
 each window with a generator seeded by ``(seed, epoch, window)`` and hands out batches of

@@ -7,7 +7,7 @@ C order (uint8 images stay uint8; ``np.frombuffer(value, dtype).reshape(shape)``
 one).  Binary rows decode about 40x faster than Parquet's nested lists, which store a
 repetition level per element (28,224 of them per Atari frame stack).  Version 1 files
 (fixed-size lists) are still read.  The schema's metadata key ``hierl`` holds JSON
-(never code)::
+(never code):
 
     {"version": 2, "columns": {"obs": {"dtype": "uint8", "shape": [84, 84, 4]}, ...},
      "observation_space": {...}, "action_space": {...}, "policy_id": "default_policy"}
@@ -29,7 +29,7 @@ from hierl.evaluators.wire import describe_space, space_to_json
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 
 SCHEMA_VERSION = 2
-"""Written by this hierl; :data:`READABLE_VERSIONS` are read."""
+"""Written by this hierl; ``READABLE_VERSIONS`` are read."""
 READABLE_VERSIONS = (1, 2)
 METADATA_KEY = b"hierl"
 

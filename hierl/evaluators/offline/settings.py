@@ -4,7 +4,7 @@ The trainer builds them from its config fields ``input``, ``input_mix``,
 ``input_shuffle_window``, ``input_skip_bad_files``, ``postprocess_inputs``,
 ``input_external`` and ``output``, ``output_postprocessed``, ``output_max_file_size``,
 ``output_compression`` (documented there); the
-:class:`~hierl.evaluators.spec.EvaluatorSpec` carries them to every evaluator.
+``EvaluatorSpec`` carries them to every evaluator.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class InputSpec:
     postprocess: bool = False
     external: ExternalInputConfig | None = None
     """The servers' settings when the source is ``"external"`` (PolicyClients drive the
-    episodes; :mod:`hierl.evaluators.external`)."""
+    episodes; ``hierl.evaluators.external``)."""
     sample_timeout_s: float = 600.0
     """How long an external input's ``sample()`` waits for finished episodes."""
 

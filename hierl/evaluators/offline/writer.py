@@ -7,7 +7,7 @@ durable before ``write`` returns: it is written at once as a *part*
 file's parts reach ``max_file_size`` bytes (uncompressed), or on ``close()``, they are
 written again as one file under the final name (atomically) and the parts are deleted.
 A crash therefore never leaves a partial file under a final name and never loses a
-written batch; readers (:func:`hierl.evaluators.offline.reader.list_files`) ignore the
+written batch; readers (``hierl.evaluators.offline.reader.list_files``) ignore the
 parts of a stem whose final file exists, so a crash between the two steps does not
 duplicate rows either.
 """

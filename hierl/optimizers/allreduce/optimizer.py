@@ -5,7 +5,7 @@ evaluators): every evaluator samples its own batch, computes gradients on it, an
 gradients are averaged with an allreduce so that every replica applies the same update.
 Here the evaluators form a ``torch.distributed`` group (gloo on CPU, NCCL on CUDA; see
 ``hierl.optimizers.allreduce.collective``) and the averaged gradient never passes through the
-driver, which only starts each round and collects small results::
+driver, which only starts each round and collects small results:
 
     # driver, one step():
     results = ray.get([e.apply.remote(sample_and_learn, ...) for e in evaluators])

@@ -47,7 +47,7 @@ class LearnerOutput(NamedTuple):
 
 def replay_learner(policy: PolicyGraph):
     """The learner thread's update: ``policy.learn_on_replay_batch``, its TD errors as
-    the batch's new priorities (a :class:`LearnerOutput`; None without ``BATCH_INDEXES``)."""
+    the batch's new priorities (a ``LearnerOutput``; None without ``BATCH_INDEXES``)."""
 
     def learn(tag: Any, batch: SampleBatch) -> tuple[dict[str, float], LearnerOutput | None]:
         result = policy.learn_on_replay_batch(batch)

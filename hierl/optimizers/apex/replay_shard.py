@@ -2,7 +2,7 @@
 
 A preallocated (prioritized) buffer that runs as a Ray actor, or as a plain in-process
 object when nothing runs remotely; ``hierl.optimizers.apex.sharded_replay`` drives several
-(configured by :class:`ShardedReplayConfig`).
+(configured by ``ShardedReplayConfig``).
 """
 
 from __future__ import annotations

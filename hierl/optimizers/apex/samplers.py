@@ -1,11 +1,11 @@
 """Evaluators sampling for sharded replay: Ape-X's actors (Horgan et al. 2018, Alg. 1).
 
-* :func:`epsilon_ladder` / :func:`pin_epsilon_ladder` -- each evaluator explores with its
+* ``epsilon_ladder`` / ``pin_epsilon_ladder`` -- each evaluator explores with its
   own epsilon, ``0.4 ** (1 + 7 (i - 1) / (N - 1))`` for evaluator ``i`` of ``N`` (§4.1);
-* :func:`sample_for_replay` -- the evaluator-side task: a batch with its initial
+* ``sample_for_replay`` -- the evaluator-side task: a batch with its initial
   priorities, shaped so the bulk goes to a replay shard by object ref while the driver
   fetches only a row count;
-* :class:`ReplaySamplers` -- the driver's side: bounded sample tasks per evaluator and a
+* ``ReplaySamplers`` -- the driver's side: bounded sample tasks per evaluator and a
   weight refresh after every ``max_weight_sync_delay`` env steps an evaluator sampled.
 """
 
@@ -84,7 +84,7 @@ class ReplaySamplers:
 
     Keeps ``max_in_flight`` sample tasks per live evaluator in ``tasks``, tagged
     ``(ApexTask.SAMPLE, index, batch_ref, priorities_ref)``.  A task counts as in flight until
-    its batch was handed on (:meth:`routed`), so an evaluator whose batches wait for a
+    its batch was handed on (``routed``), so an evaluator whose batches wait for a
     shard gets no new task.  An evaluator receives fresh weights once it has sampled
     ``max_weight_sync_delay`` env steps with its current ones.  A failed evaluator goes
     to the evaluator set (recreated or dropped); a recreated one gets the learner's
@@ -129,7 +129,7 @@ class ReplaySamplers:
         self, finished: list[Finished], weights: Callable[[], Any]
     ) -> list[tuple[Any, Any, Any, int, float]]:
         """Finished sample tasks as ``(ticket, batch_ref, priorities_ref, rows, seconds)``;
-        hand ``ticket`` to :meth:`routed` once the batch went to a shard.
+        hand ``ticket`` to ``routed`` once the batch went to a shard.
 
         A failed evaluator is recreated (starting from ``weights()``, a ref) or dropped
         by the evaluator set, which raises when training cannot go on; other errors of a
@@ -157,7 +157,7 @@ class ReplaySamplers:
         return out
 
     def routed(self, ticket: Any) -> None:
-        """The batch of ``ticket`` (from :meth:`receive`) was handed on: its evaluator
+        """The batch of ``ticket`` (from ``receive``) was handed on: its evaluator
         may get a new task."""
         if ticket in self.outstanding:
             self.outstanding[ticket] -= 1

@@ -2,7 +2,7 @@
 
 Horgan et al. 2018, "Distributed Prioritized Experience Replay" (§3): the replay memory
 is split over several actors (``hierl.optimizers.apex.replay_shard``), so storing and sampling
-scale with their number.  :class:`ShardedReplay` hands sampled batches (object refs) to
+scale with their number.  ``ShardedReplay`` hands sampled batches (object refs) to
 the shards round-robin with a bounded number of unacknowledged adds per shard, tracks
 their sizes, paces replay by a row budget (``replay_ratio`` replayed rows per stored env
 step) and returns new priorities to the shard each replayed batch came from.  It is the
@@ -38,7 +38,7 @@ class ShardedReplay:
         tasks: the pool replay requests are added to, tagged ``(ApexTask.REPLAY, (shard,
             generation))``; the
             caller waits on it (together with its own tasks) and hands every finished
-            replay task to :meth:`replayed`.
+            replay task to ``replayed``.
         get: fetches object refs with the caller's timeout (``EvaluatorSet.get``).
         seed: shard ``i`` samples with ``seed + i`` (None: fresh entropy).
     """
@@ -91,7 +91,7 @@ class ShardedReplay:
         self._stored(shard, self.shards[shard].add_batch(batch, priorities), batch.count)
 
     def submit(self, tag: Any, batch_ref: Any, priorities_ref: Any, rows: int) -> None:
-        """Queue a remotely sampled batch (object refs) for the next :meth:`route`."""
+        """Queue a remotely sampled batch (object refs) for the next ``route``."""
         self.waiting.append((tag, batch_ref, priorities_ref, rows))
 
     def route(self) -> list[Any]:

@@ -1,7 +1,7 @@
 """``es``: Evolution Strategies, a non-gradient optimizer over PolicyEvaluators.
 
 Salimans et al. 2017, https://arxiv.org/abs/1703.03864, as ported in RLlib (ICML 2018,
-§5 and appendix D).  One ``step()``::
+§5 and appendix D).  One ``step()``:
 
     θ = local policy's flat weights; put θ in the object store (the noise table is there)
     repeat rounds until episodes_per_batch episodes (and timesteps_per_batch steps):

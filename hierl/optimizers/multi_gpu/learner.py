@@ -7,7 +7,7 @@ data-parallel (each tower takes an equal slice of its own shard), so many SGD ep
 no further host-to-device traffic.  Tower gradients are averaged into the master model,
 which takes the optimizer step; the other towers then copy its parameters.
 
-Typical use (one call of each per train batch)::
+Typical use (one call of each per train batch):
 
     learner = MultiDeviceLearner(policy, num_towers=2)
     rows = learner.load(batch)                      # rows % num_towers are dropped
@@ -23,7 +23,7 @@ exercised -- and parallel -- on any machine.
 
 This module holds the loading and the SGD schedule; what one tower is and how towers are
 kept in step (device choice, policy and minibatch views, gradient averaging, weight
-copies) lives in :mod:`hierl.optimizers.multi_gpu.towers`.
+copies) lives in ``hierl.optimizers.multi_gpu.towers``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ RLlib (ICML 2018) Fig. 4(b), §3.4 (PPO) and Table 3, the original ``LocalMultiG
 samples are gathered synchronously (as in ``local``), loaded once into the memory of K devices,
 and ``num_sgd_iter`` epochs of minibatch SGD run data-parallel over the towers, each
 minibatch split evenly across them with tower gradients averaged; the new weights are
-then broadcast.  All device handling lives in :class:`MultiDeviceLearner`
+then broadcast.  All device handling lives in ``MultiDeviceLearner``
 (``hierl/optimizers/multi_gpu/learner.py``); without CUDA the towers are CPU threads.
 """
 
@@ -44,7 +44,7 @@ class MultiGPUOptimizer(LocalOptimizer):
     """Sync samples → load once onto K towers → data-parallel SGD epochs → broadcast.
 
     Sampling and the broadcast are ``local``'s (``gather``); the learning phase runs on
-    a :class:`MultiDeviceLearner` over the local evaluator's policy, which therefore
+    a ``MultiDeviceLearner`` over the local evaluator's policy, which therefore
     holds the new weights after every step.  Rows beyond a multiple of ``num_towers``
     are dropped from training (``rows_loaded`` in ``stats()``).
     """

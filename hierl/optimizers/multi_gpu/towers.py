@@ -1,16 +1,16 @@
-"""Device towers of :class:`~hierl.optimizers.multi_gpu.learner.MultiDeviceLearner`.
+"""Device towers of ``MultiDeviceLearner``.
 
 A tower is one copy of the policy's model on one device, evaluated on its own shard of
 the loaded train batch.  This module holds what a single tower is and how the towers
 are kept in step, independent of how the learner schedules epochs and minibatches:
 
-* :func:`resolve_devices` chooses one device per tower (tower 0 is the policy's own);
-* :func:`tower_view` is a shallow copy of the policy that evaluates the loss on a
-  tower's model (its minibatch is a :class:`~hierl.torch_policy_graph.LazyRows` of its
+* ``resolve_devices`` chooses one device per tower (tower 0 is the policy's own);
+* ``tower_view`` is a shallow copy of the policy that evaluates the loss on a
+  tower's model (its minibatch is a ``LazyRows`` of its
   shard);
-* :func:`tower_backward` is one tower's forward and backward pass;
-* :func:`average_grads` averages the towers' gradients into the master model, and
-  :func:`sync_towers` copies the master's parameters and buffers back out to them.
+* ``tower_backward`` is one tower's forward and backward pass;
+* ``average_grads`` averages the towers' gradients into the master model, and
+  ``sync_towers`` copies the master's parameters and buffers back out to them.
 """
 
 from __future__ import annotations

@@ -3,14 +3,14 @@
 Uniform replay as in DQN (Mnih et al. 2015, "Human-level control through deep
 reinforcement learning"): every stored row is sampled with equal probability, with
 replacement.  Proportional prioritized replay (Schaul et al. 2016) subclasses this buffer
-in :mod:`hierl.optimizers.replay.prioritized`, which also holds the factory
+in ``hierl.optimizers.replay.prioritized``, which also holds the factory
 ``make_replay_buffer`` that picks one of the two.
 
 Rows live in preallocated column arrays used as a ring (bounded memory, newest
 ``capacity`` rows kept); sampling returns a ``SampleBatch`` with the importance weights
 in ``PRIO_WEIGHTS`` and the row indexes in ``BATCH_INDEXES`` (for priority updates).
 Stacked image observations (``obs`` and ``new_obs`` of Atari's ``(4, 84, 84)`` uint8)
-are stored one frame each instead (``frame_storage``, :mod:`hierl.optimizers.replay.frames`);
+are stored one frame each instead (``frame_storage``, ``hierl.optimizers.replay.frames``);
 should their frames not fit the frame ring, the oldest rows are dropped early and the
 buffer holds fewer than ``capacity`` rows.
 """

@@ -7,7 +7,7 @@ references learned from are Dopamine's circular replay buffer and DQN Zoo's
 (one frame per row, stacks rebuilt from the previous rows, episode starts padded) and
 Stable-Baselines3's ``optimize_memory_usage`` (``next_obs`` read from the next row).
 
-Unlike them, :class:`FrameStacks` does not rebuild a stack from an assumed layout of
+Unlike them, ``FrameStacks`` does not rebuild a stack from an assumed layout of
 the rows.  Each row keeps, for each slot of each of its two stacks, the ring position
 of the frame that fills it; a stack is gathered back through those positions.  The
 frames are found by comparing bytes when rows are stored:
@@ -78,7 +78,7 @@ def is_frame_stack(batch: SampleBatch) -> bool:
 
 
 def check_frame_storage(storage: str) -> None:
-    """ValueError naming ``storage`` unless it is one of :data:`FRAME_STORAGES`."""
+    """ValueError naming ``storage`` unless it is one of ``FRAME_STORAGES``."""
     if storage not in FRAME_STORAGES:
         raise ValueError(f"frame_storage must be one of {FRAME_STORAGES}, got {storage!r}")
 
@@ -86,7 +86,7 @@ def check_frame_storage(storage: str) -> None:
 def uses_frames(batch: SampleBatch, storage: str) -> bool:
     """Whether a buffer with ``frame_storage=storage`` stores ``batch`` as frames.
 
-    ``auto``: when :func:`is_frame_stack`; ``rows``: never; ``frames``: always, and a
+    ``auto``: when ``is_frame_stack``; ``rows``: never; ``frames``: always, and a
     ValueError when ``obs`` and ``new_obs`` are not stacks of one shape.
     """
     check_frame_storage(storage)

@@ -9,9 +9,9 @@ i.e. at the smallest priority.  New rows enter at the largest priority seen so f
 only a caller that passes initial priorities to ``add`` (Ape-X's evaluators, or the
 ``replay`` optimizer's ``worker_side_prioritization``) overrides that.
 
-The rows themselves are stored by the uniform :class:`ReplayBuffer` this buffer extends
-(:mod:`hierl.optimizers.replay.buffer`); the priorities live in a sum and a min segment
-tree (:mod:`hierl.optimizers.replay.segment_tree`) over the same ring indexes.
+The rows themselves are stored by the uniform ``ReplayBuffer`` this buffer extends
+(``hierl.optimizers.replay.buffer``); the priorities live in a sum and a min segment
+tree (``hierl.optimizers.replay.segment_tree``) over the same ring indexes.
 """
 
 from __future__ import annotations

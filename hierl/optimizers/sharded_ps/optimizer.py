@@ -7,7 +7,7 @@ evaluator clips its own gradient and the servers apply it as it arrives.
 
 The trainable weights are cut into K flat shards (``sharding``), each held by a
 ``ParameterShard`` actor with its own Adam (``param_server``, driven as a ``ShardGroup``;
-evaluator tasks in flight: ``GradientPipeline``).  One gradient's journey::
+evaluator tasks in flight: ``GradientPipeline``).  One gradient's journey:
 
     evaluator i   [load the K weight shards it was handed] → sample() →
                   compute_gradients(clip=True) → split → K gradient-shard refs + GradientInfo

@@ -5,7 +5,7 @@ The sharded parameter server of RLlib (ICML 2018, Fig. 4(d)), after Li et al. 20
 weights split over K server actors: every gradient is ``split`` into K pieces that go to
 the K servers, and the weights are reassembled with ``concat`` from the K pieces the
 servers send back.  Both directions must be exact for every parameter shape, so the
-layout is deliberately simple::
+layout is deliberately simple:
 
     spec = ShardSpec.from_arrays(names, arrays, num_shards=3)
     shards = spec.split(arrays)          # 3 flat vectors, sizes differ by at most 1
