@@ -3,7 +3,8 @@ and that page indexes every file of the directory.
 
 Each script is run in its own process by the command its row of ``examples/README.md``
 gives, plus ``--stop-iters 1`` (the flag each script documents).  The scripts train with
-``num_evaluators=0``, so they start no Ray of their own.  The YAML files are run by
+``num_evaluators=0``, so they start no Ray of their own.  The YAML files' commands are
+parsed by hierl's own parser here; the files themselves are run by
 ``tests/test_tune_experiments.py`` and ``tests/test_train_experiment_file.py``.
 """
 
@@ -73,6 +74,23 @@ def test_each_script_runs_as_the_index_writes_it(script):
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert _iteration_lines(proc.stdout) == [1], proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in sorted(_index()) if n.endswith(".yaml")], ids=lambda n: n
+)
+def test_each_experiment_file_command_is_a_valid_hierl_command(name):
+    # searches run with `hierl tune`, tuned files as one run of `hierl train --config`;
+    # tests/test_tune_experiments.py and tests/test_train_experiment_file.py run them
+    from hierl.cli.parser import build_parser
+
+    argv = shlex.split(_index()[name])
+    assert argv[0] == "hierl", argv
+    args = build_parser().parse_args(argv[1:])
+    if name.startswith("tune/"):
+        assert args.command == "tune" and args.file == f"examples/{name}"
+    else:
+        assert args.command == "train" and args.config == [f"examples/{name}"]
 
 
 def test_a_bad_stop_iters_is_one_clear_error():
