@@ -15,9 +15,11 @@ key to TensorBoard::
     tensorboard --logdir hierl_results
 
 Run: ``python examples/custom_metric_callbacks.py`` from the repository root (about 10
-seconds on 2 cores).
+seconds on 2 cores); ``--stop-iters N`` trains N iterations instead of 10
+(``--stop-iters 1``: a quick check).
 """
 
+import argparse
 import math
 
 from hierl import PPOTrainer
@@ -56,8 +58,15 @@ CONFIG = {
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--stop-iters", type=int, default=10, help="training iterations (default: %(default)s)"
+    )
+    args = parser.parse_args()
+    if args.stop_iters < 1:
+        parser.error(f"--stop-iters must be at least 1, got {args.stop_iters}")
     with PPOTrainer(CONFIG) as trainer:
-        for _ in range(10):
+        for _ in range(args.stop_iters):
             result = trainer.train()
             print(
                 f"iter {result['training_iteration']:2d}  "

@@ -16,8 +16,11 @@ file (``hierl train --config cfg.yaml``) can name the factory itself instead:
 ``custom_model: examples.custom_model:make_layer_norm_model`` (run from the repository
 root).
 
-Run: ``python examples/custom_model.py`` (about 15 seconds on 2 cores).
+Run: ``python examples/custom_model.py`` (about 15 seconds on 2 cores); ``--stop-iters N``
+trains N iterations instead of 25 (``--stop-iters 1``: a quick check).
 """
+
+import argparse
 
 import gymnasium as gym
 import torch
@@ -66,9 +69,16 @@ CONFIG = {
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--stop-iters", type=int, default=25, help="training iterations (default: %(default)s)"
+    )
+    args = parser.parse_args()
+    if args.stop_iters < 1:
+        parser.error(f"--stop-iters must be at least 1, got {args.stop_iters}")
     with PPOTrainer(CONFIG) as trainer:
         print(trainer.get_policy().model)
-        for _ in range(25):
+        for _ in range(args.stop_iters):
             result = trainer.train()
             print(
                 f"iter {result['training_iteration']:2d}  "

@@ -4,8 +4,11 @@
 ``ReinforceTrainer`` are README's, statement for statement (tests/test_custom_algorithm.py
 checks it); the plain ``TrainerConfig`` lets it run under any strategy chosen by name.
 
-Run: ``python examples/custom_policy.py`` (CartPole-v1, about a minute on 2 cores).
+Run: ``python examples/custom_policy.py`` (CartPole-v1, about a minute on 2 cores);
+``--stop-iters N`` trains N iterations instead of 40 (``--stop-iters 1``: a quick check).
 """
+
+import argparse
 
 import numpy as np
 
@@ -42,7 +45,14 @@ CONFIG = {
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--stop-iters", type=int, default=40, help="training iterations (default: %(default)s)"
+    )
+    args = parser.parse_args()
+    if args.stop_iters < 1:
+        parser.error(f"--stop-iters must be at least 1, got {args.stop_iters}")
     with ReinforceTrainer(CONFIG) as trainer:
-        for _ in range(40):
+        for _ in range(args.stop_iters):
             result = trainer.train()
             print(result["training_iteration"], np.round(result["episode_reward_mean"], 1))

@@ -5,8 +5,11 @@ leaves when its pole falls.  Agent 0 is trained by the PPO trainer's own policy,
 by a PG policy (``policy_class="PG"``: PG's policy and config classes) with its own
 learning rate.  ``policies_to_train`` could freeze either of them.
 
-Run: ``python examples/multi_agent.py`` (about a minute on 2 cores).
+Run: ``python examples/multi_agent.py`` (about a minute on 2 cores); ``--stop-iters N``
+trains N iterations instead of 25 (``--stop-iters 1``: a quick check).
 """
+
+import argparse
 
 import numpy as np
 
@@ -32,8 +35,15 @@ CONFIG = {
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--stop-iters", type=int, default=25, help="training iterations (default: %(default)s)"
+    )
+    args = parser.parse_args()
+    if args.stop_iters < 1:
+        parser.error(f"--stop-iters must be at least 1, got {args.stop_iters}")
     with PPOTrainer(CONFIG) as trainer:
-        for _ in range(25):
+        for _ in range(args.stop_iters):
             result = trainer.train()
             print(
                 result["training_iteration"],
