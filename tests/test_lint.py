@@ -1,5 +1,5 @@
-"""The code base stays clean: ruff (lint and format), and examples, README and the docs
-pages import from hierl's public paths only."""
+"""The code base stays clean: ruff (lint and format), and examples and README import
+from hierl's public paths only."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.readme_blocks import doc_blocks
+from tests.support.readme_blocks import readme_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,13 +117,13 @@ def test_the_public_import_check_flags_deep_paths_and_unexported_names():
     ]
 
 
-def test_examples_readme_and_docs_import_only_from_public_paths():
+def test_examples_and_readme_import_only_from_public_paths():
     found = []
     examples = sorted((ROOT / "examples").rglob("*.py"))
     assert examples
     for path in examples:
         found += non_public_imports(path.read_text(), str(path.relative_to(ROOT)))
-    python_blocks = [b for b in doc_blocks() if b.language == "python"]
+    python_blocks = [b for b in readme_blocks() if b.language == "python"]  # README and docs/
     assert python_blocks
     for block in python_blocks:
         found += non_public_imports(block.text, block.page, block.line + 1)

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from hierl.algorithms.registry import get_trainer_class, trainer_class_exports, trainer_names
-from tests.support.readme_blocks import README, REPO, Block, doc_blocks, documented_pages
+from tests.support.readme_blocks import README, REPO, Block, documented_pages, readme_blocks
 
 LANGUAGES = {"python", "bash", "text", "yaml", "mermaid"}
 """The fence languages README and the docs may use: the first two run, ``text`` and
@@ -39,7 +39,7 @@ BLOCK_TIMEOUT_S = 300
 ADD_FLAGS = re.compile(r"^#.*\badd: (--\S.*)$", re.M)
 """A bash block's own instruction to append flags to its ``hierl train`` commands."""
 
-BLOCKS = doc_blocks()
+BLOCKS = readme_blocks()
 README_MAX_LINES = 200
 """README is a front page (issue 38: at most ~200 lines); the rest belongs in docs/."""
 

@@ -39,8 +39,8 @@ def documented_pages() -> list[Path]:
     return [README, *sorted(DOCS.rglob("*.md"))]
 
 
-def readme_blocks(path: Path = README) -> list[Block]:
-    """Every fenced block of ``path``, in order."""
+def page_blocks(path: Path) -> list[Block]:
+    """Every fenced block of the page ``path``, in order."""
     source = path.read_text()
     page = path.resolve().relative_to(REPO).as_posix()
     return [
@@ -49,14 +49,16 @@ def readme_blocks(path: Path = README) -> list[Block]:
     ]
 
 
-def doc_blocks() -> list[Block]:
-    """Every fenced block of README.md and of the docs pages, page by page."""
-    return [block for path in documented_pages() for block in readme_blocks(path)]
+def readme_blocks(path: Path | None = None) -> list[Block]:
+    """Every fenced block of ``path``, or (by default) of README.md and every docs page,
+    page by page."""
+    pages = documented_pages() if path is None else [path]
+    return [block for page in pages for block in page_blocks(page)]
 
 
 def block_containing(marker: str, language: str = "python") -> Block:
     """The one ``language`` block of README.md and the docs whose text contains ``marker``."""
-    found = [b for b in doc_blocks() if b.language == language and marker in b.text]
+    found = [b for b in readme_blocks() if b.language == language and marker in b.text]
     where = [b.where for b in found]
     assert len(found) == 1, (
         f"{len(found)} {language} blocks of README.md and docs/ contain {marker!r}: {where}"
