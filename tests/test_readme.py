@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from hierl.algorithms.registry import get_trainer_class, trainer_class_exports, trainer_names
+from hierl.optimizers import optimizer_names
 from tests.support.readme_blocks import README, REPO, Block, documented_pages, readme_blocks
 
 LANGUAGES = {"python", "bash", "text", "yaml", "mermaid"}
@@ -61,6 +62,28 @@ def test_every_docs_page_has_blocks_and_readme_is_short():
     assert {"README.md", "docs/getting-started.md"} <= with_runnable
     lines = README.read_text().count("\n")
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines (at most {README_MAX_LINES})"
+
+
+GENERATED = {"algorithms": trainer_names, "strategies": optimizer_names}
+"""The docs folders whose pages the site generates, one per registered name (lowercase)."""
+SITE_ONLY = ("docs/reference/", "docs/benchmarks/results.md")
+"""Other generated pages: they exist only in a site build."""
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_readme_links_resolve_and_name_every_algorithm_and_strategy():
+    linked: dict[str, set[str]] = {folder: set() for folder in GENERATED}
+    missing = []
+    for target in LINK.findall(README.read_text()):
+        folder = target.split("/")[1] if target.startswith("docs/") else None
+        if folder in GENERATED:
+            linked[folder].add(Path(target).stem)
+        elif not ("://" in target or target.startswith(SITE_ONLY) or (REPO / target).exists()):
+            missing.append(target)
+    assert not missing, f"README.md links to files that do not exist: {missing}"
+    for folder, names in GENERATED.items():
+        expected = {name.lower() for name in names()}
+        assert linked[folder] == expected, (folder, sorted(linked[folder] ^ expected))
 
 
 def test_every_trainer_class_is_importable_from_hierl():
