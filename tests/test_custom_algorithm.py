@@ -1,4 +1,5 @@
-"""README's REINFORCE trainer chooses any strategy by name, with no extra declaration.
+"""The REINFORCE trainer of docs/guide/custom-algorithms.md (``examples/custom_policy.py``)
+chooses any strategy by name, with no extra declaration.
 
 Its config is the plain ``TrainerConfig``, which does not narrow ``supported_optimizers``:
 every registered strategy is accepted, and the policy's capabilities decide (a strategy
@@ -40,7 +41,7 @@ def _definitions(source: str) -> list[str]:
     ]
 
 
-def test_the_example_is_readmes_reinforce_statement_for_statement():
+def test_the_example_is_the_docs_reinforce_statement_for_statement():
     readme = _definitions(block_containing("class ReinforceTrainer(Trainer)").text)
     example = _definitions(EXAMPLE.read_text())
     assert readme and all(node in example for node in readme)

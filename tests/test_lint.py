@@ -91,10 +91,10 @@ def test_examples_and_readme_import_only_from_public_paths():
     assert examples
     for path in examples:
         found += non_public_imports(path.read_text(), str(path.relative_to(ROOT)))
-    python_blocks = [b for b in readme_blocks() if b.language == "python"]
+    python_blocks = [b for b in readme_blocks() if b.language == "python"]  # README and docs/
     assert python_blocks
     for block in python_blocks:
-        found += non_public_imports(block.text, "README.md", block.line + 1)
+        found += non_public_imports(block.text, block.page, block.line + 1)
     assert not found, "\n".join(found)
 
 
