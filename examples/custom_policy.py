@@ -2,7 +2,8 @@
 
 ``ReinforcePolicy`` (normalised returns-to-go as advantages, no baseline) and
 ``ReinforceTrainer`` are those of docs/guide/custom-algorithms.md, statement for statement
-(tests/test_custom_algorithm.py checks it); the plain ``TrainerConfig`` lets it run under any strategy chosen by name.
+(tests/test_custom_algorithm.py checks it); the plain ``TrainerConfig`` lets it run under
+any strategy chosen by name.
 
 Run: ``python examples/custom_policy.py`` (CartPole-v1, about a minute on 2 cores);
 ``--stop-iters N`` trains N iterations instead of 40 (``--stop-iters 1``: a quick check).

@@ -120,7 +120,7 @@ class AlphaZeroLearner(_NetworkActor):
         return self.policy.get_state()
 
     def set_state(self, state: Mapping[str, Any]) -> None:
-        """Inverse of :meth:`get_state`."""
+        """Inverse of ``get_state``."""
         self.policy.set_state(state)
 
     def train(self, batch: SampleBatch) -> tuple[Weights, dict[str, float]]:
