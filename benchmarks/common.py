@@ -70,8 +70,10 @@ def record(
     return path
 
 
-def publish(path: Path, records_dir: Path = RECORDS_DIR) -> Path:
-    """Copy the record at ``path`` into ``records_dir`` (same name), atomically."""
+def publish(path: Path, records_dir: Path | None = None) -> Path:
+    """Copy the record at ``path`` into ``records_dir`` (default ``RECORDS_DIR``, the
+    committed ``benchmarks/records/``) under the same name, atomically."""
+    records_dir = RECORDS_DIR if records_dir is None else records_dir
     records_dir.mkdir(parents=True, exist_ok=True)
     target = records_dir / path.name
     tmp = target.with_name(f".{target.name}.tmp")
