@@ -1143,8 +1143,8 @@ def load_sentence(data: dict[str, Any]) -> str:
         return " / ".join(f"{v:.2f}" for v in x) if x else "?"
 
     text = (
-        f"**Measured at load {peak:.2f} on {cores} cores** (1 / 5 / 15-minute load "
-        f"averages: {avg(before)} before the run, {avg(after)} after)"
+        f"**Measured at load {peak:.2f} on {cores} cores** (the higher 1-minute load "
+        f"average; 1 / 5 / 15-minute: {avg(before)} before the run, {avg(after)} after)"
     )
     if isinstance(cores, int) and peak > 0.25 * cores:
         text += (
