@@ -1253,7 +1253,7 @@ def optimizer_figures(figures: dict[str, Any]) -> str:
     sgd = figures.get("sgd")
     if sgd:
         rows = [
-            [name, f"{value:,.0f}", f"{sgd['ratio_to_pure_torch'][name]:.2f}x"]
+            [name, f"{value:,.0f}", f"{sgd['ratio_to_pure_torch'][name]:.3f}x"]
             for name, value in sgd["samples_per_s"].items()
         ]
         out += [
