@@ -15,7 +15,8 @@ hold, so the site cannot drift from them:
 * ``reference/cli.md``: the ``hierl`` argparse parser (``hierl.cli.parser.build_parser``);
 * ``reference/api/``: mkdocstrings pages for every public name (the ``__all__`` of each
   public package, the public modules as a whole, every trainer and config class);
-* ``benchmarks/results.md``: the benchmark records (``summary.json`` files and
+* ``benchmarks/results.md``: the benchmark records (``benchmarks/records/*.json`` of
+  the optimizer, sampling and serving benchmarks, ``summary.json`` files and
   ``benchmarks/RESULTS.md``);
 * ``changelog.md``, ``contributing.md``, ``citation.md``: the repository's
   ``CHANGELOG.md``, ``CONTRIBUTING.md`` and ``CITATION.cff``.
@@ -1058,14 +1059,16 @@ def _relative(page: str, target: str) -> str:
 
 
 def results_page(all_records: list[Record]) -> str:
-    """The benchmark results page: a table of every learning record, then
+    """The benchmark results page: the optimizer, sampling and serving records
+    (``throughput_section``), a table of every learning record, then
     ``benchmarks/RESULTS.md`` as written (each block followed by its notes and
     figures), then the records that have a directory under ``benchmarks/curves/`` but no
     block."""
     page = "benchmarks/results.md"
     out = [
         "# Benchmark results\n",
-        "Generated from the benchmark records: `benchmarks/curves/*/summary.json` (what "
+        "Generated from the benchmark records: `benchmarks/records/*.json` (the optimizer, "
+        "sampling and serving benchmarks), `benchmarks/curves/*/summary.json` (what "
         "ran, its commit, the machine), `benchmarks/RESULTS.md` (the table each benchmark "
         "script writes, with its command, and the notes written beside them) and the "
         "figures and notes in `benchmarks/curves/`. How each benchmark is run and "
@@ -1345,8 +1348,9 @@ def throughput_section() -> str:
     ]
     for path in paths:
         data = json.loads(path.read_text())
-        script = RECORD_SCRIPTS.get(data.get("benchmark", ""), "")
-        out.append(json_record_markdown(path, f"{path.stem}" + (f": {script}" if script else "")))
+        benchmark = data.get("benchmark", path.stem)
+        what = RECORD_SCRIPTS.get(benchmark, f"`benchmarks/{benchmark}.py`")
+        out.append(json_record_markdown(path, f"{path.stem}: {what}"))
     return "\n".join(out)
 
 
