@@ -1,7 +1,9 @@
 """Shared helpers for the benchmark scripts: result records, bar charts, CPU accounting.
 
 ``record(name, config, figures)`` writes ``benchmarks/results/<name>.json`` with
-``hierl.bench.report.write_record`` (git commit, date, machine, config, figures);
+``hierl.bench.report.write_record`` (command, git commit, date, machine, load averages,
+config, figures); ``publish`` (a script's ``--record``) copies such a record into
+``benchmarks/records/``, which is committed and which the docs' benchmark page renders.
 ``bar_png`` is re-exported from there.
 ``CpuMeter`` tells how many CPU cores given processes, and the rest of the machine, used
 during a span: on a small shared machine the background load explains noisy figures.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -28,6 +31,8 @@ from hierl.sample_batch import SampleBatch
 
 __all__ = [
     "BENCH_DIR",
+    "RECORDS_DIR",
+    "RECORD_HELP",
     "REPO_ROOT",
     "RESULTS_DIR",
     "RESULTS_MD",
@@ -36,6 +41,7 @@ __all__ = [
     "bar_png",
     "machine_busy_seconds",
     "process_tree",
+    "publish",
     "read_curve",
     "record",
     "replace_results_block",
@@ -45,12 +51,36 @@ __all__ = [
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
+RECORDS_DIR = BENCH_DIR / "records"
+"""The committed benchmark records (``--record``), rendered by ``docs/gen_pages.py``."""
 REPO_ROOT = BENCH_DIR.parent
 
+RECORD_HELP = f"also copy the JSON record to {RECORDS_DIR.relative_to(REPO_ROOT)}/ (committed)"
+"""The help of the scripts' ``--record`` flag."""
 
-def record(name: str, config: Mapping[str, Any], figures: Mapping[str, Any]) -> Path:
-    """Write ``benchmarks/results/<name>.json`` (git, date, machine, config, figures)."""
-    return write_record(RESULTS_DIR, name, config, figures)
+
+def record(
+    name: str, config: Mapping[str, Any], figures: Mapping[str, Any], *, commit: bool = False
+) -> Path:
+    """Write ``benchmarks/results/<name>.json`` (command, git, date, machine, load
+    averages, config, figures); with ``commit``, copy it into ``benchmarks/records/``."""
+    path = write_record(RESULTS_DIR, name, config, figures)
+    if commit:
+        publish(path)
+    return path
+
+
+def publish(path: Path, records_dir: Path | None = None) -> Path:
+    """Copy the record at ``path`` into ``records_dir`` (default ``RECORDS_DIR``, the
+    committed ``benchmarks/records/``) under the same name, atomically."""
+    records_dir = RECORDS_DIR if records_dir is None else records_dir
+    records_dir.mkdir(parents=True, exist_ok=True)
+    target = records_dir / path.name
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.copyfile(path, tmp)
+    os.replace(tmp, target)
+    print(f"recorded {target}", flush=True)
+    return target
 
 
 # -- CPU accounting ----------------------------------------------------------------------

@@ -49,8 +49,11 @@ Usage::
     .venv/bin/python benchmarks/sampling.py            # ~5-6 minutes
     .venv/bin/python benchmarks/sampling.py --quick    # ~1.5 minutes smoke run
     .venv/bin/python benchmarks/sampling.py --skip-remote --profile always
+    .venv/bin/python benchmarks/sampling.py --quick --record  # + benchmarks/records/
 
-Results: ``benchmarks/results/sampling[_quick].json`` and ``.png`` charts next to it.
+Results: ``benchmarks/results/sampling[_quick].json`` and ``.png`` charts next to it;
+with ``--record`` the JSON is also copied to ``benchmarks/records/`` (committed, shown
+on the docs' benchmark results page).
 """
 
 from __future__ import annotations
@@ -75,7 +78,15 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 # benchmarks/ is sys.path[0] when run as a script; make `common` importable either way.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS_DIR, CpuMeter, bar_png, process_tree, record, wait_for_quiet
+from common import (
+    RECORD_HELP,
+    RESULTS_DIR,
+    CpuMeter,
+    bar_png,
+    process_tree,
+    record,
+    wait_for_quiet,
+)
 
 from hierl.algorithms.ppo import PPOConfig, PPOPolicy
 from hierl.evaluators.policy_evaluator import PolicyEvaluator
@@ -419,6 +430,7 @@ def main(argv: list[str] | None = None) -> None:
         help="cProfile evaluator.sample() (auto: only when a ratio misses its target)",
     )
     parser.add_argument("--skip-remote", action="store_true", help="in-process parts only")
+    parser.add_argument("--record", action="store_true", help=RECORD_HELP)
     parser.add_argument(
         "--retry-loaded",
         type=int,
@@ -600,7 +612,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     if profiles:
         figures["profiles"] = profiles
-    path = record(name, config, figures)
+    path = record(name, config, figures, commit=args.record)
     pngs = write_pngs(name, figures)
     print(f"\nwrote {path}" + "".join(f"\nwrote {p}" for p in pngs))
 

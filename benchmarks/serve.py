@@ -20,6 +20,7 @@ Usage::
 
     .venv/bin/python benchmarks/serve.py            # ~2 minutes
     .venv/bin/python benchmarks/serve.py --quick    # shorter measurements
+    .venv/bin/python benchmarks/serve.py --record   # + benchmarks/records/serve.json
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from hierl import PPOTrainer
 from hierl.serve import ServedPolicy, deploy
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import CpuMeter, record
+from common import RECORD_HELP, CpuMeter, record
 
 TARGET_BATCHING_GAIN = 3.0
 """The issue's bar: dynamic batching >= 3x the requests/s of unbatched serving."""
@@ -149,6 +150,7 @@ def checkpoint(hiddens: tuple[int, ...], directory: Path) -> tuple[Path, ServedP
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short measurements")
+    parser.add_argument("--record", action="store_true", help=RECORD_HELP)
     args = parser.parse_args()
     duration = 2.0 if args.quick else 5.0
     ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
@@ -235,6 +237,7 @@ def main() -> int:
             "cpus": os.cpu_count(),
         },
         {"rows": rows, "batching_gain": gains, "steal_s": steal},
+        commit=args.record,
     )
     print(f"wrote {path}", flush=True)
     return 0

@@ -8,6 +8,7 @@ import ast
 import importlib
 import importlib.util
 import inspect
+import json
 import os
 import re
 import subprocess
@@ -337,6 +338,45 @@ def test_results_page_names_command_commit_and_machine_of_each_record(pages, gen
         assert summary["git"]["commit"][:10] in row
         assert f"{summary['machine']['nproc']} CPUs" in row
         assert record.command and record.command in row
+    # the optimizer, sampling and serving records (benchmarks/records/, written by --record)
+    committed = gen_pages.throughput_records()
+    benchmarks = {json.loads(p.read_text())["benchmark"] for p in committed}
+    assert {"optimizers", "serve"} <= benchmarks and benchmarks & {"sampling", "sampling_quick"}
+    for path in committed:
+        data = json.loads(path.read_text())
+        section = results.split(f"### {path.stem}: ", 1)[1].split("\n### ", 1)[0]
+        assert f"`{data['command']}`" in section
+        assert data["git"]["commit"][:10] in section
+        assert f"{data['machine']['cpu_model']}, {data['machine']['nproc']} CPUs" in section
+        load = data["load_averages"]["before"][0]
+        assert f"{load:.2f}" in section and "Measured at load" in section
+        assert "|---|" in section  # at least one figure table
+
+
+def test_a_record_renders_its_provenance_load_and_same_run_ratios(tmp_path, gen_pages):
+    from hierl.bench.report import write_record
+
+    rows = [
+        {"optimizer": "local", "wall_s": 2.0, "env_samples_per_s": 100.0,
+         "learner_samples_per_s": 50.0, "updates_per_s": 1.0, "driver_bytes_per_iter": 0},
+        {"optimizer": "async", "wall_s": 2.0, "env_samples_per_s": 300.0,
+         "learner_samples_per_s": 150.0, "updates_per_s": 9.0, "driver_bytes_per_iter": 2048},
+        {"optimizer": "apex", "error": "RuntimeError: boom"},
+    ]  # fmt: skip
+    path = write_record(
+        tmp_path,
+        "optimizers",
+        {"iterations": 2},
+        {"strategies": rows},
+        argv=["/usr/bin/hierl", "bench", "optimizers", "--iterations", "2"],
+        load_before=[3.5, 3.0, 2.5],
+    )
+    text = gen_pages.json_record_markdown(path, "optimizers")
+    assert "`hierl bench optimizers --iterations 2`" in text
+    assert "**Measured at load " in text and "3.50 / 3.00 / 2.50 before the run" in text
+    assert "not quiet-machine figures" in text  # load 3.5 on this machine's cores
+    assert "| `async` | 300 | 150 | 3.00x | 9.0 | 2.0 | 2.0 |" in text  # vs local, same run
+    assert "| `apex` | failed: RuntimeError: boom |" in text
 
 
 def test_project_pages_show_the_repository_files_when_present(tmp_path, gen_pages):

@@ -1,9 +1,11 @@
 """Benchmark records: which commit, machine and config produced a set of figures.
 
 ``write_record(directory, name, config, figures)`` writes ``<directory>/<name>.json``
-holding the git commit (and whether the working tree was dirty), the date, the machine
-(CPU count, platform, library versions), the config and the figures; ``bar_png`` draws
-a bar chart with matplotlib's Agg backend.  Used by ``hierl bench`` and ``benchmarks/``.
+holding the command line, the git commit (and whether the working tree was dirty), the
+date, the machine (CPU model and count, platform, library versions), the load averages
+before and after the run, the config and the figures; it is the one place that decides a
+record's fields.  ``bar_png`` draws a bar chart with matplotlib's Agg backend.  Used by
+``hierl bench`` and ``benchmarks/``.
 """
 
 from __future__ import annotations
@@ -13,12 +15,27 @@ import importlib.metadata
 import json
 import os
 import platform
+import shlex
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_averages() -> list[float] | None:
+    """The machine's 1, 5 and 15 minute load averages (None where the OS has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+LOAD_AT_START = load_averages()
+"""The load averages when this module was first imported, i.e. as a benchmark started:
+``write_record``'s default for the load before the run."""
 
 
 def _git(*args: str) -> str | None:
@@ -49,9 +66,22 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo``), else ``platform.processor()``."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def machine_info() -> dict[str, Any]:
-    """CPU count, platform and the versions of the libraries the benchmarks depend on."""
+    """CPU model and count, platform and the versions of the libraries the benchmarks
+    depend on."""
     return {
+        "cpu_model": cpu_model(),
         "nproc": os.cpu_count(),
         "sched_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "platform": platform.platform(),
@@ -76,20 +106,41 @@ def jsonable(value: Any) -> Any:
     return repr(value)
 
 
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """``argv`` (default ``sys.argv``) as a shell command run from the repository root:
+    a script path relative to it, prefixed with ``python``."""
+    args = list(sys.argv if argv is None else argv)
+    if not args:
+        return ""
+    program = Path(args[0])
+    if program.is_absolute() and program.is_relative_to(REPO_ROOT):
+        program = program.relative_to(REPO_ROOT)
+    head = ["python", program.as_posix()] if program.suffix == ".py" else [program.name]
+    return shlex.join([*head, *args[1:]])
+
+
 def write_record(
     directory: str | os.PathLike,
     name: str,
     config: Mapping[str, Any],
     figures: Mapping[str, Any],
+    *,
+    argv: Sequence[str] | None = None,
+    load_before: Sequence[float] | None = None,
 ) -> Path:
-    """Write ``<directory>/<name>.json`` (git, date, machine, config, figures) atomically."""
+    """Write ``<directory>/<name>.json`` atomically: the command line (``argv``, default
+    ``sys.argv``), git commit and dirty flag, date, machine, load averages ``before``
+    (default: ``LOAD_AT_START``) and ``after`` the run (now), config and figures."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    before = LOAD_AT_START if load_before is None else [float(x) for x in load_before]
     data = {
         "benchmark": name,
+        "command": command_line(argv),
         "git": git_info(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine_info(),
+        "load_averages": {"before": before, "after": load_averages()},
         "config": jsonable(config),
         "figures": jsonable(figures),
     }
