@@ -19,6 +19,14 @@ from typing import Any
 
 import pytest
 
+import docs.gen.algorithms
+import docs.gen.api
+import docs.gen.configs
+import docs.gen.markdown
+import docs.gen.project
+import docs.gen.records
+import docs.gen.results
+import docs.gen.strategies
 from hierl.cli import main
 from tests.support.public_api import PUBLIC_MODULES, PUBLIC_PACKAGES, public_names
 
@@ -45,7 +53,6 @@ def _load_gen_pages() -> types.ModuleType:
     spec = importlib.util.spec_from_file_location("gen_pages", ROOT / "docs" / "gen_pages.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["gen_pages"] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -93,9 +100,9 @@ def test_the_site_builds_strictly_with_every_page_in_the_nav(site):
 
 
 @pytest.mark.timeout(300)
-def test_every_public_name_is_rendered_on_an_api_page(site, gen_pages):
+def test_every_public_name_is_rendered_on_an_api_page(site):
     out, _ = site
-    entries = gen_pages.api_entries()
+    entries = docs.gen.api.api_entries()
     listed = {e.public for e in entries}
     expected = set()
     for module in PUBLIC_PACKAGES:
@@ -255,24 +262,24 @@ def _field_names(config_class: type) -> list[str]:
     return names
 
 
-def _config_classes(gen_pages) -> dict[str, list[type]]:
+def _config_classes() -> dict[str, list[type]]:
     """Each generated page with a config table and the classes it documents."""
     found = {}
-    for name in gen_pages.algorithm_names():
-        config_class = gen_pages.trainer(name).config_class
+    for name in docs.gen.algorithms.algorithm_names():
+        config_class = docs.gen.algorithms.trainer(name).config_class
         classes = [config_class]
         opt_config = getattr(config_class.from_dict({}), "optimizer_config", None)
         if opt_config is not None:
             classes.append(type(opt_config))
         found[f"algorithms/{name.lower()}.md"] = classes
-    for name in gen_pages.strategy_names():
-        found[f"strategies/{name.lower()}.md"] = [gen_pages.strategy(name).config_class]
+    for name in docs.gen.strategies.strategy_names():
+        found[f"strategies/{name.lower()}.md"] = [docs.gen.strategies.strategy(name).config_class]
     return found
 
 
-def test_every_config_field_is_in_its_page(pages, gen_pages):
+def test_every_config_field_is_in_its_page(pages):
     missing, checked = [], 0
-    for page, classes in _config_classes(gen_pages).items():
+    for page, classes in _config_classes().items():
         for cls in classes:
             for field in _field_names(cls):
                 checked += 1
@@ -283,13 +290,13 @@ def test_every_config_field_is_in_its_page(pages, gen_pages):
     assert not missing, "config fields on no generated page:\n" + "\n".join(missing)
 
 
-def test_every_config_field_has_its_documentation_in_the_table(gen_pages):
+def test_every_config_field_has_its_documentation_in_the_table():
     undocumented = []
-    for classes in _config_classes(gen_pages).values():
+    for classes in _config_classes().values():
         for cls in classes:
-            tables = [(cls, "")] + [(c, f"{n}.") for n, c in gen_pages.nested_configs(cls)]
+            tables = [(cls, "")] + [(c, f"{n}.") for n, c in docs.gen.configs.nested_configs(cls)]
             for config_class, prefix in tables:
-                for row in gen_pages.config_rows(config_class, prefix):
+                for row in docs.gen.configs.config_rows(config_class, prefix):
                     if not row[3].strip():
                         undocumented.append(f"{config_class.__name__}: {row[0]}")
     assert not undocumented, "config fields without a docstring:\n" + "\n".join(
@@ -297,12 +304,12 @@ def test_every_config_field_has_its_documentation_in_the_table(gen_pages):
     )
 
 
-def test_the_config_table_shows_type_default_and_documentation(gen_pages):
+def test_the_config_table_shows_type_default_and_documentation():
     from hierl.algorithms.registry import get_trainer_class
     from hierl.config import field_docs
 
     config_class = get_trainer_class("PPO").config_class
-    rows = {row[0]: row for row in gen_pages.config_rows(config_class)}
+    rows = {row[0]: row for row in docs.gen.configs.config_rows(config_class)}
     assert rows["`gamma`"][1:3] == ["`float`", "`0.99`"]
     assert rows["`gamma`"][3] == field_docs(config_class)["gamma"]
 
@@ -328,9 +335,9 @@ def test_every_figure_the_pages_show_is_copied_into_the_site(pages, gen_pages):
             assert resolved in copied, f"{path}: {target}"
 
 
-def test_results_page_names_command_commit_and_machine_of_each_record(pages, gen_pages):
+def test_results_page_names_command_commit_and_machine_of_each_record(pages):
     results = pages["benchmarks/results.md"]
-    for record in gen_pages.records():
+    for record in docs.gen.records.records():
         summary: dict[str, Any] = record.summary
         if not summary.get("runs"):
             continue
@@ -339,7 +346,7 @@ def test_results_page_names_command_commit_and_machine_of_each_record(pages, gen
         assert f"{summary['machine']['nproc']} CPUs" in row
         assert record.command and record.command in row
     # the optimizer, sampling and serving records (benchmarks/records/, written by --record)
-    committed = gen_pages.throughput_records()
+    committed = docs.gen.results.throughput_records()
     benchmarks = {json.loads(p.read_text())["benchmark"] for p in committed}
     assert {"optimizers", "serve"} <= benchmarks and benchmarks & {"sampling", "sampling_quick"}
     for path in committed:
@@ -353,7 +360,7 @@ def test_results_page_names_command_commit_and_machine_of_each_record(pages, gen
         assert "|---|" in section  # at least one figure table
 
 
-def test_a_record_renders_its_provenance_load_and_same_run_ratios(tmp_path, gen_pages):
+def test_a_record_renders_its_provenance_load_and_same_run_ratios(tmp_path):
     from hierl.bench.report import write_record
 
     rows = [
@@ -371,7 +378,7 @@ def test_a_record_renders_its_provenance_load_and_same_run_ratios(tmp_path, gen_
         argv=["/usr/bin/hierl", "bench", "optimizers", "--iterations", "2"],
         load_before=[3.5, 3.0, 2.5],
     )
-    text = gen_pages.json_record_markdown(path, "optimizers")
+    text = docs.gen.results.json_record_markdown(path, "optimizers")
     assert "`hierl bench optimizers --iterations 2`" in text
     assert "**Measured at load " in text and "3.50 / 3.00 / 2.50 before the run" in text
     assert "not quiet-machine figures" in text  # load 3.5 on this machine's cores
@@ -379,21 +386,21 @@ def test_a_record_renders_its_provenance_load_and_same_run_ratios(tmp_path, gen_
     assert "| `apex` | failed: RuntimeError: boom |" in text
 
 
-def test_project_pages_show_the_repository_files_when_present(tmp_path, gen_pages):
-    absent = gen_pages.project_page("Changelog", tmp_path / "CHANGELOG.md")
+def test_project_pages_show_the_repository_files_when_present(tmp_path):
+    absent = docs.gen.project.project_page("Changelog", tmp_path / "CHANGELOG.md")
     assert "no `CHANGELOG.md`" in absent
     (tmp_path / "CHANGELOG.md").write_text(
         "# Changelog\n\nSee [contributing](CONTRIBUTING.md), [the guide](docs/guide/training.md#x),"
         " [a script](benchmarks/learning.py) and [Keep a Changelog](https://keepachangelog.com).\n"
     )
-    page = gen_pages.project_page("Changelog", tmp_path / "CHANGELOG.md")
+    page = docs.gen.project.project_page("Changelog", tmp_path / "CHANGELOG.md")
     assert page.startswith("# Changelog")
     assert "[contributing](contributing.md)" in page
     assert "[the guide](guide/training.md#x)" in page
     assert "a script (`benchmarks/learning.py`)" in page
     assert "[Keep a Changelog](https://keepachangelog.com)" in page
     (tmp_path / "CITATION.cff").write_text("cff-version: 1.2.0\ntitle: hierl\n")
-    citation = gen_pages.project_page("Citation", tmp_path / "CITATION.cff")
+    citation = docs.gen.project.project_page("Citation", tmp_path / "CITATION.cff")
     assert "```yaml\ncff-version: 1.2.0\ntitle: hierl\n```" in citation
 
 
@@ -422,21 +429,21 @@ def test_expand_nav_fills_each_generated_section(gen_pages):
     ]
 
 
-def test_table_cells_escape_pipes_only_outside_code_spans(gen_pages):
+def test_table_cells_escape_pipes_only_outside_code_spans():
     # an escaped pipe inside a code span shows its backslash ("int \| None")
-    assert gen_pages.cell("`int | None` or a|b\nnext") == "`int | None` or a\\|b next"
-    assert gen_pages.cell("``x | y``") == "``x | y``"
+    assert docs.gen.markdown.cell("`int | None` or a|b\nnext") == "`int | None` or a\\|b next"
+    assert docs.gen.markdown.cell("``x | y``") == "``x | y``"
 
 
-def test_lists_right_after_a_paragraph_get_their_blank_line(gen_pages):
+def test_lists_right_after_a_paragraph_get_their_blank_line():
     text = "Run in pieces:\n- one\n  more of one\n- two\n\n```\nx\n- not a list\n```\n"
-    assert gen_pages.separate_lists(text) == (
+    assert docs.gen.project.separate_lists(text) == (
         "Run in pieces:\n\n- one\n  more of one\n- two\n\n```\nx\n- not a list\n```\n"
     )
 
 
-def test_no_figure_without_its_command_and_commit(gen_pages):
-    shown = [r for r in gen_pages.records() if r.images]
+def test_no_figure_without_its_command_and_commit():
+    shown = [r for r in docs.gen.records.records() if r.images]
     assert shown
     for record in shown:
         git = record.summary.get("git")
