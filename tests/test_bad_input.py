@@ -190,6 +190,19 @@ def _signal_state(pid: int) -> str:
     return ", ".join(line.replace("\t", " ") for line in lines if line.startswith(("Sh", "Sig")))
 
 
+def test_first_ctrl_c_asks_for_a_stop_after_the_iteration_and_a_second_interrupts():
+    from hierl.cli.train import StopAfterIteration
+
+    before = signal.getsignal(signal.SIGINT)
+    with StopAfterIteration() as ctrl_c:
+        assert not ctrl_c.requested
+        signal.raise_signal(signal.SIGINT)  # handled at once, in this (the main) thread
+        assert ctrl_c.requested
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 def test_ctrl_c_during_train_saves_a_final_checkpoint(tmp_path):
     """SIGINT to a real ``hierl train`` after its first iteration: a final checkpoint is
     saved and the process exits with status 0."""

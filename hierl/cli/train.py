@@ -8,8 +8,10 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -682,6 +684,37 @@ def _run_training(
             )
 
 
+class StopAfterIteration:
+    """While entered (in the main thread), the first Ctrl-C (SIGINT) asks the training
+    loop to stop after the iteration in progress, so the final checkpoint is taken between
+    iterations and never from a ``train()`` cut midway (nor from Ray calls cut midway); a
+    second Ctrl-C interrupts at once (``KeyboardInterrupt``)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+        self._installed = False
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        # a raw write: the main thread may be inside a buffered write to stderr
+        os.write(2, f"{PROG}: stopping after this iteration (Ctrl-C again: now)\n".encode())
+
+    def __enter__(self) -> StopAfterIteration:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:  # None: a handler not set from Python; the default then
+            signal.signal(
+                signal.SIGINT, signal.SIG_DFL if self._previous is None else self._previous
+            )
+
+
 CURVE_KEYS = ("timesteps_total", "episode_reward_mean", "episode_reward_min", "episode_reward_max")
 """The result keys the learning curve plots."""
 
@@ -725,19 +758,23 @@ def _train_loop(
         TrainingProgress(stop, title=title, quiet=args.quiet) as progress,
     ):
         try:
-            while True:
-                result = trainer.train()
-                log.log(result)
-                history.append({k: result.get(k) for k in CURVE_KEYS})
-                progress.update(result)
-                if first:
-                    check_stop_keys(stop, result)
-                    first = False
-                if checkpoint_freq and trainer.iteration % checkpoint_freq == 0:
-                    progress.log(f"checkpoint saved: {checkpoint().resolve()}")
-                reason = reached_stop(stop, result)
-                if reason is not None:
-                    break
+            with StopAfterIteration() as ctrl_c:
+                while True:
+                    result = trainer.train()
+                    log.log(result)
+                    history.append({k: result.get(k) for k in CURVE_KEYS})
+                    progress.update(result)
+                    if first:
+                        check_stop_keys(stop, result)
+                        first = False
+                    if checkpoint_freq and trainer.iteration % checkpoint_freq == 0:
+                        progress.log(f"checkpoint saved: {checkpoint().resolve()}")
+                    reason = reached_stop(stop, result)
+                    if reason is not None:
+                        break
+                    if ctrl_c.requested:
+                        interrupted = True
+                        break
         except KeyboardInterrupt:
             interrupted = True
 
