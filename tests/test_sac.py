@@ -160,12 +160,12 @@ def test_no_exploration_scale_and_td_errors_for_apex():
 @pytest.mark.parametrize(
     ("space", "message"),
     [
-        (gym.spaces.Discrete(3), "SAC need a continuous Box action space, got Discrete"),
+        (gym.spaces.MultiBinary(3), "SAC need a continuous Box action space, got MultiBinary"),
         (gym.spaces.Box(-np.inf, np.inf, (2,), np.float32), "finite action bounds"),
         (gym.spaces.Box(0, 5, (2,), np.int64), "float Box"),
     ],
 )
-def test_non_box_action_spaces_are_rejected(space, message):
+def test_other_action_spaces_are_rejected(space, message):
     with pytest.raises(ValueError, match=message):
         SACPolicy(OBS_SPACE, space, SACConfig())
 

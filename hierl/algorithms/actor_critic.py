@@ -3,9 +3,11 @@
 * ``ActorCriticConfig``: the network, the interleaving of sampling and updates, the
   Polyak coefficient and the uniformly random warm-up;
 * ``DDPGCritic``: ``Q(s, u)`` on the concatenated observation and normalised action;
-* ``ActorCriticPolicy``: a Box action space's scaling to ``[-1, 1]``, the batch as
-  tensors, n-step postprocessing, optimizer steps refused on non-finite gradients, Polyak
-  averaging of the target networks, weights and optimizer state.
+* ``ActorCriticPolicy``: a Box action space's scaling to ``[-1, 1]`` (the hooks
+  ``setup_actions``, ``batch_actions`` and ``env_actions``, which discrete SAC
+  overrides), the batch as tensors, n-step postprocessing, optimizer steps refused on
+  non-finite gradients, Polyak averaging of the target networks, weights and optimizer
+  state.
 
 The algorithms (``ddpg.py``, ``sac.py``) add their networks, acting rule and update.
 """
@@ -113,6 +115,22 @@ class ActorCriticPolicy(PolicyGraph):
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any):
         super().__init__(observation_space, action_space, config)
+        use_cuda = getattr(config, "num_gpus", 0) > 0 and torch.cuda.is_available()
+        self.device = torch.device("cuda" if use_cuda else "cpu")
+        self.setup_actions(action_space)
+        check_default_model(config.model, f"{self.algorithm}'s actor and critics")
+        self.model = self.make_model(get_preprocessor(observation_space).size).to(self.device)
+        self.make_optimizers()
+        self.num_updates = 0
+        """Critic updates so far."""
+
+    def setup_actions(self, action_space: gym.Space) -> None:
+        """Check the action space and set ``act_shape``, ``act_dim`` (the actor's action
+        dimensions) and the scaling of ``[-1, 1]`` onto ``[low, high]``.
+
+        Raises:
+            ValueError: not a float Box with finite bounds.
+        """
         who = self.algorithm
         if not isinstance(action_space, gym.spaces.Box):
             raise ValueError(
@@ -127,17 +145,10 @@ class ActorCriticPolicy(PolicyGraph):
             )
         if not np.issubdtype(action_space.dtype, np.floating):
             raise ValueError(f"{who} need a float Box action space, got {action_space!r}")
-        use_cuda = getattr(config, "num_gpus", 0) > 0 and torch.cuda.is_available()
-        self.device = torch.device("cuda" if use_cuda else "cpu")
         self.act_shape = tuple(action_space.shape)
         self.act_dim = int(low.size)
-        check_default_model(config.model, f"{who}'s actor and critics")
-        self.model = self.make_model(get_preprocessor(observation_space).size).to(self.device)
         self._center = torch.as_tensor((high + low) / 2, dtype=torch.float32, device=self.device)
         self._half = torch.as_tensor((high - low) / 2, dtype=torch.float32, device=self.device)
-        self.make_optimizers()
-        self.num_updates = 0
-        """Critic updates so far."""
 
     def make_model(self, obs_size: int) -> nn.Module:
         """The networks (online and target) in one module."""
@@ -155,6 +166,11 @@ class ActorCriticPolicy(PolicyGraph):
     def unscale_actions(self, actions: torch.Tensor) -> torch.Tensor:
         """Env actions in ``[low, high]`` → normalised ``[-1, 1]`` (inverse of scale_actions)."""
         return (actions.reshape(-1, self.act_dim).float() - self._center) / self._half
+
+    def batch_actions(self, actions: Any) -> torch.Tensor:
+        """A batch's ``ACTIONS`` column as the critics take it (``"u"`` of ``_tensors``):
+        normalised to ``[-1, 1]``."""
+        return self.unscale_actions(self._tensor(actions))
 
     def env_actions(self, u: torch.Tensor) -> np.ndarray:
         """Normalised actions → env actions as a numpy batch of the space's shape and dtype."""
@@ -187,7 +203,7 @@ class ActorCriticPolicy(PolicyGraph):
         out = {
             SB.OBS: self._obs(batch[SB.OBS]),
             SB.NEW_OBS: self._obs(batch[SB.NEW_OBS]),
-            "u": self.unscale_actions(self._tensor(batch[SB.ACTIONS])),
+            "u": self.batch_actions(batch[SB.ACTIONS]),
             SB.REWARDS: self._tensor(batch[SB.REWARDS]).float(),
             SB.TERMINATEDS: self._tensor(batch[SB.TERMINATEDS]).float(),
         }

@@ -1,4 +1,4 @@
-"""SAC and Ape-X SAC: maximum-entropy actor-critic for continuous (Box) actions.
+"""SAC and Ape-X SAC: maximum-entropy actor-critic for continuous (Box) and Discrete actions.
 
 * SAC: Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications",
   https://arxiv.org/abs/1812.05905 (Algorithm 1: twin soft Q-functions with Polyak-averaged
@@ -27,8 +27,10 @@ temperature's target entropy ``-|A|`` is in that normalised space.  With ``n_ste
 the target sums m rewards and bootstraps the soft value of the m-th next state: the
 entropy bonuses of the steps in between are not added (as RLlib's SAC does).
 
-Discrete actions (Christodoulou 2019) are not implemented: the policy graph needs a Box
-action space.
+* Discrete SAC: Christodoulou 2019, https://arxiv.org/abs/1910.07207.  On a Discrete
+  action space ``SACPolicy`` is a ``DiscreteSACPolicy``: critics give ``Q(s, .)``, the
+  actor ``pi(.|s)``, and the expectations over actions above are computed exactly (its
+  docstring has the update); the target entropy defaults to ``0.89 log n``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -90,8 +93,10 @@ class SACConfig(ActorCriticConfig):
     learn_alpha: bool = True
     """Tune ``alpha`` against ``target_entropy``; False keeps ``initial_alpha`` fixed."""
     target_entropy: float | None = None
-    """The entropy ``alpha`` is tuned towards, in nats of the normalised action; None:
-    ``-|A|`` (minus the number of action dimensions)."""
+    """The entropy ``alpha`` is tuned towards, in nats; None: ``-|A|`` (minus the number
+    of action dimensions, in the normalised action space) for Box actions,
+    ``0.89 log n`` for ``n`` discrete actions (CleanRL's Atari setting: on two actions it
+    keeps the policy near 83/17, so CartPole wants less, e.g. 0.3)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -184,30 +189,34 @@ class SACModel(nn.Module):
     """Actor, twin critics, their target copies and ``log_alpha`` in one module.
 
     ``state_dict`` names: ``actor.*``, ``critic.*``, ``critic2.*``, ``target_critic.*``,
-    ``target_critic2.*`` and ``log_alpha`` (SAC has no target actor).
+    ``target_critic2.*`` and ``log_alpha`` (SAC has no target actor).  The networks are
+    the continuous ones (``SACActor``, ``DDPGCritic``) or the discrete ones
+    (``DiscreteSACActor``, ``DiscreteCritic``).
     """
 
-    def __init__(self, obs_size: int, act_dim: int, config: ModelConfig, initial_alpha: float):
+    def __init__(
+        self, actor: nn.Module, critics: tuple[nn.Module, nn.Module], initial_alpha: float
+    ):
         super().__init__()
-        self.actor = SACActor(obs_size, act_dim, config)
-        self.critic = DDPGCritic(obs_size, act_dim, config)
-        self.critic2 = DDPGCritic(obs_size, act_dim, config)
+        self.actor = actor
+        self.critic, self.critic2 = critics
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.target_critic2 = copy.deepcopy(self.critic2).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(initial_alpha)))
 
-    def critics(self) -> list[DDPGCritic]:
+    def critics(self) -> list[nn.Module]:
         return [self.critic, self.critic2]
 
-    def target_critics(self) -> list[DDPGCritic]:
+    def target_critics(self) -> list[nn.Module]:
         return [self.target_critic, self.target_critic2]
 
     def online_target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         return [(self.critic, self.target_critic), (self.critic2, self.target_critic2)]
 
 
-def min_q(critics: list[DDPGCritic], obs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """``min_i Q_i(s, u)`` over the twin critics (clipped double-Q)."""
+def min_q(critics: list[nn.Module], obs: torch.Tensor, u: torch.Tensor | None) -> torch.Tensor:
+    """``min_i Q_i(s, u)`` over the twin critics (clipped double-Q); discrete critics with
+    ``u`` None: ``min_i Q_i(s, .)`` per action."""
     return torch.minimum(critics[0](obs, u), critics[1](obs, u))
 
 
@@ -224,6 +233,14 @@ class SACPolicy(ActorCriticPolicy):
     algorithm = "SAC"
     optimizer_names = ("actor", "critic", "alpha")
 
+    def __new__(cls, observation_space: Any = None, action_space: Any = None, config: Any = None):
+        """``SACPolicy(observation_space, Discrete(n), config)`` is a ``DiscreteSACPolicy``:
+        one algorithm for both kinds of action space, as the trainers name one policy
+        class."""
+        if cls is SACPolicy and isinstance(action_space, gym.spaces.Discrete):
+            cls = DiscreteSACPolicy
+        return super().__new__(cls)
+
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any):
         super().__init__(observation_space, action_space, config)
         target = config.target_entropy
@@ -233,7 +250,9 @@ class SACPolicy(ActorCriticPolicy):
     def make_model(self, obs_size: int) -> SACModel:
         """Actor, twin critics, target critics and ``log_alpha``."""
         cfg = self.config
-        return SACModel(obs_size, self.act_dim, cfg.model, cfg.initial_alpha)
+        actor = SACActor(obs_size, self.act_dim, cfg.model)  # first: the seeds' draw order
+        critics = (DDPGCritic(obs_size, self.act_dim, cfg.model) for _ in range(2))
+        return SACModel(actor, tuple(critics), cfg.initial_alpha)
 
     def make_optimizers(self) -> None:
         """One Adam (``lr``) each for the actor, the two critics together and ``log_alpha``."""
@@ -273,6 +292,18 @@ class SACPolicy(ActorCriticPolicy):
         soft_value = min_q(self.model.target_critics(), new_obs, u_next) - alpha * logp_next
         return self.bootstrap(batch, soft_value)
 
+    def taken_q_values(self, critics: list[nn.Module], batch: Mapping[str, torch.Tensor]):
+        """``[Q_i(s, a)]`` of each of ``critics`` at the batch's actions."""
+        return [critic(batch[SB.OBS], batch["u"]) for critic in critics]
+
+    def actor_objective(self, obs: torch.Tensor, alpha: torch.Tensor):
+        """``(actor loss, log pi per row)``: the loss ``mean(alpha log pi(u|s) - min_i
+        Q_i(s, u))`` on a reparameterised ``u ~ pi(.|s)``, and its ``log pi(u|s)``
+        (detached) for the temperature's loss."""
+        u_pi, logp_pi = self.model.actor.sample(obs)
+        loss = (alpha * logp_pi - min_q(self.model.critics(), obs, u_pi)).mean()
+        return loss, logp_pi.detach()
+
     def learn_on_replay_batch(self, batch: SB) -> LearnResult:
         """One update of the critics, the actor, ``log_alpha`` and the target critics.
 
@@ -283,11 +314,10 @@ class SACPolicy(ActorCriticPolicy):
         """
         model = self.model
         tb = self._tensors(batch)
-        obs, u = tb[SB.OBS], tb["u"]
         alpha = model.log_alpha.detach().exp()
         target = self.td_targets(tb, alpha)
         weights = tb.get(SB.PRIO_WEIGHTS)
-        qs = [critic(obs, u) for critic in model.critics()]
+        qs = self.taken_q_values(model.critics(), tb)
         per_row = sum((q - target) ** 2 for q in qs)
         critic_loss = 0.5 * (per_row if weights is None else weights * per_row).mean()
         self.critic_optimizer.zero_grad(set_to_none=True)
@@ -298,14 +328,12 @@ class SACPolicy(ActorCriticPolicy):
             return LearnResult(stats, None)
         self.num_updates += 1
         # The actor descends on the critics just updated (SB3's and the authors' order).
-        u_pi, logp_pi = model.actor.sample(obs)
-        actor_loss = (alpha * logp_pi - min_q(model.critics(), obs, u_pi)).mean()
+        actor_loss, logp_pi = self.actor_objective(tb[SB.OBS], alpha)
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
         values = {**self._clip(model.actor, "actor"), "actor_loss": actor_loss.detach()}
         actor_stats = self._step("actor", values, batch)
         skipped = actor_stats.pop(NONFINITE_GRADS_SKIPPED)
-        logp_pi = logp_pi.detach()
         alpha_stats: dict[str, float] = {}
         if self.config.learn_alpha:
             alpha_loss = -(model.log_alpha * (logp_pi + self.target_entropy)).mean()
@@ -337,8 +365,158 @@ class SACPolicy(ActorCriticPolicy):
         """``|Q_1(s, a) - y|`` of fresh rows (``TDErrors``: Ape-X initial priorities)."""
         tb = self._tensors(batch)
         alpha = self.model.log_alpha.exp()
-        td = self.model.critic(tb[SB.OBS], tb["u"]) - self.td_targets(tb, alpha)
-        return td.abs().cpu().numpy()
+        (q,) = self.taken_q_values([self.model.critic], tb)
+        return (q - self.td_targets(tb, alpha)).abs().cpu().numpy()
+
+
+# -- discrete actions ------------------------------------------------------------------------
+DISCRETE_TARGET_ENTROPY_SCALE = 0.89
+"""Discrete SAC's default target entropy is this fraction of the uniform policy's
+``log n`` (CleanRL's ``sac_atari``; Christodoulou 2019 used 0.98)."""
+
+
+class DiscreteSACActor(nn.Module):
+    """A categorical policy: an MLP giving the logits of the ``n`` actions."""
+
+    def __init__(self, obs_size: int, num_actions: int, config: ModelConfig):
+        super().__init__()
+        # Small final layer: initial probabilities near uniform.
+        self.net = MLP(obs_size, config.hiddens, config.activation, num_actions, out_gain=0.01)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """The logits ``(B, n)``."""
+        return self.net(obs)
+
+    def probs_and_log_probs(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(pi(.|s), log pi(.|s))``, each ``(B, n)``."""
+        logits = self(obs)
+        return logits.softmax(-1), logits.log_softmax(-1)
+
+    def greedy_outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(argmax_a pi(a|s), logits)``: the greedy action and what export reports as the
+        actor's outputs."""
+        logits = self(obs)
+        return logits.argmax(-1), logits
+
+
+class DiscreteCritic(nn.Module):
+    """``Q(s, .)``: an MLP from the observation to one value per action."""
+
+    def __init__(self, obs_size: int, num_actions: int, config: ModelConfig):
+        super().__init__()
+        self.net = MLP(obs_size, config.hiddens, config.activation, num_actions)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
+        """``Q(s, .)`` ``(B, n)``; with ``actions`` (indices ``(B,)``): ``Q(s, a)`` ``(B,)``."""
+        q = self.net(obs)
+        if actions is None:
+            return q
+        return q.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+
+class DiscreteSACPolicy(SACPolicy):
+    """SAC for a Discrete action space (Christodoulou 2019, "Soft Actor-Critic for
+    Discrete Action Settings", https://arxiv.org/abs/1910.07207).
+
+    ``SACPolicy(observation_space, Discrete(n), config)`` builds one.  The critics give
+    ``Q(s, .)`` for every action and the actor the probabilities ``pi(.|s)``, so the
+    expectations over actions that continuous SAC samples are computed exactly:
+
+        y = r + gamma (1 - terminated) sum_a pi(a|s') (min_i Q'_i(s', a) - alpha log pi(a|s'))
+        critics: minimise  1/2 sum_i w * (Q_i(s, a) - y)^2
+        actor:   minimise  sum_a pi(a|s) (alpha log pi(a|s) - min_i Q_i(s, a))  (Q fixed)
+        alpha:   minimise  -log_alpha * (sum_a pi(a|s) log pi(a|s) + target_entropy)
+
+    The target entropy defaults to ``DISCRETE_TARGET_ENTROPY_SCALE * log n``.  Exploring
+    samples ``pi(.|s)``; greedy actions are ``argmax_a pi(a|s)``.  Actions are the indices
+    ``0..n-1`` (the sampler adds the space's ``start``).
+    """
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any):
+        super().__init__(observation_space, action_space, config)
+        if config.target_entropy is None:
+            self.target_entropy = DISCRETE_TARGET_ENTROPY_SCALE * math.log(self.act_dim)
+
+    def setup_actions(self, action_space: gym.Space) -> None:
+        """``act_dim``: the number of actions ``n`` (the actor's and critics' outputs)."""
+        if not isinstance(action_space, gym.spaces.Discrete) or action_space.n < 2:
+            raise ValueError(
+                f"{self.algorithm} for discrete actions needs a Discrete action space of "
+                f"at least 2 actions, got {action_space!r}"
+            )
+        self.act_shape = ()
+        self.act_dim = int(action_space.n)
+
+    def make_model(self, obs_size: int) -> SACModel:
+        """Categorical actor, twin ``Q(s, .)`` critics, their targets and ``log_alpha``."""
+        cfg = self.config
+        actor = DiscreteSACActor(obs_size, self.act_dim, cfg.model)
+        critics = (DiscreteCritic(obs_size, self.act_dim, cfg.model) for _ in range(2))
+        return SACModel(actor, tuple(critics), cfg.initial_alpha)
+
+    def batch_actions(self, actions: Any) -> torch.Tensor:
+        """The ``ACTIONS`` column as int64 indices."""
+        return self._tensor(actions).reshape(-1).long()
+
+    def env_actions(self, u: torch.Tensor) -> np.ndarray:
+        """Action indices as an int64 numpy batch."""
+        return u.cpu().numpy().astype(np.int64, copy=False)
+
+    @torch.no_grad()
+    def compute_actions(self, obs_batch, state_batches=None, explore=True):
+        """A sample of ``pi(.|s)`` when exploring (uniformly random while the global
+        timestep is below ``random_timesteps``); ``explore=False``: ``argmax_a pi(a|s)``."""
+        obs = self._obs(obs_batch)
+        if not explore:
+            u = self.model.actor.greedy_outputs(obs)[0]
+        elif self.global_timestep < self.config.random_timesteps:
+            u = torch.randint(0, self.act_dim, (obs.shape[0],), device=self.device)
+        else:
+            u = torch.multinomial(self.model.actor.probs_and_log_probs(obs)[0], 1).squeeze(-1)
+        return self.env_actions(u), [], {}
+
+    @torch.no_grad()
+    def td_targets(self, batch: Mapping[str, torch.Tensor], alpha: torch.Tensor) -> torch.Tensor:
+        """``r + gamma (1 - terminated) sum_a pi(a|s') (min_i Q'_i(s', a) - alpha log
+        pi(a|s'))``; ``gamma ** m`` from ``N_STEP_DISCOUNTS`` for n-step rows."""
+        new_obs = batch[SB.NEW_OBS]
+        probs, log_probs = self.model.actor.probs_and_log_probs(new_obs)
+        q_next = min_q(self.model.target_critics(), new_obs, None)
+        soft_value = (probs * (q_next - alpha * log_probs)).sum(-1)
+        return self.bootstrap(batch, soft_value)
+
+    def actor_objective(self, obs: torch.Tensor, alpha: torch.Tensor):
+        """``(mean(sum_a pi(a|s) (alpha log pi(a|s) - min_i Q_i(s, a))), sum_a pi log pi)``:
+        the expectation over actions in closed form, the critics held fixed; the second is
+        ``-H(pi(.|s))`` per row (detached) for the temperature's loss."""
+        probs, log_probs = self.model.actor.probs_and_log_probs(obs)
+        with torch.no_grad():
+            q = min_q(self.model.critics(), obs, None)
+        loss = (probs * (alpha * log_probs - q)).sum(-1).mean()
+        return loss, (probs * log_probs).sum(-1).detach()
+
+    def export_model(self) -> tuple[nn.Module, None]:
+        """The greedy policy for ``hierl.export.export_policy``: observation rows to
+        ``(argmax_a pi(a|s), logits, min_i Q_i(s, argmax))``."""
+        actor = copy.deepcopy(self.model.actor)
+        critics = [copy.deepcopy(c) for c in self.model.critics()]
+        return GreedyDiscreteActorCritic(actor, critics), None
+
+
+class GreedyDiscreteActorCritic(nn.Module):
+    """Discrete SAC's greedy policy for export: observation rows to ``(action index,
+    logits, min_i Q_i(s, action))``."""
+
+    def __init__(self, actor: DiscreteSACActor, critics: list[DiscreteCritic]) -> None:
+        super().__init__()
+        self.actor = actor
+        self.critics = nn.ModuleList(critics)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(argmax_a pi(a|s), logits, min_i Q_i(s, argmax))`` of a batch of rows."""
+        actions, logits = self.actor.greedy_outputs(obs)
+        values = torch.stack([q(obs, actions) for q in self.critics]).amin(0)
+        return actions, logits, values
 
 
 # -- trainers --------------------------------------------------------------------------------
@@ -358,8 +536,13 @@ class ApexSACTrainer(SACTrainer):
 
 
 __all__ = [
+    "DISCRETE_TARGET_ENTROPY_SCALE",
     "ApexSACConfig",
     "ApexSACTrainer",
+    "DiscreteCritic",
+    "DiscreteSACActor",
+    "DiscreteSACPolicy",
+    "GreedyDiscreteActorCritic",
     "SACActor",
     "SACConfig",
     "SACModel",
