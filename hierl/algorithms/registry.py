@@ -70,7 +70,7 @@ _TRAINERS: dict[str, tuple[str, str]] = {
     ),
     "SAC": (
         "hierl.algorithms.sac:SACTrainer",
-        "soft actor-critic: twin critics, squashed Gaussian policy, tuned entropy temperature",
+        "soft actor-critic: twin critics, squashed Gaussian or categorical policy, tuned alpha",
     ),
     "TD3": (
         "hierl.algorithms.ddpg:TD3Trainer",
