@@ -55,7 +55,7 @@ from hierl.evaluators.env import EnvContext, EnvCreator, EnvError
 from hierl.evaluators.env_kinds import EnvKindError, env_kind
 from hierl.evaluators.filters import NoFilter
 from hierl.models.preprocessors import Preprocessor, to_env_action
-from hierl.policy_graph import PolicyGraph
+from hierl.policy_graph import FrozenActor, PolicyGraph
 from hierl.sample_batch import MultiAgentBatch, SampleBatch
 
 if TYPE_CHECKING:
@@ -472,6 +472,11 @@ class EpisodePlayer(RolloutCore):
         raw, info = self.call_env(self.env, "reset", seed=seed, sub_env=0)
         self.start_episode(0, self.new_episode_id(), raw, info)
         state = [np.asarray(s)[None] for s in policy.get_initial_state()]
+        # the fast path of feed-forward policies that have one (``FrozenActor``: ES's):
+        # one row to its env action, as ``act`` gives it, without act's generic layers
+        actor = (
+            None if state or not isinstance(policy, FrozenActor) else policy.frozen_actor(explore)
+        )
         total, length, rows = 0.0, 0, []
         while True:
             if info.get(LIFE_LOSS):  # the game goes on: play it to its end
@@ -486,15 +491,18 @@ class EpisodePlayer(RolloutCore):
             # CRUCIAL: update=False: normalise with the current statistics, unchanged by
             # this episode (the caller records its observations, or not).
             obs = normalize(flat)
-            step = act(policy, obs, policy.action_space, state, explore)
+            if actor is not None:
+                action = actor(obs)
+            else:
+                step = act(policy, obs, policy.action_space, state, explore)
+                action, state = step.env_actions[0], step.state_out
             raw, reward, terminated, truncated, info = self.call_env(
-                self.env, "step", step.env_actions[0], sub_env=0
+                self.env, "step", action, sub_env=0
             )
-            state = step.state_out
             total += float(reward)
             length += 1
             if self.step_hook:
-                self.step_episode(0, float(reward), raw, info, step.env_actions[0])
+                self.step_episode(0, float(reward), raw, info, action)
             ended = (terminated or truncated) and not (terminated and info.get(LIFE_LOSS))
             if ended or length == max_steps:
                 break
