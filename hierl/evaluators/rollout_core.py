@@ -432,7 +432,10 @@ class EpisodePlayer(RolloutCore):
 
     Observations are preprocessed and normalised by ``obs_filter`` *without* recording
     them (the caller decides what the filter learns from an episode); recurrent policies
-    carry their state through the episode.  See ``PolicyEvaluator.episode_player``.
+    carry their state through the episode.  Feed-forward policies that are a
+    ``FrozenActor`` (ES's) act through the function it returns for the episode, which
+    gives ``act``'s env action bit for bit without its generic per-step layers.  See
+    ``PolicyEvaluator.episode_player``.
     """
 
     def __init__(
@@ -474,6 +477,7 @@ class EpisodePlayer(RolloutCore):
         state = [np.asarray(s)[None] for s in policy.get_initial_state()]
         # the fast path of feed-forward policies that have one (``FrozenActor``: ES's):
         # one row to its env action, as ``act`` gives it, without act's generic layers
+        # (it holds the weights of now: they do not change during the episode)
         actor = (
             None if state or not isinstance(policy, FrozenActor) else policy.frozen_actor(explore)
         )
