@@ -156,6 +156,12 @@ def test_policy_numpy_forward_equals_the_torch_model(activation):
         expected = policy.model(torch.as_tensor(obs)).numpy()
     np.testing.assert_allclose(policy.forward(obs), expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(policy.compute_actions(obs)[0], expected.argmax(axis=1))
+    # weights loaded by name reach the numpy copy too (and the flat vector)
+    other = ESPolicy(policy.observation_space, policy.action_space, cfg)
+    other.set_flat_weights(rng.normal(size=policy.num_params).astype(np.float32))
+    policy.set_weights(other.get_weights())
+    assert policy.get_flat_weights().tobytes() == other.get_flat_weights().tobytes()
+    assert policy.forward(obs).tobytes() == other.forward(obs).tobytes()
 
 
 ACTION_SPACES = {

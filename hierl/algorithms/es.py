@@ -75,6 +75,12 @@ class ESPolicy(PolicyGraph):
         self.model = MLP(self.in_size, model.hiddens, model.activation, out, out_gain=0.01)
         self.model.requires_grad_(False)
         self._params = list(self.model.parameters())
+        # numpy views of the parameters' memory, which is only ever written in place
+        # (set_flat_weights, set_weights): reading and writing them per episode costs
+        # no torch call
+        self._param_views = [p.detach().numpy() for p in self._params]
+        linears = [m for m in self.model.net if isinstance(m, torch.nn.Linear)]
+        self._linear_views = [(m.weight.detach().numpy(), m.bias.detach().numpy()) for m in linears]
         self._activation = _NUMPY_ACTIVATIONS[model.activation]
         self._layers: list[tuple[np.ndarray, np.ndarray]] | None = None
         self._mlp: Callable[[np.ndarray], np.ndarray] | None = None
@@ -138,8 +144,7 @@ class ESPolicy(PolicyGraph):
         current weights (``_layers``: ``(weight.T, bias)`` per layer), made once per
         set of weights."""
         if self._mlp is None:
-            linears = [m for m in self.model.net if isinstance(m, torch.nn.Linear)]
-            self._layers = [(m.weight.numpy().T.copy(), m.bias.numpy().copy()) for m in linears]
+            self._layers = [(w.T.copy(), b.copy()) for w, b in self._linear_views]
             *hidden, (w_out, b_out) = self._layers
             activation, in_size = self._activation, self.in_size
 
@@ -168,8 +173,7 @@ class ESPolicy(PolicyGraph):
         # numpy copies into the parameters' own memory (torch's vector_to_parameters,
         # cold in the cache after an episode of env steps, cost ~4x more per episode)
         offset = 0
-        for param in self._params:
-            view = param.numpy()
+        for view in self._param_views:
             view[...] = flat[offset : offset + view.size].reshape(view.shape)
             offset += view.size
         self._mlp = None

@@ -455,6 +455,7 @@ class EpisodePlayer(RolloutCore):
         self.policy = policy
         self.preprocessor = preprocessor
         self.filter = obs_filter
+        self._has_frozen_actor = isinstance(policy, FrozenActor)  # once: a slow check
 
     def play(
         self,
@@ -478,9 +479,7 @@ class EpisodePlayer(RolloutCore):
         # the fast path of feed-forward policies that have one (``FrozenActor``: ES's):
         # one row to its env action, as ``act`` gives it, without act's generic layers
         # (it holds the weights of now: they do not change during the episode)
-        actor = (
-            None if state or not isinstance(policy, FrozenActor) else policy.frozen_actor(explore)
-        )
+        actor = policy.frozen_actor(explore) if self._has_frozen_actor and not state else None
         total, length, rows = 0.0, 0, []
         while True:
             if info.get(LIFE_LOSS):  # the game goes on: play it to its end
