@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
@@ -294,6 +294,27 @@ class FlatWeights(Protocol):
 
     def set_flat_weights(self, flat: np.ndarray) -> None:
         """Load a vector shaped like ``get_flat_weights()``'s."""
+        ...
+
+
+@runtime_checkable
+class FrozenActor(Protocol):
+    """A fast path for loops that play one env one observation at a time with weights
+    that do not change during an episode (``EpisodePlayer``: ES's perturbed episodes,
+    ``hierl rollout``), where the generic ``act`` step (``compute_actions``, then
+    ``to_env_action``) costs a sizeable part of a MuJoCo step.
+
+    Used by ``hierl.evaluators.rollout_core.EpisodePlayer`` once per episode; policies
+    without it (or whose ``frozen_actor`` returns None) are played through ``act``.
+    """
+
+    def frozen_actor(self, explore: bool | None = None) -> Callable[[np.ndarray], Any] | None:
+        """A function from a batch of ONE preprocessed (filtered) observation to that
+        row's env action, bit for bit
+        ``to_env_action(self.action_space, self.compute_actions(obs, explore=explore)[0])[0]``
+        (``explore`` None: the policy's default), for a feed-forward policy; valid until
+        the weights change.  None where the policy has no such path (e.g. for some
+        action spaces): the caller then uses ``compute_actions``."""
         ...
 
 

@@ -13,6 +13,9 @@ import pytest
 from hierl.algorithms.es import ESConfig, ESPolicy, ESTrainer
 from hierl.algorithms.resources import trainer_bundles
 from hierl.config import ConfigError
+from hierl.evaluators.filters import MeanStdFilter
+from hierl.evaluators.rollout_core import EpisodePlayer, act
+from hierl.models.preprocessors import get_preprocessor
 from hierl.optimizers.es.noise_table import SharedNoiseTable, noise_slice
 from hierl.optimizers.es.updates import FlatAdam, centered_ranks, es_gradient
 from tests.support.helpers import RESULT_KEYS
@@ -153,6 +156,106 @@ def test_policy_numpy_forward_equals_the_torch_model(activation):
         expected = policy.model(torch.as_tensor(obs)).numpy()
     np.testing.assert_allclose(policy.forward(obs), expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(policy.compute_actions(obs)[0], expected.argmax(axis=1))
+    # weights loaded by name reach the numpy copy too (and the flat vector)
+    other = ESPolicy(policy.observation_space, policy.action_space, cfg)
+    other.set_flat_weights(rng.normal(size=policy.num_params).astype(np.float32))
+    policy.set_weights(other.get_weights())
+    assert policy.get_flat_weights().tobytes() == other.get_flat_weights().tobytes()
+    assert policy.forward(obs).tobytes() == other.forward(obs).tobytes()
+
+
+ACTION_SPACES = {
+    "discrete": gym.spaces.Discrete(3),
+    "discrete-start": gym.spaces.Discrete(4, start=-2),
+    "box": gym.spaces.Box(-0.5, 0.5, (2,), np.float32),
+    "box-2d-inf": gym.spaces.Box(
+        np.array([[-np.inf, -1.0], [0.0, -2.0]], np.float32), np.float32(1.0), (2, 2)
+    ),
+}
+
+
+@pytest.mark.parametrize("hiddens", [[], [6]])
+@pytest.mark.parametrize("space", ACTION_SPACES.values(), ids=ACTION_SPACES.keys())
+def test_frozen_actor_is_act_bit_for_bit(space, hiddens):
+    # what the EpisodePlayer's fast path relies on: one row → the env action that the
+    # generic act step (compute_actions, then to_env_action) gives, same bits and type
+    cfg = ESConfig.from_dict({"env": "CartPole-v1", "model": {"hiddens": hiddens}})
+    policy = ESPolicy(gym.spaces.Box(-1.0, 1.0, (5,), np.float32), space, cfg)
+    rng = np.random.default_rng(2)
+    for _ in range(2):  # the actor of each set of weights
+        policy.set_flat_weights(rng.normal(size=policy.num_params).astype(np.float32))
+        actor = policy.frozen_actor(explore=False)
+        # large inputs push Box outputs beyond their bounds (clipped)
+        for row in rng.normal(size=(40, 1, 5)) * rng.choice([0.1, 10.0, 1e4], (40, 1, 1)):
+            row = row.astype(np.float32)
+            expected = act(policy, row, space, None, False).env_actions[0]
+            got = actor(row)
+            assert type(got) is type(expected) and got.dtype == expected.dtype
+            assert np.shape(got) == np.shape(expected) and got.tobytes() == expected.tobytes()
+            assert space.contains(got)
+    # Box actions of another dtype: no fast path (the generic step casts and re-clips)
+    for dtype in (np.float64, np.int64):
+        other = ESPolicy(policy.observation_space, gym.spaces.Box(-3, 3, (2,), dtype), cfg)
+        assert other.frozen_actor() is None
+
+
+class _CountingESPolicy(ESPolicy):
+    """ESPolicy counting its compute_actions calls."""
+
+    calls = 0
+
+    def compute_actions(self, obs_batch, state_batches=None, explore=True):
+        _CountingESPolicy.calls += 1
+        return super().compute_actions(obs_batch, state_batches, explore)
+
+
+class _GenericESPolicy(_CountingESPolicy):
+    """ESPolicy without the fast path (the generic act step)."""
+
+    def frozen_actor(self, explore=None):
+        return None
+
+
+class _ActionLog(gym.Wrapper):
+    """Records every action the env is stepped with."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.actions = []
+
+    def step(self, action):
+        self.actions.append(action)
+        return self.env.step(action)
+
+
+@pytest.mark.parametrize(("env_id", "hiddens"), [("Pendulum-v1", []), ("CartPole-v1", [8])])
+def test_es_episodes_take_the_fast_path_with_the_generic_paths_results(env_id, hiddens):
+    cfg = ESConfig.from_dict({"env": env_id, "model": {"hiddens": hiddens}})
+    runs = []
+    for policy_class in (_CountingESPolicy, _GenericESPolicy):
+        _CountingESPolicy.calls = 0
+        env = _ActionLog(gym.make(env_id))
+        policy = policy_class(env.observation_space, env.action_space, cfg)
+        obs_filter = MeanStdFilter(env.observation_space.shape)
+        obs_filter(np.random.default_rng(3).normal(0.2, 0.7, (50, *obs_filter.shape)))
+        player = EpisodePlayer(env, policy, get_preprocessor(env.observation_space), obs_filter)
+        rng = np.random.default_rng(4)
+        played = []
+        for seed in range(4):
+            policy.set_flat_weights(rng.normal(size=policy.num_params).astype(np.float32))
+            played.append(player.play(seed=seed, max_steps=60, record_observations=True))
+        runs.append((played, env.actions))
+        # the fast path never goes through compute_actions; the generic one each step
+        generic = policy_class is _GenericESPolicy
+        assert _CountingESPolicy.calls == (len(env.actions) if generic else 0)
+    (fast, fast_actions), (generic, generic_actions) = runs
+    assert [p.record.episode_reward for p in fast] == [p.record.episode_reward for p in generic]
+    assert [p.record.episode_length for p in fast] == [p.record.episode_length for p in generic]
+    for a, b in zip(fast, generic, strict=True):
+        assert a.observations.tobytes() == b.observations.tobytes()
+    assert len(fast_actions) == len(generic_actions) == sum(p.record.episode_length for p in fast)
+    for a, b in zip(fast_actions, generic_actions, strict=True):
+        assert type(a) is type(b) and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
 def test_config_errors_name_the_value():

@@ -11,7 +11,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from hierl.algorithms.pg import PGConfig, PGPolicy, PGTrainer
 from hierl.evaluators import EpisodeCallbacks, EvaluatorSet, EvaluatorSpec, PolicyEvaluator
-from hierl.evaluators.filters import MeanStdFilter, RunningStat
+from hierl.evaluators.filters import MeanStdFilter, NoFilter, RunningStat
 from hierl.sample_batch import SampleBatch as SB
 
 pytestmark = pytest.mark.timeout(120)
@@ -190,6 +190,24 @@ def test_frozen_filter_normalises_bit_for_bit_without_recording():
 
     d = Doubling((3,))
     np.testing.assert_array_equal(d.frozen()(np.ones((1, 3))), [[2.0, 2.0, 2.0]])
+
+
+def test_record_feeds_the_statistics_as_a_call_does():
+    rng = np.random.default_rng(5)
+    rows = rng.normal(2.0, 3.0, size=(30, 3)).astype(np.float32)
+    rows[4, 1] = np.nan  # left out, counted
+    called, recorded = MeanStdFilter((3,)), MeanStdFilter((3,))
+    called(rows[:10])
+    recorded.record(rows[:10])
+    called(rows[10:])
+    assert recorded.record(rows[10:]) is None  # nothing normalised
+    recorded.record(rows[:0])
+    for attr in ("rs", "buffer"):
+        a, b = getattr(called, attr), getattr(recorded, attr)
+        assert a.n == b.n == 29
+        assert a.mean.tobytes() == b.mean.tobytes() and a.m2.tobytes() == b.m2.tobytes()
+    assert called.num_nonfinite_rows_skipped == recorded.num_nonfinite_rows_skipped == 1
+    NoFilter((3,)).record(rows)  # the identity has nothing to record (ES calls it too)
 
 
 @pytest.mark.timeout(300)

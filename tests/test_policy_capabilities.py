@@ -12,10 +12,16 @@ from hierl.algorithms.pg import PGPolicy
 from hierl.optimizers.apex.samplers import pin_epsilon
 from hierl.optimizers.es import ESOptimizer
 from hierl.optimizers.replay.optimizer import sample_with_priorities
-from hierl.policy_graph import ExplorationScale, FlatWeights, PolicyGraph, TDErrors
+from hierl.policy_graph import (
+    ExplorationScale,
+    FlatWeights,
+    FrozenActor,
+    PolicyGraph,
+    TDErrors,
+)
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 
-CAPABILITIES = (ExplorationScale, FlatWeights, TDErrors)
+CAPABILITIES = (ExplorationScale, FlatWeights, FrozenActor, TDErrors)
 
 
 @pytest.mark.parametrize(
@@ -23,7 +29,7 @@ CAPABILITIES = (ExplorationScale, FlatWeights, TDErrors)
     [
         (DQNPolicy, {ExplorationScale, TDErrors}),
         (DDPGPolicy, {ExplorationScale, TDErrors}),
-        (ESPolicy, {FlatWeights}),
+        (ESPolicy, {FlatWeights, FrozenActor}),
         (PGPolicy, set()),
         (PolicyGraph, set()),
     ],

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -74,8 +75,15 @@ class ESPolicy(PolicyGraph):
         self.model = MLP(self.in_size, model.hiddens, model.activation, out, out_gain=0.01)
         self.model.requires_grad_(False)
         self._params = list(self.model.parameters())
+        # numpy views of the parameters' memory, which is only ever written in place
+        # (set_flat_weights, set_weights): reading and writing them per episode costs
+        # no torch call
+        self._param_views = [p.detach().numpy() for p in self._params]
+        linears = [m for m in self.model.net if isinstance(m, torch.nn.Linear)]
+        self._linear_views = [(m.weight.detach().numpy(), m.bias.detach().numpy()) for m in linears]
         self._activation = _NUMPY_ACTIVATIONS[model.activation]
         self._layers: list[tuple[np.ndarray, np.ndarray]] | None = None
+        self._mlp: Callable[[np.ndarray], np.ndarray] | None = None
 
     @property
     def num_params(self) -> int:
@@ -100,22 +108,56 @@ class ESPolicy(PolicyGraph):
         np.minimum(actions, space.high, out=actions)
         return actions, [], {}
 
+    def frozen_actor(self, explore: bool | None = None) -> Callable[[np.ndarray], Any] | None:
+        """``FrozenActor``: the MLP on one row and the action rule, without the generic
+        steps of ``compute_actions`` and ``to_env_action`` (ES plays millions of env
+        steps one row at a time).  For Discrete actions and float32 Box actions (whose
+        clipped outputs are already what ``to_env_action`` returns: same dtype, inside
+        the bounds); None for Box actions of another dtype.  ``explore`` is ignored,
+        as in ``compute_actions``.  Valid until the weights change (``set_*``)."""
+        mlp, space = self._numpy_mlp(), self.action_space
+        if isinstance(space, gym.spaces.Discrete):
+            start = np.int64(space.start)
+            return lambda obs: mlp(obs).argmax(axis=1)[0] + start
+        if space.dtype != np.float32:
+            return None
+        low, high, shape = space.low, space.high, space.shape
+
+        def actor(obs: np.ndarray) -> np.ndarray:
+            action = mlp(obs).reshape(shape)  # a view of the one new row
+            np.maximum(action, low, out=action)
+            np.minimum(action, high, out=action)
+            return action
+
+        return actor
+
     def forward(self, obs_batch: np.ndarray) -> np.ndarray:
         """The model's outputs, computed in numpy from a copy of its weights.
 
         ES acts one env step at a time with a tiny network, where torch's per-call
         overhead would dominate the rollouts; the copy is refreshed by ``set_*``.
         """
-        if self._layers is None:
-            linears = [m for m in self.model.net if isinstance(m, torch.nn.Linear)]
-            self._layers = [(m.weight.numpy().T.copy(), m.bias.numpy().copy()) for m in linears]
-        x = np.asarray(obs_batch, dtype=np.float32).reshape(-1, self.in_size)
-        *hidden, (w_out, b_out) = self._layers
-        for w, b in hidden:
-            x = self._activation(x @ w + b)
-        out = x @ w_out
-        out += b_out
-        return out
+        return self._numpy_mlp()(obs_batch)
+
+    def _numpy_mlp(self) -> Callable[[np.ndarray], np.ndarray]:
+        """The model as a numpy function of a batch of observations, on a copy of the
+        current weights (``_layers``: ``(weight.T, bias)`` per layer), made once per
+        set of weights."""
+        if self._mlp is None:
+            self._layers = [(w.T.copy(), b.copy()) for w, b in self._linear_views]
+            *hidden, (w_out, b_out) = self._layers
+            activation, in_size = self._activation, self.in_size
+
+            def mlp(obs_batch: np.ndarray) -> np.ndarray:
+                x = np.asarray(obs_batch, dtype=np.float32).reshape(-1, in_size)
+                for w, b in hidden:
+                    x = activation(x @ w + b)
+                out = x @ w_out
+                out += b_out
+                return out
+
+            self._mlp = mlp
+        return self._mlp
 
     def get_flat_weights(self) -> np.ndarray:
         """All parameters, concatenated in ``named_parameters`` order (float32 copy)."""
@@ -128,8 +170,13 @@ class ESPolicy(PolicyGraph):
             raise ValueError(
                 f"ESPolicy has {self.num_params} parameters; got a vector of {flat.size}"
             )
-        torch.nn.utils.vector_to_parameters(torch.tensor(flat), self._params)
-        self._layers = None
+        # numpy copies into the parameters' own memory (torch's vector_to_parameters,
+        # cold in the cache after an episode of env steps, cost ~4x more per episode)
+        offset = 0
+        for view in self._param_views:
+            view[...] = flat[offset : offset + view.size].reshape(view.shape)
+            offset += view.size
+        self._mlp = None
 
     def get_weights(self) -> Weights:
         """Parameters by name."""
@@ -148,7 +195,7 @@ class ESPolicy(PolicyGraph):
                 )
             with torch.no_grad():
                 params[name].copy_(torch.as_tensor(np.array(value, dtype=np.float32)))
-        self._layers = None
+        self._mlp = None
 
     def export_model(self) -> tuple[torch.nn.Module, type[ActionDistribution]]:
         """What ``hierl export`` folds in (see ``hierl.export``): the MLP as a module

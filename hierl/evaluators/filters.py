@@ -100,6 +100,10 @@ class NoFilter:
         """Return ``x`` unchanged (``update`` as for ``MeanStdFilter``)."""
         return x
 
+    def record(self, x: np.ndarray) -> None:
+        """Record every row of the batch ``x`` as ``self(x)`` does, without normalising
+        it (for callers that only feed the statistics, e.g. ES after an episode)."""
+
     def frozen(self) -> Callable[[np.ndarray], np.ndarray]:
         """``x -> self(x, update=False)`` with the statistics as they are now: for loops
         that normalise many single rows without recording them (ES's episodes).  The
@@ -159,8 +163,7 @@ class MeanStdFilter(NoFilter):
             if mask.shape != (len(x),):
                 raise ValueError(f"update mask of shape {mask.shape} for {len(x)} rows")
             recorded = x[mask]
-        if len(recorded):
-            self._record(recorded)
+        self.record(recorded)
         out = x - self.rs.mean
         out /= self.rs.std + STD_EPSILON
         # clip((x - mean) / std, -clip, clip) in place (np.clip's dispatch costs more
@@ -168,6 +171,12 @@ class MeanStdFilter(NoFilter):
         np.minimum(out, self.clip, out=out)
         np.maximum(out, -self.clip, out=out)
         return out.astype(np.float32)
+
+    def record(self, x: np.ndarray) -> None:
+        """Record every row of the batch ``x`` as ``self(x)`` does, without normalising
+        it (``__call__`` records through this method)."""
+        if len(x):
+            self._record(x)
 
     def _record(self, rows: np.ndarray) -> None:
         """Merge ``rows`` into both streams, leaving out those with a NaN or inf (all of

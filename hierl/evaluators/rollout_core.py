@@ -55,7 +55,7 @@ from hierl.evaluators.env import EnvContext, EnvCreator, EnvError
 from hierl.evaluators.env_kinds import EnvKindError, env_kind
 from hierl.evaluators.filters import NoFilter
 from hierl.models.preprocessors import Preprocessor, to_env_action
-from hierl.policy_graph import PolicyGraph
+from hierl.policy_graph import FrozenActor, PolicyGraph
 from hierl.sample_batch import MultiAgentBatch, SampleBatch
 
 if TYPE_CHECKING:
@@ -432,7 +432,10 @@ class EpisodePlayer(RolloutCore):
 
     Observations are preprocessed and normalised by ``obs_filter`` *without* recording
     them (the caller decides what the filter learns from an episode); recurrent policies
-    carry their state through the episode.  See ``PolicyEvaluator.episode_player``.
+    carry their state through the episode.  Feed-forward policies that are a
+    ``FrozenActor`` (ES's) act through the function it returns for the episode, which
+    gives ``act``'s env action bit for bit without its generic per-step layers.  See
+    ``PolicyEvaluator.episode_player``.
     """
 
     def __init__(
@@ -452,6 +455,7 @@ class EpisodePlayer(RolloutCore):
         self.policy = policy
         self.preprocessor = preprocessor
         self.filter = obs_filter
+        self._has_frozen_actor = isinstance(policy, FrozenActor)  # once: a slow check
 
     def play(
         self,
@@ -472,6 +476,10 @@ class EpisodePlayer(RolloutCore):
         raw, info = self.call_env(self.env, "reset", seed=seed, sub_env=0)
         self.start_episode(0, self.new_episode_id(), raw, info)
         state = [np.asarray(s)[None] for s in policy.get_initial_state()]
+        # the fast path of feed-forward policies that have one (``FrozenActor``: ES's):
+        # one row to its env action, as ``act`` gives it, without act's generic layers
+        # (it holds the weights of now: they do not change during the episode)
+        actor = policy.frozen_actor(explore) if self._has_frozen_actor and not state else None
         total, length, rows = 0.0, 0, []
         while True:
             if info.get(LIFE_LOSS):  # the game goes on: play it to its end
@@ -486,15 +494,18 @@ class EpisodePlayer(RolloutCore):
             # CRUCIAL: update=False: normalise with the current statistics, unchanged by
             # this episode (the caller records its observations, or not).
             obs = normalize(flat)
-            step = act(policy, obs, policy.action_space, state, explore)
+            if actor is not None:
+                action = actor(obs)
+            else:
+                step = act(policy, obs, policy.action_space, state, explore)
+                action, state = step.env_actions[0], step.state_out
             raw, reward, terminated, truncated, info = self.call_env(
-                self.env, "step", step.env_actions[0], sub_env=0
+                self.env, "step", action, sub_env=0
             )
-            state = step.state_out
             total += float(reward)
             length += 1
             if self.step_hook:
-                self.step_episode(0, float(reward), raw, info, step.env_actions[0])
+                self.step_episode(0, float(reward), raw, info, action)
             ended = (terminated or truncated) and not (terminated and info.get(LIFE_LOSS))
             if ended or length == max_steps:
                 break

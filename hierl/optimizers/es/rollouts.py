@@ -139,7 +139,7 @@ def evaluate_perturbations(
         played = player.play(seed=int(seed), max_steps=max_steps, record_observations=True)
         # The episode's observations go into the filter's buffer (merged into the
         # totals at the next filter sync); the totals revert to the frozen state.
-        obs_filter(played.observations, update=True)
+        obs_filter.record(played.observations)
         obs_filter.set_state(frozen)
         return played.record.episode_reward, played.record.episode_length
 
