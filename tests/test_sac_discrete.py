@@ -129,7 +129,7 @@ def test_subclasses_pick_their_kind_of_space():
     class MyDiscreteSAC(DiscreteSACPolicy):
         pass
 
-    with pytest.raises(ValueError, match="BoxSAC is SAC for Box actions.*DiscreteSACPolicy"):
+    with pytest.raises(ValueError, match=r"BoxSAC is SAC for Box actions.*DiscreteSACPolicy"):
         BoxSAC(OBS_SPACE, ACT_SPACE, SACConfig())
     assert type(MyDiscreteSAC(OBS_SPACE, ACT_SPACE, SACConfig())) is MyDiscreteSAC
     assert type(BoxSAC(OBS_SPACE, gym.spaces.Box(-1, 1, (2,)), SACConfig())) is BoxSAC
