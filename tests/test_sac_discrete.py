@@ -22,24 +22,21 @@ from hierl.export import export_policy
 from hierl.policy_graph import GlobalVars, TDErrors
 from hierl.sample_batch import SampleBatch as SB
 from hierl.serve.policy import ServedPolicy
-from tests.support.actor_critic import OBS_SPACE, TINY_NET, changed, np_mlp, perturb_targets
+from tests.support.actor_critic import (
+    OBS_SPACE,
+    TINY_NET,
+    TINY_PENDULUM,
+    changed,
+    np_mlp,
+    perturb_targets,
+)
 from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(120)
 
 N = 3
 ACT_SPACE = gym.spaces.Discrete(N)
-TINY_CARTPOLE = {
-    "env": "CartPole-v1",
-    "model": TINY_NET,
-    "rollout_fragment_length": 10,
-    "train_batch_size": 16,
-    "replay_ratio": 16.0,
-    "buffer_size": 500,
-    "learning_starts": 50,
-    "random_timesteps": 30,
-    "timesteps_per_iteration": 0,  # one optimizer step (10 env steps) per train()
-}
+TINY_CARTPOLE = {**TINY_PENDULUM, "env": "CartPole-v1"}
 
 
 def make_policy(**changes) -> DiscreteSACPolicy:
