@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from hierl.algorithms.ddpg import DDPGPolicy, TD3Config
 from hierl.algorithms.sac import (
     DISCRETE_TARGET_ENTROPY_SCALE,
     DiscreteSACPolicy,
@@ -117,6 +118,21 @@ def test_sac_policy_on_a_discrete_space_is_discrete_sac():
 def test_other_spaces_are_refused_by_name(space, message):
     with pytest.raises(ValueError, match=message):
         SACPolicy(OBS_SPACE, space, SACConfig())
+
+
+@pytest.mark.parametrize(
+    ("policy_class", "config", "action_space"),
+    [
+        (SACPolicy, SACConfig(), ACT_SPACE),
+        (SACPolicy, SACConfig(), gym.spaces.Box(-1, 1, (2,))),
+        (DDPGPolicy, TD3Config(), gym.spaces.Box(-1, 1, (2,))),
+    ],
+)
+def test_image_observations_are_refused_by_name(policy_class, config, action_space):
+    # the replay actor-critics are MLPs: raw uint8 pixels would make a silent 28k-input MLP
+    pixels = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
+    with pytest.raises(ValueError, match=r"MLPs on flat observations, got image observations"):
+        policy_class(pixels, action_space, config)
 
 
 def test_subclasses_pick_their_kind_of_space():

@@ -26,7 +26,7 @@ from torch import nn
 
 from hierl.algorithms.off_policy import OffPolicyConfig
 from hierl.models.networks import MLP, ModelConfig, check_default_model
-from hierl.models.preprocessors import get_preprocessor
+from hierl.models.preprocessors import ImagePreprocessor, get_preprocessor
 from hierl.policy_graph import PolicyGraph, Weights
 from hierl.postprocessing import N_STEP_DISCOUNTS, compute_n_step
 from hierl.sample_batch import SampleBatch as SB
@@ -119,7 +119,14 @@ class ActorCriticPolicy(PolicyGraph):
         self.device = torch.device("cuda" if use_cuda else "cpu")
         self.setup_actions(action_space)
         check_default_model(config.model, f"{self.algorithm}'s actor and critics")
-        self.model = self.make_model(get_preprocessor(observation_space).size).to(self.device)
+        preprocessor = get_preprocessor(observation_space)
+        if isinstance(preprocessor, ImagePreprocessor):
+            raise ValueError(
+                f"{self.algorithm}'s actor and critics are MLPs on flat observations, got "
+                f"image observations {observation_space!r}; learn from pixels with DQN, "
+                "APEX, PPO or APPO (a conv torso), or give the env a float Box"
+            )
+        self.model = self.make_model(preprocessor.size).to(self.device)
         self.make_optimizers()
         self.num_updates = 0
         """Critic updates so far."""
