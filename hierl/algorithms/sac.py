@@ -76,10 +76,10 @@ class SACConfig(ActorCriticConfig):
     The defaults are Stable-Baselines3's (``SAC``): Adam 3e-4 for the actor, the critics
     and the temperature, two (256, 256) ReLU critics, tau 0.005, gamma 0.99, the
     temperature learned from 1.0 against the target entropy ``-|A|`` (discrete actions:
-    ``0.89 log n``); replay (``replay``
-    by default, or ``apex``) of batches of 256 rows, one update per sampled env step
-    (256 rows replayed per env step), over the last million rows, learning from 100 rows
-    on, uniformly random actions for the first 100 env steps.
+    ``0.89 log n``); replay (``replay`` by default, or ``apex``) of batches of 256 rows,
+    one update per sampled env step (256 rows replayed per env step), over the last
+    million rows, learning from 100 rows on, uniformly random actions for the first 100
+    env steps.
     """
 
     optimizer_defaults = same_defaults(("replay", "apex"), **SAC_REPLAY, learning_starts=100)
