@@ -188,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--simulations", type=int, help="MCTS simulations per model move")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--every", type=int, default=1, help="score every K-th checkpoint")
+    parser.add_argument(
+        "--iterations", type=int, nargs="+", help="score only these iterations' checkpoints"
+    )
     parser.add_argument("--name", default="connect-four-alphazero", help="curves/<name>/")
     parser.add_argument("--out", type=Path, help="write here instead of curves/<name>/")
     parser.add_argument(
@@ -204,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = read_rows(csv_path)
     done = {(int(r["iteration"]), r["opponent"]) for r in rows}
     found = [] if args.no_score else checkpoints(args.run_dir)[:: args.every]
+    if args.iterations:
+        missing = set(args.iterations) - {int(p.name) for p in found}
+        if missing:
+            have = ", ".join(p.name for p in found)
+            raise SystemExit(f"no checkpoint for iterations {sorted(missing)}; found: {have}")
+        found = [p for p in found if int(p.name) in args.iterations]
     if not found and not rows:
         raise SystemExit(f"no checkpoints under {args.run_dir}")
     for path in found:

@@ -7,7 +7,6 @@ import io
 import itertools
 import json
 import math
-import time
 
 import numpy as np
 import pytest
@@ -29,6 +28,7 @@ from hierl.algorithms.alphazero.policy import MCTS_POLICY
 from hierl.algorithms.resources import trainer_bundles
 from hierl.config import ConfigError
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+from tests.support.helpers import kill_and_wait
 from tests.support.learning_runs import SEED, train_until
 
 TTT = "hierl/TicTacToe-v0"
@@ -365,19 +365,6 @@ def test_new_best_is_broadcast_to_remote_self_play_and_learners(ray_session):
 
 
 # -- fault tolerance -------------------------------------------------------------------
-def _kill_and_wait(ray, actor) -> None:
-    """Kill ``actor`` and wait until Ray reports it dead (a call sent right after
-    ``ray.kill`` may still be served)."""
-    ray.kill(actor, no_restart=True)
-    for _ in range(100):
-        try:
-            ray.get(actor.__ray_ready__.remote(), timeout=60)
-        except ray.exceptions.RayActorError:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{actor} still answers after ray.kill")
-
-
 def _assert_same_weights(a, b) -> None:
     assert a.keys() == b.keys()
     for k in a:
@@ -399,7 +386,7 @@ def test_dead_self_play_replay_and_learner_actors_are_recreated(ray_session):
         old_self_play, old_replay = trainer.self_play[0], trainer.replay
         old_learner = trainer.learners[0]
         for actor in (old_self_play, old_replay, old_learner):
-            _kill_and_wait(ray, actor)
+            kill_and_wait(actor)
         # the loop meets the dead self-play actor's in-flight task and recreates it
         for _ in range(200):
             if trainer.actor_restarts["self_play"]:
@@ -434,7 +421,6 @@ def test_dead_self_play_replay_and_learner_actors_are_recreated(ray_session):
 @pytest.mark.ray
 @pytest.mark.timeout(180)
 def test_lost_arena_is_recreated_and_restarts_are_bounded(ray_session):
-    import ray
 
     from hierl.algorithms.alphazero.components import Arena
     from hierl.evaluators.evaluator_set import EvaluatorFailureError
@@ -443,19 +429,19 @@ def test_lost_arena_is_recreated_and_restarts_are_bounded(ray_session):
     try:
         # a strength estimate lost with its arena is replayed (same weights and seeds)
         # on the recreated arena: the very result a healthy arena gives
-        _kill_and_wait(ray, trainer.arenas[0])
+        kill_and_wait(trainer.arenas[0])
         got, version = trainer._estimate_strength()
         assert trainer.actor_restarts["arena"] == 1 and version == 0
         local = Arena(trainer.observation_space, trainer.action_space, trainer.config, None)
         want = local.strength(trainer.get_weights(), trainer.opponent, 4, 1_000_003)
         assert got == want and got.games == 4
         trainer.train()
-        _kill_and_wait(ray, trainer.arenas[0])
+        kill_and_wait(trainer.arenas[0])
         # its comparison (re-queued) or the strength estimate (replayed) is lost
         result = trainer.train()
         assert result["actor_restarts/arena"] == 2 and result["num_actor_restarts"] == 2
         assert result["strength/wins"] + result["strength/draws"] + result["strength/losses"] == 4
-        _kill_and_wait(ray, trainer.self_play[0])
+        kill_and_wait(trainer.self_play[0])
         with pytest.raises(
             EvaluatorFailureError,
             match=r"self_play actor 0 failed after max_actor_restarts=2 recreations \(2 made",

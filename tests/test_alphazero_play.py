@@ -464,6 +464,10 @@ def test_connect_four_benchmark_rows_replay_with_the_printed_hierl_play_command(
     assert "iteration" not in again.stdout  # scored already: resumed, nothing replayed
     with (out / "scores.csv").open() as f:
         assert len(list(csv.DictReader(f))) == 2
+    bad = [*script, "--iterations", "2"]
+    refused = subprocess.run(bad, timeout=300, capture_output=True, text=True)
+    assert refused.returncode == 1
+    assert "no checkpoint for iterations [2]; found: 000001" in refused.stderr
 
 
 # -- 4. rollout --------------------------------------------------------------------------

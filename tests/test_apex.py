@@ -21,7 +21,7 @@ from hierl.optimizers.apex.samplers import epsilon_ladder
 from hierl.optimizers.learner_thread import LearnerThread
 from hierl.policy_graph import LearnResult, PolicyGraph
 from hierl.sample_batch import SampleBatch as SB
-from tests.support.helpers import RESULT_KEYS
+from tests.support.helpers import RESULT_KEYS, kill_and_wait
 from tests.support.learning_configs import APEX_CARTPOLE
 from tests.support.learning_runs import SEED, train_until
 
@@ -356,7 +356,6 @@ def test_long_run_stays_bounded_and_drops_nothing(ray_session):
 
 @pytest.mark.ray
 def test_a_dead_evaluator_does_not_hang_step(ray_session):
-    ray = ray_session
     trainer = _remote_trainer(
         buffer_size=400, learning_starts=40, min_step_time_s=0.2, recreate_failed_evaluators=False
     )
@@ -364,7 +363,7 @@ def test_a_dead_evaluator_does_not_hang_step(ray_session):
         opt = trainer.optimizer
         opt.step()
         dead, alive = trainer.evaluators.remote_evaluators
-        ray.kill(dead)
+        kill_and_wait(dead)
         for _ in range(5):
             opt.step()
         assert opt.stats()["num_dead_evaluators"] == 1
@@ -372,7 +371,7 @@ def test_a_dead_evaluator_does_not_hang_step(ray_session):
         opt.step()
         opt.step()
         assert opt.num_steps_sampled > sampled  # the other evaluator goes on sampling
-        ray.kill(alive)
+        kill_and_wait(alive)
         with pytest.raises(RuntimeError, match="all 2 remote evaluators have died"):
             for _ in range(50):
                 opt.step()

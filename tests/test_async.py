@@ -14,6 +14,7 @@ from hierl.evaluators import EvaluatorSpec, PolicyEvaluator
 from hierl.evaluators.sample_queue import SampleQueue
 from hierl.optimizers.async_grads import AsyncGradientsOptimizer
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+from tests.support.helpers import kill_and_wait
 from tests.support.learning_runs import SEED, train_until
 
 
@@ -118,7 +119,7 @@ def test_dead_evaluator_does_not_hang_the_step(ray_session):
     alive, doomed = _remotes(ray, 0.0, 0.5)
     opt = AsyncGradientsOptimizer(local, [alive, doomed], {"grads_per_step": 3})
     opt.step()
-    ray.kill(doomed)
+    kill_and_wait(doomed)
     opt.step()
     opt.step()
     stats = opt.stats()

@@ -21,6 +21,7 @@ from hierl.optimizers.apex.sharded_replay import ShardedReplay
 from hierl.optimizers.task_pool import TaskPool
 from hierl.policy_graph import GlobalVars
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+from tests.support.helpers import kill_and_wait
 from tests.support.learning_configs import APEX_CARTPOLE, IMPALA_CARTPOLE
 from tests.support.learning_runs import SEED, LearningRun, train_until
 
@@ -72,19 +73,6 @@ class ResetFailsEnv(gym.Env):
 
 
 TINY_PG = {"model": {"hiddens": [8, 8]}, "lr": 1e-2}
-
-
-def _kill_and_wait(ray, actor, method: str = "ping") -> BaseException:
-    """Kill ``actor``; return the error a call raises once Ray knows it is dead (a call
-    sent right after ``ray.kill`` may still be served)."""
-    ray.kill(actor, no_restart=True)
-    for _ in range(100):
-        try:
-            ray.get(getattr(actor, method).remote(), timeout=TIMEOUT_S)
-        except ray.exceptions.RayActorError as error:
-            return error
-        time.sleep(0.1)
-    raise AssertionError(f"{actor} still answers after ray.kill")
 
 
 def _remote_weights(ray, actor):
@@ -144,7 +132,7 @@ def test_recreated_evaluator_gets_weights_filters_and_counters_before_sampling(r
         local.set_weights({DEFAULT_POLICY_ID: shifted})
         evaluators.set_global_vars(GlobalVars(timestep=1234))
         old = evaluators.remote_evaluators[0]
-        error = _kill_and_wait(ray, old)
+        error = kill_and_wait(old)
         new = evaluators.handle_failure(old, error)
         # nothing else was sent to it: what it holds came with its recreation
         assert evaluators.remote_evaluators[0] is new and new != old
@@ -165,10 +153,8 @@ def test_recreated_evaluator_gets_weights_filters_and_counters_before_sampling(r
 
 # -- each optimizer recovers and still learns --------------------------------------------
 def _kill_first(trainer) -> None:
-    import ray
-
     trainer._killed = trainer.evaluators.remote_evaluators[0]
-    _kill_and_wait(ray, trainer._killed)
+    kill_and_wait(trainer._killed)
 
 
 def _check_recreated(ray, trainer, result) -> None:
@@ -231,7 +217,7 @@ def test_apex_recreates_a_killed_evaluator_and_replay_shard_and_learns(ray_sessi
     def kill_evaluator_and_shard(trainer) -> None:
         _kill_first(trainer)
         trainer._killed_shard = trainer.optimizer.replay.shards[1]
-        _kill_and_wait_shard(ray, trainer._killed_shard)
+        kill_and_wait(trainer._killed_shard)
 
     with ApexTrainer({**APEX_CARTPOLE, "seed": SEED}) as trainer:
         run = _train_until(trainer, 100, 200, kill=kill_evaluator_and_shard)
@@ -256,7 +242,7 @@ def test_aso_recreates_a_killed_evaluator_and_aggregator_and_learns(ray_session)
     def kill_evaluator_and_aggregator(trainer) -> None:
         _kill_first(trainer)
         trainer._killed_aggregator = trainer.optimizer.aggregators.actors[0]
-        _kill_and_wait(ray, trainer._killed_aggregator)
+        kill_and_wait(trainer._killed_aggregator)
 
     config = {
         **IMPALA_CARTPOLE,
@@ -272,10 +258,6 @@ def test_aso_recreates_a_killed_evaluator_and_aggregator_and_learns(ray_session)
         assert run.result["num_aggregator_restarts"] == 1
         assert trainer.optimizer.aggregators.actors[0] != trainer._killed_aggregator
     assert run.reached, run
-
-
-def _kill_and_wait_shard(ray, shard) -> None:
-    _kill_and_wait(ray, shard, "stats")
 
 
 # -- replay and parameter shards ---------------------------------------------------------
@@ -300,7 +282,7 @@ def test_lost_replay_shard_is_recreated_empty_and_replay_goes_on(ray_session):
         add(4)  # 2 batches of 10 rows per shard
         assert replay.sizes == [20, 20]
         lost = replay.shards[0]
-        _kill_and_wait_shard(ray, lost)
+        kill_and_wait(lost)
         add(2)  # the add to the dead shard fails: it is recreated, empty
         assert replay.num_replay_shard_restarts == 1 and replay.generation == [1, 0]
         assert replay.shards[0] != lost
@@ -334,11 +316,11 @@ def test_sharded_ps_restores_a_lost_parameter_shard_from_the_driver_weights(ray_
         servers = opt.servers
         driver = servers.spec.split(servers.synced)  # the driver's latest copy
         lost = servers.shards[1]
-        _kill_and_wait_shard(ray, lost)
+        kill_and_wait(lost)
         assert servers.restore_lost() == [1]
         restored = ray.get(servers.shards[1].get_weights.remote(), timeout=TIMEOUT_S)
         np.testing.assert_array_equal(restored, driver[1])  # exactly the driver's weights
-        _kill_and_wait_shard(ray, servers.shards[0])  # now one lost mid-training
+        kill_and_wait(servers.shards[0])  # now one lost mid-training
         before = trainer.train()["timesteps_total"]
         for _ in range(2):
             result = trainer.train()
@@ -431,7 +413,6 @@ def test_exceeding_max_evaluator_restarts_is_a_clear_error(ray_session):
 
 
 def test_dropping_failed_evaluators_keeps_training_with_the_others(ray_session):
-    ray = ray_session
     config = {
         "env": "CartPole-v1",
         "num_evaluators": 2,
@@ -442,7 +423,7 @@ def test_dropping_failed_evaluators_keeps_training_with_the_others(ray_session):
     }
     with PGTrainer(config) as trainer:
         trainer.train()
-        _kill_and_wait(ray, trainer.evaluators.remote_evaluators[1])
+        kill_and_wait(trainer.evaluators.remote_evaluators[1])
         result = trainer.train()
         result = trainer.train()
         assert result["num_healthy_evaluators"] == 1 and result["num_evaluator_restarts"] == 0
@@ -464,7 +445,7 @@ def test_allreduce_reforms_its_group_with_a_recreated_evaluator(ray_session):
     with PGTrainer(config) as trainer:
         trainer.train()
         killed = trainer.evaluators.remote_evaluators[1]
-        _kill_and_wait(ray, killed)
+        kill_and_wait(killed)
         for _ in range(2):
             result = trainer.train()
         assert result["num_evaluator_restarts"] == 1 and result["world_size"] == 2

@@ -185,7 +185,7 @@ def test_a_ppo_es_member_killed_on_walker2d_is_recreated_and_the_round_goes_on(r
     }
     with PPOESTrainer(config) as trainer:
         first = trainer.train()
-        kill_member(ray_session, trainer, 1)  # its next train() fails inside the round
+        kill_member(trainer, 1)  # its next train() fails inside the round
         result = trainer.train()
         assert result["population/num_member_restarts"] == 1
         assert trainer.member_failures[0][0] == 1

@@ -17,6 +17,7 @@ from hierl.algorithms.resources import trainer_bundles
 from hierl.algorithms.trainer_base import BaseTrainer
 from hierl.config import ConfigError
 from hierl.sample_batch import DEFAULT_POLICY_ID
+from tests.support.helpers import kill_and_wait
 from tests.support.learning_runs import SEED, LearningRun, record
 
 MEMBER = {
@@ -201,17 +202,10 @@ def assert_states_equal(a, b, path: str = "state") -> None:
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=path)
 
 
-def kill_member(ray_session, trainer, index: int) -> None:
+def kill_member(trainer, index: int) -> None:
     """Kill member ``index``'s actor and wait until Ray reports it dead (a call sent
     right after ``ray.kill`` may still be served)."""
-    actor = trainer.members[index][0]
-    ray_session.kill(actor, no_restart=True)
-    for _ in range(100):
-        try:
-            ray_session.get(actor.get_weights.remote(), timeout=60)
-        except ray_session.exceptions.RayActorError:
-            return
-    raise AssertionError(f"member {index} still answers after ray.kill")
+    kill_and_wait(trainer.members[index][0])
 
 
 @pytest.mark.ray
@@ -235,7 +229,7 @@ def test_killed_member_is_recreated_with_the_best_members_complete_state(ray_ses
         dead = result["population/best_member"]
         source = max((i for i in range(3) if i != dead), key=lambda i: scores[i])
         old_actor = trainer.members[dead][0]
-        kill_member(ray_session, trainer, dead)
+        kill_member(trainer, dead)
         state = trainer.get_state()
         assert trainer.num_member_restarts == 1 and trainer.members[dead][0] is not old_actor
         assert trainer.member_failures[0][0] == dead
@@ -249,7 +243,7 @@ def test_killed_member_is_recreated_with_the_best_members_complete_state(ray_ses
         # during a round: the dead member's train() fails, it is recreated, rejoins
         result = trainer.train()
         assert result["population/num_member_restarts"] == 1
-        kill_member(ray_session, trainer, 1)
+        kill_member(trainer, 1)
         result = trainer.train()
         assert result["population/num_member_restarts"] == 2
         assert [result[f"population/iterations/{i}"] for i in range(3)] == [1, 1, 1]
@@ -258,7 +252,7 @@ def test_killed_member_is_recreated_with_the_best_members_complete_state(ray_ses
         assert len(result["population/copies"]) == 1
 
         # the restart budget is spent: the next failure ends training, naming the member
-        kill_member(ray_session, trainer, 2)
+        kill_member(trainer, 2)
         with pytest.raises(MemberFailureError, match=r"member 2 .*max_member_restarts=2 .*2 made"):
             trainer.train()
 

@@ -17,7 +17,7 @@ from hierl.optimizers.sharded_ps import ShardedPSConfig, ShardedPSOptimizer
 from hierl.optimizers.sharded_ps.param_server import ParameterShard
 from hierl.optimizers.sharded_ps.sharding import ShardSpec
 from hierl.sample_batch import DEFAULT_POLICY_ID
-from tests.support.helpers import RESULT_KEYS
+from tests.support.helpers import RESULT_KEYS, kill_and_wait
 from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -305,9 +305,7 @@ def test_weight_pushes_and_dead_evaluators_do_not_break_step(ray_session):
         opt.step()
         for name, value in local.get_weights()[DEFAULT_POLICY_ID].items():
             assert np.max(np.abs(value - shifted[name])) < 0.2
-        ray.kill(evaluators.remote_evaluators[0])
-        with pytest.raises(ray.exceptions.RayActorError):  # wait until Ray knows it is dead
-            ray.get(evaluators.remote_evaluators[0].ping.remote(), timeout=120)
+        kill_and_wait(evaluators.remote_evaluators[0])
         for _ in range(2):
             opt.step()
         stats = opt.stats()

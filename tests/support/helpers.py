@@ -1,5 +1,6 @@
 """Small helpers several tests share: the keys of a train() result, a free port, the
-`hierl` command in a fresh process, a small external-env PPO config."""
+`hierl` command in a fresh process, a small external-env PPO config, killing a Ray
+actor and waiting until Ray knows it is dead."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,3 +83,23 @@ TINY_ALPHAZERO = {
     "train_rounds_per_iter": 1,
 }
 """An AlphaZero iteration in seconds: in-process self-play, 4 simulations a move."""
+
+
+def kill_and_wait(actor, timeout_s: float = 120.0) -> BaseException:
+    """Kill ``actor`` (no restart) and return the ``RayActorError`` a call to it raises
+    once Ray knows it is dead.
+
+    ``ray.kill`` is asynchronous: a call sent right after it may still be served, so a
+    probe (``__ray_ready__``) is repeated until it fails (``AssertionError`` after ``timeout_s``).
+    """
+    import ray
+
+    ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=timeout_s)
+        except ray.exceptions.RayActorError as error:
+            return error
+        time.sleep(0.1)
+    raise AssertionError(f"{actor} still answers {timeout_s:.0f} s after ray.kill")
