@@ -189,7 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--every", type=int, default=1, help="score every K-th checkpoint")
     parser.add_argument(
-        "--iterations", type=int, nargs="+", help="score only these iterations' checkpoints"
+        "--iterations",
+        type=int,
+        nargs="+",
+        help="score only these iterations' checkpoints (overrides --every)",
     )
     parser.add_argument("--name", default="connect-four-alphazero", help="curves/<name>/")
     parser.add_argument("--out", type=Path, help="write here instead of curves/<name>/")
@@ -206,13 +209,15 @@ def main(argv: list[str] | None = None) -> int:
     csv_path = out / "scores.csv"
     rows = read_rows(csv_path)
     done = {(int(r["iteration"]), r["opponent"]) for r in rows}
-    found = [] if args.no_score else checkpoints(args.run_dir)[:: args.every]
-    if args.iterations:
+    found = [] if args.no_score else checkpoints(args.run_dir)
+    if found and args.iterations:  # chosen checkpoints, whatever --every says
         missing = set(args.iterations) - {int(p.name) for p in found}
         if missing:
             have = ", ".join(p.name for p in found)
             raise SystemExit(f"no checkpoint for iterations {sorted(missing)}; found: {have}")
         found = [p for p in found if int(p.name) in args.iterations]
+    else:
+        found = found[:: args.every]
     if not found and not rows:
         raise SystemExit(f"no checkpoints under {args.run_dir}")
     for path in found:

@@ -421,7 +421,6 @@ def test_dead_self_play_replay_and_learner_actors_are_recreated(ray_session):
 @pytest.mark.ray
 @pytest.mark.timeout(180)
 def test_lost_arena_is_recreated_and_restarts_are_bounded(ray_session):
-
     from hierl.algorithms.alphazero.components import Arena
     from hierl.evaluators.evaluator_set import EvaluatorFailureError
 
