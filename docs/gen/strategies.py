@@ -38,7 +38,7 @@ TRAITS = (
     ("supports_recurrent", "recurrent policies"),
 )
 """The class attributes of a policy optimizer shown on its page (documented on
-``PolicyOptimizer``)."""
+``OptimizerCapabilities``)."""
 
 
 def algorithms_on(strategy_name: str) -> list[str]:
@@ -48,12 +48,14 @@ def algorithms_on(strategy_name: str) -> list[str]:
 
 def hooks_table() -> str:
     """The methods and class attributes of ``PolicyOptimizer`` a new strategy
-    implements or sets (the base class's own documentation)."""
+    implements or sets (the base classes' own documentation: ``PolicyOptimizer`` and
+    the ``OptimizerCapabilities`` it inherits)."""
     from hierl.config import attribute_docs
     from hierl.optimizers import PolicyOptimizer
 
+    bases = [k for k in PolicyOptimizer.__mro__ if k is not object]
     rows = []
-    for attr, value in vars(PolicyOptimizer).items():
+    for attr, value in [item for k in bases for item in vars(k).items()]:
         if attr.startswith("_"):
             continue
         func = value.__func__ if isinstance(value, classmethod | staticmethod) else value
@@ -63,7 +65,7 @@ def hooks_table() -> str:
             doc = first_paragraph(docstring(func))
             must = " (abstract: every strategy implements it)" if _abstract(func) else ""
             rows.append([f"`{attr}()`", "method" + must, doc])
-    for attr, doc in attribute_docs(PolicyOptimizer).items():
+    for attr, doc in [item for k in bases for item in attribute_docs(k).items()]:
         rows.append([f"`{attr}`", "class attribute", first_paragraph(doc)])
     return table(["hook", "kind", "what it is for"], rows)
 

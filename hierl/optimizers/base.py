@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
 from hierl.config import Config
 from hierl.evaluators import EpisodeRecord, EvaluatorSet, PolicyEvaluator
 from hierl.evaluators.ray_runtime import ActorGroup
-from hierl.optimizers.capabilities import capability_gap
+from hierl.optimizers.capabilities import OptimizerCapabilities
 from hierl.optimizers.timers import TimerStat
 from hierl.policy_graph import GlobalVars, LearnerStats
 from hierl.sample_batch import DEFAULT_POLICY_ID
@@ -26,10 +26,6 @@ T = TypeVar("T")
 OptimizerFactory = Callable[[str, Mapping[str, Any]], "PolicyOptimizer"]
 """``factory(name, settings)``: optimizer ``name`` over the same evaluators, its config
 the algorithm's defaults for it under ``settings``."""
-LearnsOn = Literal["driver", "evaluators", "servers", "varies", "none"]
-"""The values of ``PolicyOptimizer.learns_on``."""
-LearnsFrom = Literal["samples", "lagged_samples", "replay", "returns"]
-"""The values of ``PolicyOptimizer.learns_from``."""
 
 
 @dataclasses.dataclass
@@ -56,8 +52,9 @@ def single_policy_stats(stats: Mapping[str, float]) -> LearnerStats:
     return {DEFAULT_POLICY_ID: dict(stats)} if stats else {}
 
 
-class PolicyOptimizer:
-    """Base class: subclasses set ``name`` and ``config_class`` and implement ``step()``.
+class PolicyOptimizer(OptimizerCapabilities):
+    """Base class: subclasses set ``name`` and ``config_class``, declare what they can
+    train (``OptimizerCapabilities``' attributes) and implement ``step()``.
 
     Construct with the evaluator set (or a local evaluator and a list of remote actor
     handles) and a config mapping/dataclass.  ``stats()`` reports the uniform keys
@@ -66,61 +63,6 @@ class PolicyOptimizer:
 
     name: ClassVar[str] = ""
     config_class: ClassVar[type[OptimizerConfig]] = OptimizerConfig
-    supports_multi_agent: ClassVar[bool] = False
-    """Whether ``step()`` handles MultiAgentBatches (several policies); the Trainer
-    refuses a multi-agent config with an optimizer that does not."""
-    supports_recurrent: ClassVar[bool] = False
-    """Whether its batches keep recurrent sequences whole (``seq_lens``): the Trainer
-    refuses ``model.use_lstm`` with an optimizer that shards or trims batches by rows."""
-    required_policy_methods: ClassVar[tuple[str, ...]] = ()
-    """Policy methods ``step()`` needs beyond the abstract ones: each must be implemented
-    by the policy class (overriding PolicyGraph's ``NotImplementedError`` default, e.g.
-    ``compute_gradients``), or exist when PolicyGraph has no such method (e.g. ES's
-    ``get_flat_weights``)."""
-    required_policy_protocols: ClassVar[tuple[type, ...]] = ()
-    """Optional capabilities (``hierl.policy_graph`` Protocols, e.g. ``FlatWeights`` for
-    ES) the policy class must implement."""
-    required_policy_class: ClassVar[type | None] = None
-    """Policies must subclass this (e.g. ``TorchPolicyGraph`` for device towers); None:
-    any PolicyGraph."""
-    learns_from: ClassVar[LearnsFrom] = "samples"
-    """What each update learns from: freshly sampled batches, each row once per step
-    (``samples``: interchangeable strategies, the ones ``auto`` compares), batches
-    sampled by weights a few updates old (``lagged_samples``, ``aso``: the algorithm
-    must correct for the lag, e.g. V-trace), rows drawn again from a ``replay`` buffer,
-    or episode ``returns`` (ES, no gradients)."""
-    samples_to_driver: ClassVar[bool] = True
-    """Its bulk data into the driver are the sampled rows (``local``, ``multi_gpu``,
-    the replay optimizers); False: samples stay on the evaluators and gradients or
-    weights travel instead (``allreduce``, ``async``, ``sharded_ps``)."""
-    uses_device_towers: ClassVar[bool] = False
-    """Its learner splits each batch over device towers (``multi_gpu``): the strategy to
-    prefer with a GPU and a loss that allows several SGD passes."""
-    learns_on: ClassVar[LearnsOn] = "driver"
-    """Where the policy's own update (its torch optimizer) runs: on the ``driver``'s
-    policy, on the ``evaluators``' replicas, on ``servers`` that hold the weights and
-    run their own update (the policy's optimizer is unused), ``varies`` (``auto``: the
-    chosen strategy's) or ``none`` (no gradient updates, e.g. ES).  Settings that change
-    the policies' optimizer at run time (Tune's learning-rate mutation) apply only with
-    ``driver`` or ``evaluators``."""
-
-    @classmethod
-    def missing_policy_capability(
-        cls, policy_class: type, config: OptimizerConfig | None = None
-    ) -> str | None:
-        """What ``policy_class`` lacks for this optimizer (with ``config``) to train it, as
-        a phrase for an error message; None when it can.
-
-        Read from ``required_policy_class``, ``required_policy_methods`` and
-        ``required_policy_protocols``; the Trainer
-        refuses a policy this returns a reason for, and ``auto`` skips such candidates.
-        """
-        return capability_gap(
-            policy_class,
-            cls.required_policy_class,
-            cls.required_policy_methods,
-            cls.required_policy_protocols,
-        )
 
     @classmethod
     def check_config(cls, config: OptimizerConfig, num_evaluators: int) -> None:
