@@ -67,7 +67,7 @@ def padded_cartpole(env_config: Mapping[str, Any]) -> gym.Env:
         ({"learner_queue_size": 0}, "learner_queue_size.*must be >= 1"),
         ({"min_step_time_s": -1.0}, "min_step_time_s.*must be >= 0"),
         ({"wait_timeout_s": 0.0}, "wait_timeout_s.*must be > 0"),
-        ({"learning_starts": 10**9}, "learning_starts"),
+        ({"learning_starts": 10**9}, r"learning_starts.*\[1, buffer_size=\d+\]"),
         ({"num_replay_shard": 2}, "did you mean 'num_replay_shards'"),
     ],
 )

@@ -136,8 +136,8 @@ def test_nan_loss_is_refused_with_batch_statistics_and_leaves_weights(caplog):
         ),
         (
             DQNConfig,
-            {"learning_starts": 10, "buffer_size": 5},
-            r"'learning_starts'.*\[1, buffer_size=5\]",
+            {"learning_starts": 0},
+            r"'learning_starts' = 0 is invalid: must be >= 1",
         ),
         (
             DQNConfig,

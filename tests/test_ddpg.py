@@ -292,7 +292,7 @@ def test_policy_delay_updates_actor_and_targets_every_dth_update():
         ({"actor_lr": 0.0}, "actor_lr.*must be > 0"),
         ({"exploration_noise": -1.0}, "exploration_noise.*must be >= 0"),
         ({"target_noise_clip": 0.0}, "target_noise_clip.*must be > 0"),
-        ({"learning_starts": 10, "buffer_size": 5}, "learning_starts"),
+        ({"learning_starts": 0}, "learning_starts.*must be >= 1"),
         ({"lr_schedule": [[0, 1e-3], [100, 1e-4]]}, "lr_schedule.*actor_lr and critic_lr"),
         ({"twinq": True}, "did you mean 'twin_q'"),
     ],

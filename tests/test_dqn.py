@@ -255,7 +255,7 @@ def test_state_round_trip_includes_target_weights_and_epsilon():
     [
         ({"n_step": 0}, "n_step.*must be >= 1"),
         ({"final_epsilon": 1.5}, "final_epsilon.*in \\[0, 1\\]"),
-        ({"learning_starts": 10**6}, "learning_starts.*buffer_size=50000"),
+        ({"learning_starts": 0}, "learning_starts.*must be >= 1"),
         ({"target_network_update_freq": 0}, "target_network_update_freq"),
         ({"double_qq": True}, "did you mean 'double_q'"),
     ],

@@ -249,6 +249,28 @@ def test_nothing_is_learned_before_learning_starts():
     assert evaluator.policy.global_timestep == opt.num_steps_sampled == 12
 
 
+def test_learning_starts_past_the_buffer_size_waits_for_rows_stored_not_held():
+    # SB3's zoo DQN on Pong: learning_starts 100k with a 10k buffer.  Here 4 rows a step
+    # into a 6-row buffer: it is full after 2 steps, learning starts after 5 (20 rows).
+    settings = {"buffer_size": 6, "learning_starts": 20, "checkpoint_replay_buffer": True}
+    evaluator, opt = local_setup(**settings)
+    before = evaluator.policy.get_weights()
+    for _ in range(4):
+        assert opt.step() == {}
+    assert len(opt.buffer) == 6 and opt.buffer.num_added == 16 and opt.num_updates == 0
+    for k, v in evaluator.policy.get_weights().items():
+        np.testing.assert_array_equal(v, before[k])
+    assert opt.step() and opt.num_updates == 1
+    # counted since the buffer started: a restored buffer keeps its count, a fresh one
+    # (a checkpoint without the buffer) waits for learning_starts rows again
+    _, resumed = local_setup(**settings)
+    resumed.restore(opt.save())
+    assert resumed.step() and resumed.num_updates == 2
+    _, refilled = local_setup(**settings)
+    refilled.restore({k: v for k, v in opt.save().items() if k != "buffer"})
+    assert refilled.step() == {} and refilled.num_updates == 1
+
+
 @pytest.mark.parametrize(
     ("replay_ratio", "updates_per_step"),
     [(1.0, [1, 1, 1, 1]), (2.5, [2, 3, 2, 3]), (0.1, [1, 1, 1, 1]), (4.0, [4, 4, 4, 4])],
@@ -311,7 +333,7 @@ def test_uniform_replay_learns_without_priorities():
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("learning_starts", 500, r"learning_starts.*buffer_size=100"),
+        ("learning_starts", 0, r"learning_starts.*must be >= 1"),
         ("replay_ratio", 0.0, "replay_ratio.*must be > 0"),
         ("prioritized_replay_eps", 0.0, "prioritized_replay_eps"),
         ("replay_ration", 1.0, "did you mean 'replay_ratio'"),

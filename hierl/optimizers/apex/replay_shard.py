@@ -39,6 +39,12 @@ class ShardedReplayConfig(ReplayConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self.check(
+            "learning_starts",
+            self.learning_starts <= self.buffer_size,
+            f"must be in [1, buffer_size={self.buffer_size}] (a shard serves once it "
+            "holds its share of both)",
+        )
         for name in (
             "num_replay_shards",
             "max_adds_in_flight_per_shard",

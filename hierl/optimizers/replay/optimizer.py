@@ -4,7 +4,7 @@ RLlib (ICML 2018) §3.3 lists replay among the policy optimizer's jobs; this is 
 original ``SyncReplayOptimizer`` behind DQN (Mnih et al. 2015) with proportional
 prioritized replay (Schaul et al. 2016, "Prioritized Experience Replay",
 https://arxiv.org/abs/1511.05952, Algorithm 1): every step samples each evaluator once,
-stores the rows, and once ``learning_starts`` rows are stored replays
+stores the rows, and once ``learning_starts`` rows were stored replays
 ``replay_ratio``-many rows per sampled env step in batches of ``train_batch_size``,
 each followed by a priority update from the policy's TD errors
 (``PolicyGraph.learn_on_replay_batch`` returns them as ``LearnResult.td_error``).
@@ -56,7 +56,9 @@ class ReplayConfig(OptimizerConfig):
     prioritized_replay_eps: float = 1e-6
     """Added to |TD error| so that no row's priority is 0."""
     learning_starts: int = 1000
-    """Stored rows needed before the first update."""
+    """Rows stored before the first update, counted since the buffer started (restored
+    with it).  It may exceed ``buffer_size``: learning then waits past the first
+    overwrites, as SB3's ``learning_starts`` (env steps) does with a smaller buffer."""
     replay_ratio: float = 1.0
     """Rows replayed per env step sampled (at least one update per step once learning)."""
     frame_storage: FrameStorage = "auto"
@@ -91,11 +93,7 @@ class ReplayConfig(OptimizerConfig):
             "must be >= 0",
         )
         self.check("prioritized_replay_eps", self.prioritized_replay_eps > 0, "must be > 0")
-        self.check(
-            "learning_starts",
-            1 <= self.learning_starts <= self.buffer_size,
-            f"must be in [1, buffer_size={self.buffer_size}]",
-        )
+        self.check("learning_starts", self.learning_starts >= 1, "must be >= 1")
         self.check("replay_ratio", self.replay_ratio > 0, "must be > 0")
 
     @property
@@ -191,7 +189,7 @@ class ReplayOptimizer(PolicyOptimizer):
         self.num_steps_sampled += new_rows
 
         self.learner_stats = {}
-        if len(self.buffer) >= self.config.learning_starts:
+        if self.buffer.num_added >= self.config.learning_starts:
             stats = self._replay_and_learn(self._num_updates_for(new_rows))
             self.learner_stats = single_policy_stats(stats)
 
@@ -238,8 +236,8 @@ class ReplayOptimizer(PolicyOptimizer):
         """Counters (JSON), plus the buffer (rows, priorities, RNG) if
         ``checkpoint_replay_buffer``.
 
-        Without the buffer, after ``restore`` it refills and learning resumes once it
-        again holds ``learning_starts`` rows.
+        Without the buffer, after ``restore`` it refills and learning resumes once
+        ``learning_starts`` rows were stored again.
         """
         out = {
             **super().save(),
