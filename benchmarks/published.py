@@ -15,7 +15,8 @@ sampled actions, unclipped). Ours comes from a ``benchmarks/learning.py`` CSV, w
 
 Prints a Markdown table (training returns at each frame count, and our latest greedy
 evaluation by then; one pair of rows per CSV given) and writes ``vs_<published dir
-name>.png`` beside the first CSV.
+name>.png`` beside the first CSV.  With ``--target T`` it also prints the first frame
+count at which each training return (and each of our greedy evaluations) reached ``T``.
 """
 
 from __future__ import annotations
@@ -54,6 +55,20 @@ def rolling_mean_at(games: list[tuple[float, float]], frames: float, window: int
     end = bisect.bisect_right(games, (frames, math.inf))
     recent = games[max(0, end - window) : end]
     return sum(score for _, score in recent) / len(recent) if recent else math.nan
+
+
+def published_first_reaching(games: list[tuple[float, float]], target: float, window: int) -> float:
+    """The run's frame count when the mean of its last ``window`` games (a full window)
+    first reached ``target``; NaN if it never did."""
+    for end in range(window, len(games) + 1):
+        if sum(score for _, score in games[end - window : end]) / window >= target:
+            return games[end - 1][0]
+    return math.nan
+
+
+def first_reaching(rows: list[dict[str, float]], key: str, target: float) -> float:
+    """The frame count of our first row whose ``key`` reached ``target``; NaN if none."""
+    return next((r["frames"] for r in rows if r[key] >= target), math.nan)
 
 
 def our_curve(path: Path, frame_skip: int) -> list[dict[str, float]]:
@@ -173,6 +188,7 @@ def main() -> None:
     parser.add_argument("--frame-skip", type=int, default=4, help="frames per agent step")
     parser.add_argument("--window", type=int, default=100, help="games per training return")
     parser.add_argument("--every", type=float, default=1e6, help="frames between table columns")
+    parser.add_argument("--target", type=float, help="also print when each reached this return")
     args = parser.parse_args()
     games = published_games(args.published)
     ours = {
@@ -183,6 +199,16 @@ def main() -> None:
     points = [args.every * k for k in range(1, int(end // args.every) + 1)]
     name = args.published.name
     print(table(games, ours, points, args.window, name))
+    if args.target is not None:
+        first = published_first_reaching(games, args.target, args.window)
+        print(f"\nfirst frame count reaching {args.target:g}:")
+        print(f"  {name} training return: {first:,.0f}")
+        for label, rows in ours.items():
+            for key, what in (
+                ("episode_reward_mean", "training return"),
+                ("evaluation_reward_mean", "greedy evaluation"),
+            ):
+                print(f"  {label} {what}: {first_reaching(rows, key, args.target):,.0f}")
     out = args.ours[0].parent / f"vs_{name}.png"
     plot(games, ours, args.window, name, out)
     print(f"wrote {out}")

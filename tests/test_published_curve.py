@@ -11,6 +11,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 ZOO = BENCH / "published" / "sb3-zoo-ppo-pong"
+ZOO_DQN = BENCH / "published" / "sb3-zoo-dqn-pong"
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +80,27 @@ def test_the_zoo_extract_is_one_lockstep_run():
     assert len(totals) == 8 and games == 1332
     assert max(totals) - min(totals) < 6619  # the shortest game in the files
     assert 10.1e6 < 8 * min(totals) < 10.3e6
+
+
+def test_the_zoo_dqn_extract_and_when_it_reached_18(published):
+    """One env's games to 10.2M frames; its 100-game training return first reaches +18
+    at 4,878,777 frames (what RESULTS.md cites; a row dropped or repeated moves it)."""
+    games = published.published_games(ZOO_DQN)
+    assert len(games) == 1528 and games[-1][0] == 10_206_045
+    assert all(-21 <= score <= 21 for _, score in games)
+    assert published.published_first_reaching(games, 18.0, 100) == 4_878_777
+    assert math.isnan(published.published_first_reaching(games, 21.0, 100))
+
+
+def test_first_reaching_needs_a_full_window(published):
+    games = [(100.0, 20.0), (200.0, 10.0), (300.0, 20.0), (400.0, 20.0)]
+    assert published.published_first_reaching(games, 15.0, 2) == 200.0  # not 100: 1 game
+    assert published.published_first_reaching(games, 20.0, 2) == 400.0
+    assert published.published_first_reaching(games, 16.0, 3) == 300.0  # 50/3
+    assert math.isnan(published.published_first_reaching(games, 17.0, 3))
+    rows = [{"frames": 4.0, "x": 1.0}, {"frames": 8.0, "x": math.nan}, {"frames": 12.0, "x": 3.0}]
+    assert published.first_reaching(rows, "x", 2.0) == 12.0
+    assert math.isnan(published.first_reaching(rows, "x", 5.0))
 
 
 def test_the_table_puts_both_curves_at_the_same_frame_counts(tmp_path, published):
