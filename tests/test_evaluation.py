@@ -99,7 +99,29 @@ def test_remote_evaluation_evaluators_play_all_episodes(ray_session) -> None:
         trainer.stop()
 
 
+def test_always_attached_results_carry_the_latest_evaluation() -> None:
+    config = {**PPO, "evaluation_interval": 2, "evaluation_num_episodes": 2}
+    attached = _train({**config, "always_attach_evaluation_results": True}, 5)
+    assert all(set(r) >= EVAL_KEYS for r in attached)
+    first = attached[0]
+    assert first["evaluation/episodes"] == 0
+    assert all(np.isnan(first[k]) for k in EVAL_KEYS - {"evaluation/episodes"})
+    for fresh, carried in ((1, 2), (3, 4)):
+        assert {k: attached[carried][k] for k in EVAL_KEYS} == {
+            k: attached[fresh][k] for k in EVAL_KEYS
+        }
+        assert attached[fresh]["evaluation/episodes"] == 2
+    # the same evaluations as without the setting, and training is untouched by it
+    plain = _train(config, 5)
+    for a, b in zip(plain, attached, strict=True):
+        assert a["learner/total_loss"] == b["learner/total_loss"]
+        if "evaluation/episode_reward_mean" in a:
+            assert a["evaluation/episode_reward_mean"] == b["evaluation/episode_reward_mean"]
+
+
 def test_bad_evaluation_settings_name_the_value() -> None:
+    with pytest.raises(ConfigError, match=r"always_attach_evaluation_results.*evaluation_interval"):
+        PPOTrainer({**PPO, "always_attach_evaluation_results": True})
     with pytest.raises(ConfigError, match="evaluation_num_episodes"):
         PPOTrainer({**PPO, "evaluation_interval": 1, "evaluation_num_episodes": 0})
     with pytest.raises(ConfigError, match="evaluation_interval"):

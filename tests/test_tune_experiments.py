@@ -167,6 +167,27 @@ def test_hierl_tune_runs_an_example_file_end_to_end(ray_session, tmp_path, capsy
     assert sorted(r["config"]["seed"] for r in seeds) == [0, 1, 2, 3]
 
 
+@pytest.mark.ray
+def test_trials_ranked_by_their_greedy_evaluation(ray_session, tmp_path):
+    # Tune wants the metric in every result: always_attach_evaluation_results carries the
+    # evaluation of iteration 2 into iteration 3 (NaN at 1)
+    from hierl.tune.experiments import run_experiment
+
+    path = _write(
+        tmp_path,
+        "exp1:\n  run: PG\n  env: CartPole-v1\n  stop: {training_iteration: 3}\n"
+        "  metric: evaluation/episode_reward_mean\n"
+        "  config: {train_batch_size: 200, num_evaluators: 0, evaluation_interval: 2,\n"
+        "           evaluation_num_episodes: 2, always_attach_evaluation_results: true}\n",
+    )
+    ((name, spec),) = load_experiments(path).items()
+    (result,) = run_experiment(name, spec, tmp_path / "tune", verbose=0)
+    assert result.error is None
+    rows = [json.loads(line) for line in (Path(result.path) / "result.json").open()]
+    evals = [r["evaluation/episode_reward_mean"] for r in rows]
+    assert len(evals) == 3 and evals[0] != evals[0] and evals[1] == evals[2] > 0
+
+
 @pytest.mark.parametrize(
     ("callbacks", "message"),
     [

@@ -102,6 +102,17 @@ class Evaluation:
             "evaluation/episodes": len(records),
         }
 
+    @staticmethod
+    def not_yet() -> dict[str, float]:
+        """The metrics ``run`` reports, before any evaluation: NaN, no episodes."""
+        return {
+            "evaluation/episode_reward_mean": math.nan,
+            "evaluation/episode_reward_min": math.nan,
+            "evaluation/episode_reward_max": math.nan,
+            "evaluation/episode_len_mean": math.nan,
+            "evaluation/episodes": 0,
+        }
+
     def stop(self) -> None:
         """Stop the evaluation evaluators."""
         self.evaluators.stop()

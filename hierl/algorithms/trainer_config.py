@@ -131,6 +131,11 @@ class TrainerConfig(SamplingSettings, BaseConfig):
     etc."""
     evaluation_num_episodes: int = 10
     """Episodes per evaluation."""
+    always_attach_evaluation_results: bool = False
+    """Every ``train()`` result carries the latest evaluation's metrics (NaN before the
+    first, and after a restore until the next), not only every ``evaluation_interval``-th
+    (RLlib's setting of this name).  Tune needs a result's metric in every result: set it
+    to rank trials (PBT's exploits, a searcher) by ``evaluation/episode_reward_mean``."""
     evaluation_explore: bool = False
     """Sample actions in evaluation (False: the greedy action)."""
     evaluation_num_evaluators: int = 0
@@ -196,6 +201,11 @@ class TrainerConfig(SamplingSettings, BaseConfig):
         self.check("evaluation_interval", self.evaluation_interval >= 0, "must be >= 0")
         self.check("evaluation_num_episodes", self.evaluation_num_episodes >= 1, "must be >= 1")
         self.check("evaluation_num_evaluators", self.evaluation_num_evaluators >= 0, "must be >= 0")
+        self.check(
+            "always_attach_evaluation_results",
+            not self.always_attach_evaluation_results or self.evaluation_interval > 0,
+            "needs evaluation_interval > 0 (there is no evaluation to attach)",
+        )
         self.check("input_shuffle_window", self.input_shuffle_window >= 0, "must be >= 0")
         self.check("output_max_file_size", self.output_max_file_size > 0, "must be > 0")
         self.input = path_strings(self.input)
