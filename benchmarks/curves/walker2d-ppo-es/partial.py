@@ -1,10 +1,12 @@
-"""PPO-ES against PPO at equal total env steps while the PPO-ES seeds still run.
+"""PPO-ES against PPO at equal total env steps (also while the PPO-ES seeds still run).
 
-    python benchmarks/curves/walker2d-ppo-es/partial.py
+    python benchmarks/curves/walker2d-ppo-es/partial.py [PROGRESS_LOG]
 
-Reads the evaluation lines the PPO-ES runs printed (``progress.log`` beside this file:
-every round, whereas the CSVs are written at checkpoints only) and the PPO baseline's CSVs
-(``benchmarks/curves/walker2d-ppo/``); prints the markdown table of RESULTS.md.
+Reads the evaluation lines the PPO-ES runs printed (``progress.log`` beside this file by
+default, or another run's, e.g. ``walker2d-ppo-es-2-members/progress.log``: every round,
+whereas the CSVs are written at checkpoints only) and the PPO baseline's CSVs
+(``benchmarks/curves/walker2d-ppo/``); prints the markdown table of RESULTS.md.  The
+last row is each run's final evaluation.
 """
 
 from __future__ import annotations
@@ -12,18 +14,19 @@ from __future__ import annotations
 import csv
 import re
 import statistics
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 LINE = re.compile(r"\s+hierl seed (\d): +([\d,]+) steps +(\d+) s +eval +([-\d.]+)")
-STEPS = [163_840, 327_680, 491_520, 655_360, 819_200, 983_040, 1_024_000]
-"""Round ends of PPO-ES (4 rounds = 163,840 steps) where PPO also evaluated, and the end."""
+STEPS = [163_840, 327_680, 491_520, 655_360, 819_200, 983_040]
+"""Round ends of PPO-ES (4 rounds of 4 members, 8 of 2) where PPO also evaluated."""
 
 
-def ppo_es() -> dict[int, dict[int, float]]:
-    """Seed -> env steps -> greedy evaluation return, from progress.log."""
+def ppo_es(log: Path) -> dict[int, dict[int, float]]:
+    """Seed -> env steps -> greedy evaluation return, from a progress log."""
     out: dict[int, dict[int, float]] = {}
-    with (HERE / "progress.log").open() as f:
+    with log.open() as f:
         for m in filter(None, map(LINE.match, f)):
             out.setdefault(int(m[1]), {})[int(m[2].replace(",", ""))] = float(m[4])
     return out
@@ -46,14 +49,16 @@ def cell(values: list[float | None]) -> str:
 
 
 def main() -> None:
-    es, base = ppo_es(), ppo()
+    es, base = ppo_es(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "progress.log"), ppo()
     print(
         "| env steps, all members | PPO-ES seeds 0 / 1 / 2 | median "
         "| PPO seeds 0 / 1 / 2 | median |"
     )
     print("|---|---|---|---|---|")
-    for x in STEPS:
-        e = [es.get(s, {}).get(x) for s in range(3)]
+    end = max(max(steps) for steps in es.values())
+    for x in [*STEPS, end]:
+        # the last row: each seed's final evaluation
+        e = [es.get(s, {}).get(x if x != end else max(es.get(s, {0: None}))) for s in range(3)]
         # PPO stopped at 1,001,472 steps: its last evaluation (983,040) stands for 1M
         p = [base[s].get(min(x, 983_040)) for s in range(3)]
         if all(v is None for v in e):
