@@ -57,6 +57,8 @@ def read_trials(exp_dir: Path, keys: list[str]) -> dict[str, list[dict[str, Any]
 
     A trial's ``result.json`` is appended to across pauses and restores; a row repeated
     for an iteration (a restore from an earlier checkpoint) is replaced by the later one.
+    An evaluation carried into a later row (``always_attach_evaluation_results``) is NaN
+    there.
     """
     trials: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(exp_dir.glob("*/result.json")):
@@ -66,6 +68,11 @@ def read_trials(exp_dir: Path, keys: list[str]) -> dict[str, list[dict[str, Any]
                 continue
             r = json.loads(line)
             config = r.get("config", {})
+            # with always_attach_evaluation_results every row carries the latest
+            # evaluation: only the iterations that evaluated count as evaluations
+            fresh = not config.get("always_attach_evaluation_results") or (
+                r["training_iteration"] % max(1, config.get("evaluation_interval") or 1) == 0
+            )
             row = {
                 "experiment": exp_dir.name,
                 "trial": r["trial_id"],
@@ -75,7 +82,7 @@ def read_trials(exp_dir: Path, keys: list[str]) -> dict[str, list[dict[str, Any]
                 "time_total_s": r["time_total_s"],
                 "timestamp": r["timestamp"],
                 "episode_reward_mean": r.get("episode_reward_mean", math.nan),
-                "evaluation_reward_mean": r.get(EVAL_KEY, math.nan),
+                "evaluation_reward_mean": r.get(EVAL_KEY, math.nan) if fresh else math.nan,
             }
             for key in keys:
                 value: Any = config

@@ -166,3 +166,15 @@ def test_fresh_evaluation_of_last_checkpoints_is_cached(tmp_path, pbt, monkeypat
     assert pbt.evaluate_checkpoints(tmp_path / "f", 2, {"b_00000"}) == {"b_00000": first}
     cache = json.loads((trial / pbt.FRESH_EVAL_FILE).read_text())
     assert cache == {"checkpoint_000000": {"2": first}}
+
+
+def test_carried_evaluations_are_not_counted_as_evaluations(tmp_path, pbt):
+    # always_attach_evaluation_results: iterations 1 and 3 carry earlier evaluations
+    rows = [_row("t_0", it, 1e-3, 10.0 * it, ev) for it, ev in [(1, None), (2, 5.0), (3, 5.0)]]
+    rows[0]["evaluation/episode_reward_mean"] = float("nan")
+    for r in rows:
+        r["config"].update(evaluation_interval=2, always_attach_evaluation_results=True)
+    _trial(tmp_path / "exp", "t_0", rows)
+    (trial,) = pbt.read_trials(tmp_path / "exp", ["lr"]).values()
+    evals = [r["evaluation_reward_mean"] for r in trial]
+    assert evals[1] == 5.0 and all(e != e for e in (evals[0], evals[2]))
