@@ -119,6 +119,23 @@ def test_always_attached_results_carry_the_latest_evaluation() -> None:
             assert a["evaluation/episode_reward_mean"] == b["evaluation/episode_reward_mean"]
 
 
+def test_a_restored_trainer_attaches_no_evaluation_until_its_next(tmp_path) -> None:
+    config = {**PPO, "evaluation_interval": 2, "evaluation_num_episodes": 1}
+    trainer = PPOTrainer({**config, "always_attach_evaluation_results": True})
+    try:
+        results = [trainer.train() for _ in range(2)]
+        assert results[-1]["evaluation/episodes"] == 1
+        trainer.save(tmp_path / "ckpt")
+        trainer.train()
+        trainer.restore(tmp_path / "ckpt")
+        after = trainer.train()  # iteration 3: no evaluation of its own
+        assert after["evaluation/episodes"] == 0 and np.isnan(
+            after["evaluation/episode_reward_mean"]
+        )
+    finally:
+        trainer.stop()
+
+
 def test_bad_evaluation_settings_name_the_value() -> None:
     with pytest.raises(ConfigError, match=r"always_attach_evaluation_results.*evaluation_interval"):
         PPOTrainer({**PPO, "always_attach_evaluation_results": True})

@@ -60,6 +60,9 @@ class Evaluation:
         **evaluator_options: Any,
     ):
         self.num_episodes = num_episodes
+        self.latest: dict[str, float] = self.not_yet()
+        """The metrics of the latest ``run`` (``not_yet()`` before the first): what
+        ``always_attach_evaluation_results`` puts in the results between evaluations."""
         per_evaluator = math.ceil(num_episodes / max(1, num_evaluators))
         eval_spec = spec.for_acting(
             explore=explore,
@@ -91,16 +94,19 @@ class Evaluation:
             )
             records = [r for _, played in pairs for r in played]
         if not records:  # every evaluation evaluator failed
-            return {"evaluation/episodes": 0}
-        returns = np.array([r.episode_reward for r in records], dtype=np.float64)
-        lengths = np.array([r.episode_length for r in records], dtype=np.float64)
-        return {
-            "evaluation/episode_reward_mean": float(returns.mean()),
-            "evaluation/episode_reward_min": float(returns.min()),
-            "evaluation/episode_reward_max": float(returns.max()),
-            "evaluation/episode_len_mean": float(lengths.mean()),
-            "evaluation/episodes": len(records),
-        }
+            out: dict[str, float] = {"evaluation/episodes": 0}
+        else:
+            returns = np.array([r.episode_reward for r in records], dtype=np.float64)
+            lengths = np.array([r.episode_length for r in records], dtype=np.float64)
+            out = {
+                "evaluation/episode_reward_mean": float(returns.mean()),
+                "evaluation/episode_reward_min": float(returns.min()),
+                "evaluation/episode_reward_max": float(returns.max()),
+                "evaluation/episode_len_mean": float(lengths.mean()),
+                "evaluation/episodes": len(records),
+            }
+        self.latest = {**self.not_yet(), **out}
+        return out
 
     @staticmethod
     def not_yet() -> dict[str, float]:

@@ -93,8 +93,6 @@ class Trainer(BaseTrainer):
                 raise
         self.optimizer = self._make_optimizer(optimizer_name)
         self.evaluation = self._make_evaluation()
-        self.last_evaluation: dict[str, float] = Evaluation.not_yet()
-        """The metrics of the latest evaluation (``always_attach_evaluation_results``)."""
         self.callbacks = make_callbacks(self.config.callbacks)  # on_train_result
         self._ope_episodes = self._load_ope_episodes()
         self.episode_stats = metrics.EpisodeStats(self.config.metrics_smoothing_episodes)
@@ -331,11 +329,9 @@ class Trainer(BaseTrainer):
         result.update(metrics.optimizer_metrics(self.optimizer, result))
         result.update(self.episode_stats.episode_metrics(episodes))
         if self.evaluation is not None and self.iteration % self.config.evaluation_interval == 0:
-            evaluated = self.evaluation.run(self.local_evaluator)
-            result.update(evaluated)
-            self.last_evaluation = {**Evaluation.not_yet(), **evaluated}
+            result.update(self.evaluation.run(self.local_evaluator))
         elif self.config.always_attach_evaluation_results:
-            result.update(self.last_evaluation)
+            result.update(self.evaluation.latest)
         if self._ope_episodes and self.iteration % max(1, self.config.evaluation_interval) == 0:
             result.update(self.off_policy_estimates())
         result.update(metrics.learner_metrics(learner_stats, self.local_evaluator.multi_agent))
@@ -473,6 +469,8 @@ class Trainer(BaseTrainer):
         )
         self.optimizer.push_local_weights(self.optimizer.global_vars())
         self.evaluators.push_filters()
+        if self.evaluation is not None:  # the checkpoint's evaluation is not carried
+            self.evaluation.latest = Evaluation.not_yet()
         if state.get("rng") is not None:
             env_state.set_rng_state(state["rng"])  # last: nothing above may draw from it
 
