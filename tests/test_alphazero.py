@@ -339,6 +339,28 @@ def test_gate_rejects_below_and_accepts_at_threshold_in_process():
         trainer.stop()
 
 
+def test_without_the_gate_every_training_round_is_the_new_best():
+    """AlphaZero's continual update: no comparisons, and after each round self-play plays
+    the learner's own network, whose line (and Adam state) goes on uninterrupted."""
+    trainer = AlphaZeroTrainer(_config(gate=False, train_rounds_per_iter=3))
+    try:
+        start = trainer.get_weights()
+        result = trainer.train()
+        rounds = result["train_rounds"]  # 3, and any finished during the strength estimate
+        assert rounds >= 3
+        assert result["best_model_version"] == result["candidates_accepted"] == rounds
+        assert result["candidates_evaluated"] == result["candidates_rejected"] == 0
+        # never reset to the best: in-process its next round ran when it was launched
+        assert trainer.learners[0].policy.num_updates == (rounds + 1) * 4
+        best = trainer.get_weights()
+        ev_weights = trainer.self_play[0].get_weights()[DEFAULT_POLICY_ID]
+        assert any(not np.array_equal(best[k], start[k]) for k in best)
+        for k, v in best.items():
+            np.testing.assert_array_equal(ev_weights[k], v)
+    finally:
+        trainer.stop()
+
+
 @pytest.mark.ray
 @pytest.mark.timeout(180)
 def test_new_best_is_broadcast_to_remote_self_play_and_learners(ray_session):
@@ -564,6 +586,8 @@ def test_resource_bundles_one_per_actor():
 def test_config_errors_name_the_bad_value():
     with pytest.raises(ConfigError, match=r"gate_threshold.*1\.5"):
         AlphaZeroConfig.from_dict(_config(gate_threshold=1.5))
+    with pytest.raises(ConfigError, match=r"num_learners.*2.*gate: false"):
+        AlphaZeroConfig.from_dict(_config(gate=False, num_learners=2))
     with pytest.raises(ConfigError, match="learning_starts"):
         AlphaZeroConfig.from_dict(_config(learning_starts=8))
     with pytest.raises(ConfigError, match="strength_opponent"):

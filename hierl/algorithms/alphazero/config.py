@@ -66,6 +66,10 @@ class AlphaZeroConfig(BaseConfig):
     temperature_moves: int = 4
     """Self-play moves sampled with τ = 1 at the start of each game; greedy afterwards."""
     # -- gate --
+    gate: bool = True
+    """AlphaGo Zero's arena gate: a candidate becomes the best only by beating it.  False:
+    AlphaZero's continual update (Silver et al., Science 2018): every training round's
+    network becomes the best at once, and the arenas only estimate strength."""
     arena_games: int = 20
     """Games per candidate-vs-best comparison (half with each side first)."""
     arena_simulations: int | None = None
@@ -132,6 +136,11 @@ class AlphaZeroConfig(BaseConfig):
             self.check(name, value is None or value >= 1, "None or >= 1")
         self.check("arena_temperature_moves", self.arena_temperature_moves >= 0, "must be >= 0")
         self.check("gate_threshold", 0 < self.gate_threshold <= 1, "in (0, 1]")
+        self.check(
+            "num_learners",
+            self.gate or self.num_learners == 1,
+            "must be 1 with gate: false (the continual update trains one network)",
+        )
         self.check("strength_games", self.strength_games >= 0, "must be >= 0")
         self.check(
             "strength_opponent",

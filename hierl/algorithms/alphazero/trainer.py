@@ -18,7 +18,9 @@ Components (Ray actors; in-process objects when ``num_self_play_workers=0``):
   ``>= gate_threshold`` (0.55, AlphaGo Zero's "55% of the games"; Go has no draws,
   here a draw counts half as in chess Elo).  The new best's weights are broadcast to
   every self-play evaluator and learner; comparisons still running against the old
-  best are discarded, as in the paper's pseudocode.
+  best are discarded, as in the paper's pseudocode.  With ``gate: false`` (AlphaZero,
+  Silver et al., Science 2018) there is no comparison: every finished training round
+  is the new best at once, and the arenas only estimate strength.
 
 ``train()`` is an event loop over ``ray.wait`` across all outstanding tasks (self-play,
 training rounds, comparisons).  It runs for ``time_budget_s`` seconds or until
@@ -243,14 +245,14 @@ class AlphaZeroTrainer(BaseTrainer):
         ]
 
     # -- routing -----------------------------------------------------------------------
-    def _broadcast_best(self) -> None:
-        """Send the best weights to every self-play evaluator and learner."""
+    def _broadcast_best(self, learners: bool = True) -> None:
+        """Send the best weights to every self-play evaluator and (``learners``) learner."""
         weights = self.best_policy.get_weights()
         self._best_ref = self._rt.put(weights)
         self._best_by_policy_ref = self._rt.put({DEFAULT_POLICY_ID: weights})
         for ev in self.self_play:
             self._rt.call(ev, "set_weights", self._best_by_policy_ref)
-        for learner in self.learners:
+        for learner in self.learners if learners else ():
             self._rt.call(learner, "set_weights", self._best_ref)
 
     def _launch_self_play(self, i: int) -> None:
@@ -313,8 +315,11 @@ class AlphaZeroTrainer(BaseTrainer):
         elif kind == "train":
             self.counters["train_rounds"] += 1
             self.learner_stats = dict(value)
-            self._candidates[index] = extra  # a newer candidate of a learner replaces its older
             self._idle_learners.add(index)
+            if self.config.gate:
+                self._candidates[index] = extra  # a learner's newer candidate replaces its older
+            else:  # the continual update: the learner's line is the best
+                self._make_best(extra, learners=False)
             self._launch_learners()
             self._launch_compares()
         elif kind == "compare":
@@ -333,15 +338,21 @@ class AlphaZeroTrainer(BaseTrainer):
         if not gate_accepts(result, self.config.gate_threshold):
             self.counters["candidates_rejected"] += 1
             return False
-        if not isinstance(candidate_weights, Mapping):
-            candidate_weights = self._rt.get(candidate_weights)
-        self.best_policy.set_weights(candidate_weights)
+        self._make_best(candidate_weights)
+        return True
+
+    def _make_best(self, weights: Any, learners: bool = True) -> None:
+        """``weights`` (or a reference to them) become the best, broadcast to self-play
+        and, with ``learners``, to the learners (the continual update skips its one
+        learner, whose weights these are)."""
+        if not isinstance(weights, Mapping):
+            weights = self._rt.get(weights)
+        self.best_policy.set_weights(weights)
         self.best_version += 1
         self._epoch += 1
         self.counters["candidates_accepted"] += 1
         self._candidates.clear()  # queued candidates were trained against the old best
-        self._broadcast_best()
-        return True
+        self._broadcast_best(learners)
 
     # -- the iteration -----------------------------------------------------------------
     def train(self) -> dict[str, Any]:
