@@ -343,6 +343,9 @@ def test_without_the_gate_every_training_round_is_the_new_best():
     """AlphaZero's continual update: no comparisons, and after each round self-play plays
     the learner's own network, whose line (and Adam state) goes on uninterrupted."""
     trainer = AlphaZeroTrainer(_config(gate=False, train_rounds_per_iter=3))
+    set_weights_calls = []
+    learner_set_weights = trainer.learners[0].set_weights
+    trainer.learners[0].set_weights = lambda w: set_weights_calls.append(learner_set_weights(w))
     try:
         start = trainer.get_weights()
         result = trainer.train()
@@ -350,13 +353,36 @@ def test_without_the_gate_every_training_round_is_the_new_best():
         assert rounds >= 3
         assert result["best_model_version"] == result["candidates_accepted"] == rounds
         assert result["candidates_evaluated"] == result["candidates_rejected"] == 0
-        # never reset to the best: in-process its next round ran when it was launched
+        # never sent the best (its own weights): in-process its next round ran at launch
+        assert not set_weights_calls
         assert trainer.learners[0].policy.num_updates == (rounds + 1) * 4
         best = trainer.get_weights()
         ev_weights = trainer.self_play[0].get_weights()[DEFAULT_POLICY_ID]
         assert any(not np.array_equal(best[k], start[k]) for k in best)
         for k, v in best.items():
             np.testing.assert_array_equal(ev_weights[k], v)
+    finally:
+        trainer.stop()
+
+
+@pytest.mark.parametrize("gate", [True, False])
+def test_a_training_round_in_flight_at_a_restore_is_dropped(gate):
+    """A round trained before ``set_state`` neither becomes the best (no gate) nor a
+    candidate (gate); its learner trains again from the restored line."""
+    trainer = AlphaZeroTrainer(_config(gate=gate, train_rounds_per_iter=2))
+    try:
+        trainer.train()
+        state = trainer.get_state()
+        trainer.train()
+        trainer.set_state(state)
+        kind = None
+        while kind != "train":  # in-process the pre-restore round finished already
+            kind, _ = trainer._step()
+        assert trainer.best_version == state["best_version"]
+        assert trainer.counters["train_rounds"] == state["counters"]["train_rounds"]
+        assert not trainer._candidates
+        _assert_same_weights(trainer.get_weights(), state["best_weights"])
+        assert ("train", 0) in [(k, i) for k, i, _ in trainer._outstanding.values()]
     finally:
         trainer.stop()
 

@@ -136,6 +136,41 @@ def test_a_restored_trainer_attaches_no_evaluation_until_its_next(tmp_path) -> N
         trainer.stop()
 
 
+def test_replaced_weights_or_a_failed_evaluation_attach_no_stale_metrics(monkeypatch) -> None:
+    """Weights or filters copied in (as PPO-ES copies a winner) end the carry; an
+    evaluation whose evaluators all failed keeps every key, marked by 0 episodes."""
+    config = {**PPO, "evaluation_interval": 2, "evaluation_num_episodes": 1}
+    trainer = PPOTrainer({**config, "always_attach_evaluation_results": True})
+    try:
+        trainer.train()
+        for replace in (  # after iteration 2, then 4 (both evaluate)
+            lambda: trainer.set_weights(trainer.get_weights()),
+            lambda: trainer.set_filters(trainer.get_filters()),
+        ):
+            assert trainer.train()["evaluation/episodes"] == 1
+            replace()
+            after = trainer.train()  # an odd iteration: no evaluation of its own
+            assert after["evaluation/episodes"] == 0
+            assert np.isnan(after["evaluation/episode_reward_mean"])
+        trainer.train()  # iteration 6 evaluates
+        kept = dict(trainer.evaluation.latest)
+        monkeypatch.setattr(trainer.evaluation.evaluators.local_evaluator, "evaluate", _none)
+        assert trainer.train()["evaluation/episode_reward_mean"] == kept[REWARD]
+        failed = trainer.train()  # iteration 8: every evaluator "failed"
+        assert set(failed) >= EVAL_KEYS and failed["evaluation/episodes"] == 0
+        assert failed[REWARD] == kept[REWARD]
+        assert trainer.evaluation.latest == kept
+    finally:
+        trainer.stop()
+
+
+REWARD = "evaluation/episode_reward_mean"
+
+
+def _none(*args, **kwargs) -> list:
+    return []
+
+
 def test_bad_evaluation_settings_name_the_value() -> None:
     with pytest.raises(ConfigError, match=r"always_attach_evaluation_results.*evaluation_interval"):
         PPOTrainer({**PPO, "always_attach_evaluation_results": True})

@@ -249,7 +249,7 @@ def test_nothing_is_learned_before_learning_starts():
     assert evaluator.policy.global_timestep == opt.num_steps_sampled == 12
 
 
-def test_learning_starts_past_the_buffer_size_waits_for_rows_stored_not_held():
+def test_learning_starts_past_the_buffer_size_waits_for_rows_stored_in_the_run():
     # SB3's zoo DQN on Pong: learning_starts 100k with a 10k buffer.  Here 4 rows a step
     # into a 6-row buffer: it is full after 2 steps, learning starts after 5 (20 rows).
     settings = {"buffer_size": 6, "learning_starts": 20, "checkpoint_replay_buffer": True}
@@ -261,14 +261,17 @@ def test_learning_starts_past_the_buffer_size_waits_for_rows_stored_not_held():
     for k, v in evaluator.policy.get_weights().items():
         np.testing.assert_array_equal(v, before[k])
     assert opt.step() and opt.num_updates == 1
-    # counted since the buffer started: a restored buffer keeps its count, a fresh one
-    # (a checkpoint without the buffer) waits for learning_starts rows again
+    # counted over the run: a restore keeps the count; without the buffer it refills to
+    # min(learning_starts, buffer_size) = 6 rows first (2 steps), not 20 rows again
     _, resumed = local_setup(**settings)
     resumed.restore(opt.save())
+    assert resumed.rows_stored == 20
     assert resumed.step() and resumed.num_updates == 2
     _, refilled = local_setup(**settings)
     refilled.restore({k: v for k, v in opt.save().items() if k != "buffer"})
+    assert refilled.rows_stored == 20 and len(refilled.buffer) == 0
     assert refilled.step() == {} and refilled.num_updates == 1
+    assert refilled.step() and refilled.num_updates == 2
 
 
 @pytest.mark.parametrize(

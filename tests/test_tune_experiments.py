@@ -168,7 +168,7 @@ def test_hierl_tune_runs_an_example_file_end_to_end(ray_session, tmp_path, capsy
 
 
 @pytest.mark.ray
-def test_trials_ranked_by_their_greedy_evaluation(ray_session, tmp_path):
+def test_a_trial_with_an_evaluation_metric_has_it_in_every_result(ray_session, tmp_path):
     # Tune wants the metric in every result: always_attach_evaluation_results carries the
     # evaluation of iteration 2 into iteration 3 (NaN at 1)
     from hierl.tune.experiments import run_experiment

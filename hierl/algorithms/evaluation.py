@@ -45,6 +45,9 @@ class Evaluation:
         spec: the training evaluators' spec; the evaluation one is its
             ``for_acting`` variant (``SamplingSettings.for_acting``, the env as input).
         num_episodes: episodes per evaluation, split over the evaluators.
+        interval: evaluate every this many training iterations.
+        attach_latest: between evaluations, results carry the latest one's metrics
+            (``always_attach_evaluation_results``).
         explore: sample actions (False: greedy).
         num_evaluators: Ray actors (0: play in the driver).
         evaluator_options: the keyword arguments of ``EvaluatorSet`` besides the spec.
@@ -55,14 +58,18 @@ class Evaluation:
         spec: EvaluatorSpec,
         *,
         num_episodes: int,
+        interval: int,
+        attach_latest: bool,
         explore: bool,
         num_evaluators: int,
         **evaluator_options: Any,
     ):
         self.num_episodes = num_episodes
+        self.interval = interval
+        self.attach_latest = attach_latest
         self.latest: dict[str, float] = self.not_yet()
-        """The metrics of the latest ``run`` (``not_yet()`` before the first): what
-        ``always_attach_evaluation_results`` puts in the results between evaluations."""
+        """The metrics of the latest ``run`` that played episodes (``not_yet()`` before the
+        first and after ``forget``): what ``attach_latest`` carries between evaluations."""
         per_evaluator = math.ceil(num_episodes / max(1, num_evaluators))
         eval_spec = spec.for_acting(
             explore=explore,
@@ -74,8 +81,21 @@ class Evaluation:
                 eval_spec, num_evaluators=num_evaluators, **evaluator_options
             )
 
+    def metrics(self, iteration: int, trainer_evaluator: PolicyEvaluator) -> dict[str, float]:
+        """What training iteration ``iteration``'s result gets: a fresh ``run`` every
+        ``interval`` iterations; with ``attach_latest`` also the latest metrics, so every
+        result has the same keys (a failed run adds only ``evaluation/episodes`` 0)."""
+        fresh = self.run(trainer_evaluator) if iteration % self.interval == 0 else {}
+        return {**self.latest, **fresh} if self.attach_latest else fresh
+
+    def forget(self) -> None:
+        """Stop carrying the latest metrics: the weights they measured were replaced
+        (a restore, or weights copied from another trainer)."""
+        self.latest = self.not_yet()
+
     def run(self, trainer_evaluator: PolicyEvaluator) -> dict[str, float]:
-        """Evaluate the weights and filters of ``trainer_evaluator``; the metrics."""
+        """Evaluate the weights and filters of ``trainer_evaluator``; the metrics (only
+        ``evaluation/episodes`` 0 if every evaluation evaluator failed)."""
         weights = trainer_evaluator.get_weights()
         filters = trainer_evaluator.get_filters(flush_after=False)
         remotes = self.evaluators.remote_evaluators
@@ -93,20 +113,18 @@ class Evaluation:
                 lambda e: e.evaluate.remote(next(quotas), ref, filters), weights=ref
             )
             records = [r for _, played in pairs for r in played]
-        if not records:  # every evaluation evaluator failed
-            out: dict[str, float] = {"evaluation/episodes": 0}
-        else:
-            returns = np.array([r.episode_reward for r in records], dtype=np.float64)
-            lengths = np.array([r.episode_length for r in records], dtype=np.float64)
-            out = {
-                "evaluation/episode_reward_mean": float(returns.mean()),
-                "evaluation/episode_reward_min": float(returns.min()),
-                "evaluation/episode_reward_max": float(returns.max()),
-                "evaluation/episode_len_mean": float(lengths.mean()),
-                "evaluation/episodes": len(records),
-            }
-        self.latest = {**self.not_yet(), **out}
-        return out
+        if not records:  # every evaluation evaluator failed: nothing measured
+            return {"evaluation/episodes": 0}
+        returns = np.array([r.episode_reward for r in records], dtype=np.float64)
+        lengths = np.array([r.episode_length for r in records], dtype=np.float64)
+        self.latest = {
+            "evaluation/episode_reward_mean": float(returns.mean()),
+            "evaluation/episode_reward_min": float(returns.min()),
+            "evaluation/episode_reward_max": float(returns.max()),
+            "evaluation/episode_len_mean": float(lengths.mean()),
+            "evaluation/episodes": len(records),
+        }
+        return dict(self.latest)
 
     @staticmethod
     def not_yet() -> dict[str, float]:

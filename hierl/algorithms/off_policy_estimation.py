@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from hierl.config import ConfigError
+from hierl.evaluators.offline.reader import iter_episodes, list_files
 from hierl.sample_batch import SampleBatch
 
 ESTIMATORS = ("is", "wis")
@@ -83,6 +84,46 @@ def estimate_all(
     return {
         name: _figures(_weights(name, ratios), discounts, rewards, v_behavior) for name in names
     }
+
+
+def result_metrics(
+    names: Sequence[str],
+    episodes: Sequence[SampleBatch],
+    target_logp: Callable[[SampleBatch], np.ndarray],
+    gamma: float,
+) -> dict[str, float]:
+    """``estimate_all``'s figures flat, as a trainer's results name them:
+    ``off_policy_estimation/<estimator>/<figure>``."""
+    estimates = estimate_all(names, episodes, target_logp, gamma)
+    return {
+        f"off_policy_estimation/{name}/{k}": v
+        for name, figures in estimates.items()
+        for k, v in figures.items()
+    }
+
+
+def load_episodes(
+    paths: Sequence[str], max_rows: int, skip_bad_files: bool, source: str
+) -> list[SampleBatch]:
+    """The whole logged episodes of ``paths`` (files or folders) to estimate over: in
+    order, until one more would pass ``max_rows`` rows (always at least one).
+
+    Raises:
+        ConfigError: no whole episode (``source`` names the input in the message).
+    """
+    episodes, rows = [], 0
+    for ep in iter_episodes(list_files(list(paths)), skip_bad_files=skip_bad_files):
+        if rows + ep.count > max_rows and episodes:
+            break
+        episodes.append(ep)
+        rows += ep.count
+    if not episodes:
+        raise ConfigError(
+            f"off_policy_estimation: the input {source!r} holds no whole logged "
+            "episode (record with batch_mode 'complete_episodes' or 'hierl rollout "
+            "--output')"
+        )
+    return episodes
 
 
 def _weights(name: str, ratios: list[np.ndarray]) -> list[np.ndarray]:

@@ -24,8 +24,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from hierl.algorithms import metrics, multi_agent
+from hierl.algorithms import off_policy_estimation as ope
 from hierl.algorithms.evaluation import Evaluation
-from hierl.algorithms.off_policy_estimation import estimate_all
 from hierl.algorithms.resources import evaluator_groups, optimizer_groups
 from hierl.algorithms.serving import maybe_push
 from hierl.algorithms.trainer_base import BaseTrainer
@@ -34,7 +34,6 @@ from hierl.checkpoint import CheckpointError
 from hierl.config import ConfigError
 from hierl.evaluators import EvaluatorSet, EvaluatorSpec, atari, env_state
 from hierl.evaluators.callbacks import make_callbacks
-from hierl.evaluators.offline.reader import iter_episodes, list_files
 from hierl.evaluators.ray_runtime import ActorGroup
 from hierl.evaluators.wire import space_to_json
 from hierl.export import ExportedPolicy, export_policy
@@ -151,6 +150,8 @@ class Trainer(BaseTrainer):
         return Evaluation(
             self._evaluator_spec(),
             num_episodes=cfg.evaluation_num_episodes,
+            interval=cfg.evaluation_interval,
+            attach_latest=cfg.always_attach_evaluation_results,
             explore=cfg.evaluation_explore,
             num_evaluators=cfg.evaluation_num_evaluators,
             **self._set_options(),
@@ -161,35 +162,20 @@ class Trainer(BaseTrainer):
         cfg = self.config
         if not cfg.off_policy_estimation:
             return []
-        episodes, rows = [], 0
-        files = list_files(list(cfg.input_spec().logged_files()))
-        for ep in iter_episodes(files, skip_bad_files=cfg.input_skip_bad_files):
-            if rows + ep.count > cfg.off_policy_estimation_max_rows and episodes:
-                break
-            episodes.append(ep)
-            rows += ep.count
-        if not episodes:
-            raise ConfigError(
-                f"off_policy_estimation: the input {cfg.input!r} holds no whole logged "
-                "episode (record with batch_mode 'complete_episodes' or 'hierl rollout "
-                "--output')"
-            )
-        return episodes
+        return ope.load_episodes(
+            cfg.input_spec().logged_files(),
+            cfg.off_policy_estimation_max_rows,
+            cfg.input_skip_bad_files,
+            cfg.input,
+        )
 
     def off_policy_estimates(self) -> dict[str, float]:
         """Each configured estimator's figures for the current policy, flat."""
         cfg = self.config
-        estimates = estimate_all(
-            cfg.off_policy_estimation,
-            self._ope_episodes,
-            self.get_policy().compute_log_likelihoods,
-            cfg.gamma,
+        policy = self.get_policy()
+        return ope.result_metrics(
+            cfg.off_policy_estimation, self._ope_episodes, policy.compute_log_likelihoods, cfg.gamma
         )
-        return {
-            f"off_policy_estimation/{name}/{k}": v
-            for name, figures in estimates.items()
-            for k, v in figures.items()
-        }
 
     def _evaluator_spec(self) -> EvaluatorSpec:
         """The spec every training evaluator is built from: the config's sampling
@@ -328,10 +314,8 @@ class Trainer(BaseTrainer):
         result.update(metrics.sampling_metrics(self.optimizer, self.evaluators, steps, elapsed))
         result.update(metrics.optimizer_metrics(self.optimizer, result))
         result.update(self.episode_stats.episode_metrics(episodes))
-        if self.evaluation is not None and self.iteration % self.config.evaluation_interval == 0:
-            result.update(self.evaluation.run(self.local_evaluator))
-        elif self.config.always_attach_evaluation_results:
-            result.update(self.evaluation.latest)
+        if self.evaluation is not None:
+            result.update(self.evaluation.metrics(self.iteration, self.local_evaluator))
         if self._ope_episodes and self.iteration % max(1, self.config.evaluation_interval) == 0:
             result.update(self.off_policy_estimates())
         result.update(metrics.learner_metrics(learner_stats, self.local_evaluator.multi_agent))
@@ -418,6 +402,7 @@ class Trainer(BaseTrainer):
         """Load weights into the driver's policies and broadcast them."""
         self.local_evaluator.set_weights(weights)
         self.optimizer.push_local_weights()
+        self._forget_evaluation()
 
     def get_filters(self) -> dict[str, dict[str, Any]]:
         """The total statistics of the driver's observation filters, by policy id: what
@@ -429,6 +414,12 @@ class Trainer(BaseTrainer):
         broadcast them, so that weights copied from another trainer compute its function."""
         self.local_evaluator.sync_filters(states)
         self.evaluators.push_filters()
+        self._forget_evaluation()
+
+    def _forget_evaluation(self) -> None:
+        """The latest evaluation measured weights or filters now replaced: not carried."""
+        if self.evaluation is not None:
+            self.evaluation.forget()
 
     # -- checkpoints -------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
@@ -469,8 +460,7 @@ class Trainer(BaseTrainer):
         )
         self.optimizer.push_local_weights(self.optimizer.global_vars())
         self.evaluators.push_filters()
-        if self.evaluation is not None:  # the checkpoint's evaluation is not carried
-            self.evaluation.latest = Evaluation.not_yet()
+        self._forget_evaluation()  # the checkpoint's evaluation is not carried either
         if state.get("rng") is not None:
             env_state.set_rng_state(state["rng"])  # last: nothing above may draw from it
 

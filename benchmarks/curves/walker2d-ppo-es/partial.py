@@ -55,8 +55,10 @@ def main() -> None:
         "| PPO seeds 0 / 1 / 2 | median |"
     )
     print("|---|---|---|---|---|")
+    if not es:
+        sys.exit("no PPO-ES evaluation in the log yet")
     end = max(max(steps) for steps in es.values())
-    for x in [*STEPS, end]:
+    for x in [*(x for x in STEPS if x < end), end]:
         # the last row: each seed's final evaluation
         e = [es.get(s, {}).get(x if x != end else max(es.get(s, {0: None}))) for s in range(3)]
         # PPO stopped at 1,001,472 steps: its last evaluation (983,040) stands for 1M

@@ -123,6 +123,7 @@ class AlphaZeroTrainer(BaseTrainer):
         self.best_policy = AlphaZeroPolicy(self.observation_space, self.action_space, c)
         self.best_version = 0
         self._epoch = 0  # bumped on every new best: comparisons against older ones are stale
+        self._restores = 0  # bumped by set_state: training rounds launched before are stale
         self.opponent = c.strength_opponent
         if self.opponent == "auto":
             self.opponent = "minimax" if isinstance(self.game, TicTacToe) else "mcts"
@@ -269,7 +270,7 @@ class AlphaZeroTrainer(BaseTrainer):
             weights_ref, stats_ref = self._rt.call(
                 self.learners[j], "train", batch_ref, num_returns=2
             )
-            self._outstanding[stats_ref] = ("train", j, weights_ref)
+            self._outstanding[stats_ref] = ("train", j, (weights_ref, self._restores))
         self._idle_learners.clear()
 
     def _launch_compares(self) -> None:
@@ -300,6 +301,8 @@ class AlphaZeroTrainer(BaseTrainer):
         kind, index, extra = self._outstanding.pop(ref)
         try:
             value = self._rt.get(ref)
+            if kind == "train" and not self.config.gate:  # the weights are the new best
+                extra = (self._rt.get(extra[0]), extra[1])
         except Exception as error:
             if not self._rt.use_ray or not is_evaluator_failure(error):
                 raise  # a bug, not a failure
@@ -313,13 +316,15 @@ class AlphaZeroTrainer(BaseTrainer):
             self._launch_self_play(index)
             self._launch_learners()
         elif kind == "train":
-            self.counters["train_rounds"] += 1
-            self.learner_stats = dict(value)
+            weights, restores = extra
             self._idle_learners.add(index)
-            if self.config.gate:
-                self._candidates[index] = extra  # a learner's newer candidate replaces its older
-            else:  # the continual update: the learner's line is the best
-                self._make_best(extra, learners=False)
+            if restores == self._restores:  # else trained before a restore: dropped
+                self.counters["train_rounds"] += 1
+                self.learner_stats = dict(value)
+                if self.config.gate:  # a learner's newer candidate replaces its older
+                    self._candidates[index] = weights
+                else:  # the continual update: the learner's line is the best
+                    self._make_best(weights, learners=False)
             self._launch_learners()
             self._launch_compares()
         elif kind == "compare":
@@ -614,6 +619,7 @@ class AlphaZeroTrainer(BaseTrainer):
         self.best_policy.set_weights(state["best_weights"])
         self.best_version = int(state["best_version"])
         self._epoch += 1
+        self._restores += 1
         # first: a recreated replay actor resets the counters
         self._sync_call("replay", 0, "set_state", state["replay"])
         self.counters = collections.defaultdict(

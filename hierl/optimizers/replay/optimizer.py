@@ -56,9 +56,11 @@ class ReplayConfig(OptimizerConfig):
     prioritized_replay_eps: float = 1e-6
     """Added to |TD error| so that no row's priority is 0."""
     learning_starts: int = 1000
-    """Rows stored before the first update, counted since the buffer started (restored
-    with it).  It may exceed ``buffer_size``: learning then waits past the first
-    overwrites, as SB3's ``learning_starts`` (env steps) does with a smaller buffer."""
+    """Rows stored before the first update, counted over the whole run (checkpoints keep
+    the count).  It may exceed ``buffer_size``: learning then waits past the first
+    overwrites, as SB3's ``learning_starts`` (env steps) does with a smaller buffer.
+    After a restore without the buffer, learning resumes once the buffer holds
+    ``min(learning_starts, buffer_size)`` rows again."""
     replay_ratio: float = 1.0
     """Rows replayed per env step sampled (at least one update per step once learning)."""
     frame_storage: FrameStorage = "auto"
@@ -145,6 +147,8 @@ class ReplayOptimizer(PolicyOptimizer):
         )
         self.num_updates = 0
         self.num_steps_replayed = 0
+        self.rows_stored = 0
+        """Rows stored over the whole run (``learning_starts`` counts these)."""
         self._update_credit = 0.0
 
     @property
@@ -183,19 +187,27 @@ class ReplayOptimizer(PolicyOptimizer):
                 ]
             else:
                 results = [sample_with_priorities(self.local_evaluator, eps)]
+            held_before = self.buffer.num_added
             for batch, priorities in results:
                 self.buffer.add(batch, priorities)
+            self.rows_stored += self.buffer.num_added - held_before
         new_rows = sum(batch.count for batch, _ in results)
         self.num_steps_sampled += new_rows
 
         self.learner_stats = {}
-        if self.buffer.num_added >= self.config.learning_starts:
+        if self._learning():
             stats = self._replay_and_learn(self._num_updates_for(new_rows))
             self.learner_stats = single_policy_stats(stats)
 
         with self.timer("sync"):
             self.evaluators.sync_weights(self.global_vars())
         return self.learner_stats
+
+    def _learning(self) -> bool:
+        """``learning_starts`` rows stored in the run, and the buffer holds as many (or is
+        full): a restore without the buffer refills it first."""
+        starts = self.config.learning_starts
+        return self.rows_stored >= starts and len(self.buffer) >= min(starts, self.buffer.capacity)
 
     def _replay_and_learn(self, num_updates: int) -> dict[str, float]:
         """``num_updates`` replayed batches, each learned on and re-prioritized."""
@@ -236,13 +248,14 @@ class ReplayOptimizer(PolicyOptimizer):
         """Counters (JSON), plus the buffer (rows, priorities, RNG) if
         ``checkpoint_replay_buffer``.
 
-        Without the buffer, after ``restore`` it refills and learning resumes once
-        ``learning_starts`` rows were stored again.
+        Without the buffer, after ``restore`` learning resumes once the buffer holds
+        ``min(learning_starts, buffer_size)`` rows again.
         """
         out = {
             **super().save(),
             "num_updates": self.num_updates,
             "num_steps_replayed": self.num_steps_replayed,
+            "rows_stored": self.rows_stored,
             "update_credit": self._update_credit,
         }
         if self.config.checkpoint_replay_buffer:
@@ -257,3 +270,5 @@ class ReplayOptimizer(PolicyOptimizer):
         self._update_credit = float(state.get("update_credit", 0.0))
         if state.get("buffer") is not None:
             self.buffer.set_state(state["buffer"])
+        # checkpoints from before the counter: the saved buffer's count, as they gated on
+        self.rows_stored = int(state.get("rows_stored", self.buffer.num_added))
