@@ -187,12 +187,11 @@ class ReplayOptimizer(PolicyOptimizer):
                 ]
             else:
                 results = [sample_with_priorities(self.local_evaluator, eps)]
-            held_before = self.buffer.num_added
             for batch, priorities in results:
                 self.buffer.add(batch, priorities)
-            self.rows_stored += self.buffer.num_added - held_before
         new_rows = sum(batch.count for batch, _ in results)
         self.num_steps_sampled += new_rows
+        self.rows_stored += new_rows
 
         self.learner_stats = {}
         if self._learning():
