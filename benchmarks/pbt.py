@@ -30,6 +30,7 @@ from typing import Any
 
 from common import BENCH_DIR, RESULTS_MD, replace_results_block
 
+from hierl.algorithms.evaluation import evaluates_at
 from hierl.bench.report import git_info, machine_info
 from hierl.tune.experiments import ExperimentSpec, load_experiments, searched_keys
 
@@ -70,8 +71,8 @@ def read_trials(exp_dir: Path, keys: list[str]) -> dict[str, list[dict[str, Any]
             config = r.get("config", {})
             # with always_attach_evaluation_results every row carries the latest
             # evaluation: only the iterations that evaluated count as evaluations
-            fresh = not config.get("always_attach_evaluation_results") or (
-                r["training_iteration"] % max(1, config.get("evaluation_interval") or 1) == 0
+            fresh = not config.get("always_attach_evaluation_results") or evaluates_at(
+                r["training_iteration"], config.get("evaluation_interval") or 0
             )
             row = {
                 "experiment": exp_dir.name,

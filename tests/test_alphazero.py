@@ -365,6 +365,19 @@ def test_without_the_gate_every_training_round_is_the_new_best():
         trainer.stop()
 
 
+def test_without_the_gate_or_strength_games_no_arena_is_needed():
+    trainer = AlphaZeroTrainer(
+        _config(gate=False, strength_games=0, num_arena_workers=0, train_rounds_per_iter=2)
+    )
+    try:
+        assert trainer.arenas == []
+        result = trainer.train()
+        assert result["best_model_version"] == result["train_rounds"] >= 2
+        assert "strength/wins" not in result
+    finally:
+        trainer.stop()
+
+
 @pytest.mark.parametrize("gate", [True, False])
 def test_a_training_round_in_flight_at_a_restore_is_dropped(gate):
     """A round trained before ``set_state`` neither becomes the best (no gate) nor a
@@ -614,6 +627,9 @@ def test_config_errors_name_the_bad_value():
         AlphaZeroConfig.from_dict(_config(gate_threshold=1.5))
     with pytest.raises(ConfigError, match=r"num_learners.*2.*gate: false"):
         AlphaZeroConfig.from_dict(_config(gate=False, num_learners=2))
+    for arena_work in ({"gate": True, "strength_games": 0}, {"gate": False}):
+        with pytest.raises(ConfigError, match=r"num_arena_workers.*0.*gate false"):
+            AlphaZeroConfig.from_dict(_config(num_arena_workers=0, **arena_work))
     with pytest.raises(ConfigError, match="learning_starts"):
         AlphaZeroConfig.from_dict(_config(learning_starts=8))
     with pytest.raises(ConfigError, match="strength_opponent"):

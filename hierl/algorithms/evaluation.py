@@ -26,6 +26,12 @@ EVALUATION_SEED_OFFSET = 1_000_003
 """Evaluation evaluators' seeds are the trainer's plus this (no env shares a training seed)."""
 
 
+def evaluates_at(iteration: int, interval: int) -> bool:
+    """Whether training iteration ``iteration`` (counted from 1) is one that evaluates:
+    every ``interval``-th (every one when ``interval`` is 0)."""
+    return iteration % max(1, interval) == 0
+
+
 @contextlib.contextmanager
 def _driver_rng_kept() -> Iterator[None]:
     """Restore the driver's Python / numpy / torch generators afterwards: building and
@@ -85,7 +91,7 @@ class Evaluation:
         """What training iteration ``iteration``'s result gets: a fresh ``run`` every
         ``interval`` iterations; with ``attach_latest`` also the latest metrics, so every
         result has the same keys (a failed run adds only ``evaluation/episodes`` 0)."""
-        fresh = self.run(trainer_evaluator) if iteration % self.interval == 0 else {}
+        fresh = self.run(trainer_evaluator) if evaluates_at(iteration, self.interval) else {}
         return {**self.latest, **fresh} if self.attach_latest else fresh
 
     def forget(self) -> None:

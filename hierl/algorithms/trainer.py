@@ -25,7 +25,7 @@ import numpy as np
 
 from hierl.algorithms import metrics, multi_agent
 from hierl.algorithms import off_policy_estimation as ope
-from hierl.algorithms.evaluation import Evaluation
+from hierl.algorithms.evaluation import Evaluation, evaluates_at
 from hierl.algorithms.resources import evaluator_groups, optimizer_groups
 from hierl.algorithms.serving import maybe_push
 from hierl.algorithms.trainer_base import BaseTrainer
@@ -316,7 +316,7 @@ class Trainer(BaseTrainer):
         result.update(self.episode_stats.episode_metrics(episodes))
         if self.evaluation is not None:
             result.update(self.evaluation.metrics(self.iteration, self.local_evaluator))
-        if self._ope_episodes and self.iteration % max(1, self.config.evaluation_interval) == 0:
+        if self._ope_episodes and evaluates_at(self.iteration, self.config.evaluation_interval):
             result.update(self.off_policy_estimates())
         result.update(metrics.learner_metrics(learner_stats, self.local_evaluator.multi_agent))
         result.update(self.result_extras())

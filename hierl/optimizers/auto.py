@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from hierl.config import ConfigError
+from hierl.config import Config, ConfigError
 from hierl.evaluators import EvaluatorSet
 from hierl.optimizers.auto_candidates import (
     gradient_strategies,
@@ -79,11 +79,12 @@ class AutoOptimizer(PolicyOptimizer):
 
     @classmethod
     def missing_policy_capability(
-        cls, policy_class: type, config: OptimizerConfig | None = None
+        cls, policy_class: type, config: Config | None = None
     ) -> str | None:
         """None when at least one candidate can train ``policy_class``, else every
-        candidate's reason."""
-        candidates = (config or cls.config_class()).candidates
+        candidate's reason (the candidates of ``config``, an ``AutoConfig``, else the
+        default ones)."""
+        candidates = (config if isinstance(config, AutoConfig) else AutoConfig()).candidates
         reasons = {
             n: get_optimizer_class(n).missing_policy_capability(policy_class) for n in candidates
         }

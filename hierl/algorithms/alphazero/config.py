@@ -23,7 +23,8 @@ class AlphaZeroConfig(BaseConfig):
     num_learners: int = 1
     """Optimizer actors training candidates from the shared replay buffer."""
     num_arena_workers: int = 1
-    """Actors playing candidate-vs-best comparisons and strength estimates."""
+    """Actors playing candidate-vs-best comparisons and strength estimates (may be 0
+    with ``gate`` false and ``strength_games`` 0)."""
     num_cpus_per_self_play_worker: float = 0.5
     """CPUs reserved per self-play actor (the defaults fit all actors in 2 CPUs)."""
     num_cpus_per_learner: float = 0.5
@@ -103,8 +104,15 @@ class AlphaZeroConfig(BaseConfig):
         super().__post_init__()
         for name in ("num_envs_per_self_play_worker", "rollout_fragment_length"):
             self.check(name, getattr(self, name) >= 1, "must be >= 1")
-        for name in ("num_learners", "num_arena_workers", "replay_capacity"):
+        for name in ("num_learners", "replay_capacity"):
             self.check(name, getattr(self, name) >= 1, "must be >= 1")
+        arenas_idle = not self.gate and self.strength_games == 0
+        self.check(
+            "num_arena_workers",
+            self.num_arena_workers >= (0 if arenas_idle else 1),
+            "must be >= 1 (0 only with gate false and strength_games 0, when arenas have "
+            "nothing to play)",
+        )
         for name in ("train_batch_size", "sgd_steps_per_round", "num_simulations"):
             self.check(name, getattr(self, name) >= 1, "must be >= 1")
         self.check("num_self_play_workers", self.num_self_play_workers >= 0, "must be >= 0")
