@@ -258,6 +258,26 @@ def test_config_field_reaches_replay_and_apex_buffers():
 
 
 # -- DQN and Ape-X on the tuned Pong files, with the Atari-shaped test env --------------
+def test_the_tuned_dqn_pong_file_has_the_zoo_agents_settings():
+    """``pong-dqn.yaml`` against the zoo agent's ``config.yml``
+    (``benchmarks/published/sb3-zoo-dqn-pong/README.md``).  SB3's DQN replays uniformly
+    and takes one gradient step on 32 rows every 4 env steps (``train_freq: 4``,
+    ``gradient_steps: 1``): 8 rows replayed per row sampled, where DQN's default here
+    (64-row batches) is 16."""
+    spec = load_experiments(REPO_ROOT / "examples/tuned/pong-dqn.yaml")["pong-dqn"]
+    config = get_trainer_class(spec.run).config_class.from_dict(spec.config)
+    opt = config.optimizer_config
+    updates_per_env_step = opt.replay_ratio / opt.train_batch_size
+    assert (opt.train_batch_size, updates_per_env_step) == (32, 1 / 4)
+    assert not opt.prioritized_replay
+    assert (opt.buffer_size, opt.learning_starts) == (10_000, 100_000)
+    assert (config.lr, config.gamma, config.n_step, config.grad_clip) == (1e-4, 0.99, 1, 10.0)
+    assert not config.double_q and not config.dueling
+    assert config.target_network_update_freq == 1000
+    assert (config.initial_epsilon, config.final_epsilon) == (1.0, 0.01)
+    assert config.epsilon_timesteps == 1_000_000
+
+
 @pytest.mark.parametrize(
     ("path", "name", "shrink", "frames_per_row"),
     [

@@ -59,8 +59,8 @@ class ReplayConfig(OptimizerConfig):
     """Rows stored before the first update, counted over the whole run (checkpoints keep
     the count).  It may exceed ``buffer_size``: learning then waits past the first
     overwrites, as SB3's ``learning_starts`` (env steps) does with a smaller buffer.
-    After a restore without the buffer, learning resumes once the buffer holds
-    ``min(learning_starts, buffer_size)`` rows again."""
+    After a restore without the buffer, learning resumes once the buffer has been given
+    ``min(learning_starts, buffer_size)`` new rows."""
     replay_ratio: float = 1.0
     """Rows replayed per env step sampled (at least one update per step once learning)."""
     frame_storage: FrameStorage = "auto"
@@ -147,8 +147,6 @@ class ReplayOptimizer(PolicyOptimizer):
         )
         self.num_updates = 0
         self.num_steps_replayed = 0
-        self.rows_stored = 0
-        """Rows stored over the whole run (``learning_starts`` counts these)."""
         self._update_credit = 0.0
 
     @property
@@ -191,7 +189,6 @@ class ReplayOptimizer(PolicyOptimizer):
                 self.buffer.add(batch, priorities)
         new_rows = sum(batch.count for batch, _ in results)
         self.num_steps_sampled += new_rows
-        self.rows_stored += new_rows
 
         self.learner_stats = {}
         if self._learning():
@@ -203,10 +200,14 @@ class ReplayOptimizer(PolicyOptimizer):
         return self.learner_stats
 
     def _learning(self) -> bool:
-        """``learning_starts`` rows stored in the run, and the buffer holds as many (or is
-        full): a restore without the buffer refills it first."""
+        """``learning_starts`` rows sampled in the run, and as many (at most a full
+        buffer's worth) added to this buffer: a restore without the buffer refills it
+        first.  Counted in rows added, not held: frame storage may drop the oldest rows
+        early, and that must not pause learning."""
         starts = self.config.learning_starts
-        return self.rows_stored >= starts and len(self.buffer) >= min(starts, self.buffer.capacity)
+        return self.num_steps_sampled >= starts and self.buffer.num_added >= min(
+            starts, self.buffer.capacity
+        )
 
     def _replay_and_learn(self, num_updates: int) -> dict[str, float]:
         """``num_updates`` replayed batches, each learned on and re-prioritized."""
@@ -247,14 +248,13 @@ class ReplayOptimizer(PolicyOptimizer):
         """Counters (JSON), plus the buffer (rows, priorities, RNG) if
         ``checkpoint_replay_buffer``.
 
-        Without the buffer, after ``restore`` learning resumes once the buffer holds
-        ``min(learning_starts, buffer_size)`` rows again.
+        Without the buffer, after ``restore`` learning resumes once the buffer has been given
+        ``min(learning_starts, buffer_size)`` new rows.
         """
         out = {
             **super().save(),
             "num_updates": self.num_updates,
             "num_steps_replayed": self.num_steps_replayed,
-            "rows_stored": self.rows_stored,
             "update_credit": self._update_credit,
         }
         if self.config.checkpoint_replay_buffer:
@@ -269,5 +269,3 @@ class ReplayOptimizer(PolicyOptimizer):
         self._update_credit = float(state.get("update_credit", 0.0))
         if state.get("buffer") is not None:
             self.buffer.set_state(state["buffer"])
-        # checkpoints from before the counter: the saved buffer's count, as they gated on
-        self.rows_stored = int(state.get("rows_stored", self.buffer.num_added))
