@@ -59,7 +59,7 @@ def read_trials(exp_dir: Path, keys: list[str]) -> dict[str, list[dict[str, Any]
     A trial's ``result.json`` is appended to across pauses and restores; a row repeated
     for an iteration (a restore from an earlier checkpoint) is replaced by the later one.
     An evaluation carried into a later row (``always_attach_evaluation_results``) is NaN
-    there.
+    there, as is a failed evaluation's (it carries the latest metrics too).
     """
     trials: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(exp_dir.glob("*/result.json")):
@@ -71,8 +71,9 @@ def read_trials(exp_dir: Path, keys: list[str]) -> dict[str, list[dict[str, Any]
             config = r.get("config", {})
             # with always_attach_evaluation_results every row carries the latest
             # evaluation: only the iterations that evaluated count as evaluations
-            fresh = not config.get("always_attach_evaluation_results") or evaluates_at(
-                r["training_iteration"], config.get("evaluation_interval") or 0
+            fresh = not config.get("always_attach_evaluation_results") or (
+                evaluates_at(r["training_iteration"], config.get("evaluation_interval") or 0)
+                and r.get("evaluation/episodes", 0) > 0  # a failed one carries the last
             )
             row = {
                 "experiment": exp_dir.name,

@@ -52,8 +52,8 @@ def _row(trial: str, it: int, lr: float, ret: float, evaluation: float | None) -
         "episode_reward_mean": ret,
         "config": {"lr": lr, "seed": int(trial[-1]), "env": "CartPole-v1"},
     }
-    if evaluation is not None:
-        row["evaluation/episode_reward_mean"] = evaluation
+    if evaluation is not None:  # as the trainer reports an evaluation
+        row.update({"evaluation/episode_reward_mean": evaluation, "evaluation/episodes": 10})
     return row
 
 
@@ -169,12 +169,15 @@ def test_fresh_evaluation_of_last_checkpoints_is_cached(tmp_path, pbt, monkeypat
 
 
 def test_carried_evaluations_are_not_counted_as_evaluations(tmp_path, pbt):
-    # always_attach_evaluation_results: iterations 1 and 3 carry earlier evaluations
-    rows = [_row("t_0", it, 1e-3, 10.0 * it, ev) for it, ev in [(1, None), (2, 5.0), (3, 5.0)]]
+    # always_attach_evaluation_results: iterations 1 and 3 carry earlier evaluations, and
+    # iteration 4's evaluation failed (no episodes), so it carries iteration 2's too
+    evaluated = [(1, None), (2, 5.0), (3, 5.0), (4, 5.0)]
+    rows = [_row("t_0", it, 1e-3, 10.0 * it, ev) for it, ev in evaluated]
     rows[0]["evaluation/episode_reward_mean"] = float("nan")
+    rows[3]["evaluation/episodes"] = 0
     for r in rows:
         r["config"].update(evaluation_interval=2, always_attach_evaluation_results=True)
     _trial(tmp_path / "exp", "t_0", rows)
     (trial,) = pbt.read_trials(tmp_path / "exp", ["lr"]).values()
     evals = [r["evaluation_reward_mean"] for r in trial]
-    assert evals[1] == 5.0 and all(e != e for e in (evals[0], evals[2]))
+    assert evals[1] == 5.0 and all(e != e for e in (evals[0], evals[2], evals[3]))

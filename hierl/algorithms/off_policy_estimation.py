@@ -19,7 +19,7 @@ returns are negative, so compare policies by ``v_delta``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -103,13 +103,17 @@ def result_metrics(
 
 
 def load_episodes(
-    paths: Sequence[str], max_rows: int, skip_bad_files: bool, source: str
+    paths: Sequence[str],
+    max_rows: int,
+    skip_bad_files: bool,
+    source: str | Mapping[str, float],
 ) -> list[SampleBatch]:
     """The whole logged episodes of ``paths`` (files or folders) to estimate over: in
     order, until one more would pass ``max_rows`` rows (always at least one).
 
     Raises:
-        ConfigError: no whole episode (``source`` names the input in the message).
+        ConfigError: no whole episode (``source``, the ``input`` or ``input_mix`` setting,
+            names the input in the message).
     """
     episodes, rows = [], 0
     for ep in iter_episodes(list_files(list(paths)), skip_bad_files=skip_bad_files):

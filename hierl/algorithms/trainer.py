@@ -166,7 +166,7 @@ class Trainer(BaseTrainer):
             cfg.input_spec().logged_files(),
             cfg.off_policy_estimation_max_rows,
             cfg.input_skip_bad_files,
-            cfg.input,
+            cfg.input_mix or cfg.input,
         )
 
     def off_policy_estimates(self) -> dict[str, float]:

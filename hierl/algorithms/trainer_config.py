@@ -133,9 +133,11 @@ class TrainerConfig(SamplingSettings, BaseConfig):
     """Episodes per evaluation."""
     always_attach_evaluation_results: bool = False
     """Every ``train()`` result carries the latest evaluation's metrics (NaN before the
-    first, and after a restore until the next), not only every ``evaluation_interval``-th
-    (RLlib's setting of this name).  Tune needs a result's metric in every result: set it
-    to rank trials (PBT's exploits, a searcher) by ``evaluation/episode_reward_mean``."""
+    first, and after a restore or new weights (``set_weights``, ``set_filters``) until the
+    next), not only every ``evaluation_interval``-th (RLlib's setting of this name).  A
+    failed evaluation keeps the latest metrics, with ``evaluation/episodes`` 0.  Tune needs
+    a result's metric in every result: set it to rank trials (PBT's exploits, a searcher)
+    by ``evaluation/episode_reward_mean``."""
     evaluation_explore: bool = False
     """Sample actions in evaluation (False: the greedy action)."""
     evaluation_num_evaluators: int = 0

@@ -106,13 +106,6 @@ class AlphaZeroConfig(BaseConfig):
             self.check(name, getattr(self, name) >= 1, "must be >= 1")
         for name in ("num_learners", "replay_capacity"):
             self.check(name, getattr(self, name) >= 1, "must be >= 1")
-        arenas_idle = not self.gate and self.strength_games == 0
-        self.check(
-            "num_arena_workers",
-            self.num_arena_workers >= (0 if arenas_idle else 1),
-            "must be >= 1 (0 only with gate false and strength_games 0, when arenas have "
-            "nothing to play)",
-        )
         for name in ("train_batch_size", "sgd_steps_per_round", "num_simulations"):
             self.check(name, getattr(self, name) >= 1, "must be >= 1")
         self.check("num_self_play_workers", self.num_self_play_workers >= 0, "must be >= 0")
@@ -150,6 +143,14 @@ class AlphaZeroConfig(BaseConfig):
             "must be 1 with gate: false (the continual update trains one network)",
         )
         self.check("strength_games", self.strength_games >= 0, "must be >= 0")
+        arenas_idle = not self.gate and self.strength_games == 0
+        self.check(
+            "num_arena_workers",
+            self.num_arena_workers >= (0 if arenas_idle else 1),
+            "must be >= 1 (0 only with gate false and strength_games 0, when arenas have "
+            f"nothing to play; here gate is {self.gate} and strength_games "
+            f"{self.strength_games})",
+        )
         self.check(
             "strength_opponent",
             self.strength_opponent in ("auto", "minimax", "mcts", "random"),

@@ -123,7 +123,7 @@ class AlphaZeroTrainer(BaseTrainer):
         self.best_policy = AlphaZeroPolicy(self.observation_space, self.action_space, c)
         self.best_version = 0
         self._epoch = 0  # bumped on every new best: comparisons against older ones are stale
-        self._restores = 0  # bumped by set_state: training rounds launched before are stale
+        self._restores = 0  # bumped by set_state: tasks launched before are stale
         self.opponent = c.strength_opponent
         if self.opponent == "auto":
             self.opponent = "minimax" if isinstance(self.game, TicTacToe) else "mcts"
@@ -258,7 +258,7 @@ class AlphaZeroTrainer(BaseTrainer):
 
     def _launch_self_play(self, i: int) -> None:
         batch_ref, stats_ref = self._rt.call(self.self_play[i], "self_play", num_returns=2)
-        self._outstanding[stats_ref] = ("self_play", i, batch_ref)
+        self._outstanding[stats_ref] = ("self_play", i, (batch_ref, self._restores))
 
     def _launch_learners(self) -> None:
         if self.counters["replay_added"] < self.config.learning_starts:
@@ -309,10 +309,12 @@ class AlphaZeroTrainer(BaseTrainer):
             self._on_task_failure(kind, index, extra, error)
             return "failed", error
         if kind == "self_play":
-            self._rt.call(self.replay, "add", extra)
-            for k, v in value.items():
-                self.counters[k] += v
-            self.counters["replay_added"] += value["moves"]
+            batch_ref, restores = extra
+            if restores == self._restores:  # else played before a restore: dropped
+                self._rt.call(self.replay, "add", batch_ref)
+                for k, v in value.items():
+                    self.counters[k] += v
+                self.counters["replay_added"] += value["moves"]
             self._launch_self_play(index)
             self._launch_learners()
         elif kind == "train":
@@ -619,7 +621,6 @@ class AlphaZeroTrainer(BaseTrainer):
         self.best_policy.set_weights(state["best_weights"])
         self.best_version = int(state["best_version"])
         self._epoch += 1
-        self._restores += 1
         # first: a recreated replay actor resets the counters
         self._sync_call("replay", 0, "set_state", state["replay"])
         self.counters = collections.defaultdict(
@@ -633,6 +634,9 @@ class AlphaZeroTrainer(BaseTrainer):
         # held (num_learners raised on resume) starts from the best weights, as at start
         for j, learner_state in enumerate(state.get("learners", [])[: len(self.learners)]):
             self._sync_call("learner", j, "set_state", learner_state)
+        # last: every task launched until now (before the restore, or on an actor
+        # recreated during it, before its state arrived) is dropped when it finishes
+        self._restores += 1
 
     def stop(self) -> None:
         """Kill the actors (nothing to do in-process)."""
