@@ -62,10 +62,14 @@ def main() -> None:
     parser.add_argument("--ppo-log", type=Path, help="PPO's progress log (default: 1M CSVs)")
     parser.add_argument("--every", type=int, help="a row every N env steps (default: STEPS)")
     args = parser.parse_args()
+    if args.every is not None and args.every <= 0:
+        parser.error(f"--every must be a positive number of env steps, got {args.every}")
     es = ppo_es(args.log)
     if not es:
         sys.exit("no PPO-ES evaluation in the log yet")
     base = ppo_es(args.ppo_log) if args.ppo_log else ppo()
+    if args.ppo_log and set(base) != set(es):
+        sys.exit(f"PPO-ES has seeds {sorted(es)} but PPO's log {sorted(base)}: compare the same")
     seeds = range(max(max(es), max(base)) + 1)
     cols = " / ".join(map(str, seeds))
     print(f"| env steps, all members | PPO-ES seeds {cols} | median | PPO seeds {cols} | median |")
