@@ -131,6 +131,21 @@ class AlphaZeroConfig(BaseConfig):
         self.check("dirichlet_alpha", self.dirichlet_alpha > 0, "must be > 0")
         self.check("dirichlet_fraction", 0 <= self.dirichlet_fraction <= 1, "in [0, 1]")
         self.check("temperature_moves", self.temperature_moves >= 0, "must be >= 0")
+        self._check_gate_and_arenas()
+        self.check("max_actor_restarts", self.max_actor_restarts >= 0, "must be >= 0")
+        self.check(
+            "time_budget_s", self.time_budget_s is None or self.time_budget_s > 0, "None or > 0"
+        )
+        self.check(
+            "train_rounds_per_iter",
+            self.train_rounds_per_iter is None or self.train_rounds_per_iter >= 1,
+            "None or >= 1",
+        )
+        if self.time_budget_s is None and self.train_rounds_per_iter is None:
+            self.check("time_budget_s", False, "set it or train_rounds_per_iter (both None)")
+
+    def _check_gate_and_arenas(self) -> None:
+        """The settings of the gate, the arenas and the strength estimate."""
         self.check("arena_games", self.arena_games >= 2, "must be >= 2")
         for name in ("arena_simulations", "strength_simulations"):
             value = getattr(self, name)
@@ -157,14 +172,3 @@ class AlphaZeroConfig(BaseConfig):
             "auto, minimax, mcts or random",
         )
         self.check("baseline_simulations", self.baseline_simulations >= 1, "must be >= 1")
-        self.check("max_actor_restarts", self.max_actor_restarts >= 0, "must be >= 0")
-        self.check(
-            "time_budget_s", self.time_budget_s is None or self.time_budget_s > 0, "None or > 0"
-        )
-        self.check(
-            "train_rounds_per_iter",
-            self.train_rounds_per_iter is None or self.train_rounds_per_iter >= 1,
-            "None or >= 1",
-        )
-        if self.time_budget_s is None and self.train_rounds_per_iter is None:
-            self.check("time_budget_s", False, "set it or train_rounds_per_iter (both None)")
