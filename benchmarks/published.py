@@ -17,6 +17,12 @@ Prints a Markdown table (training returns at each frame count, and our latest gr
 evaluation by then; one pair of rows per CSV given) and writes ``vs_<published dir
 name>.png`` beside the first CSV.  With ``--target T`` it also prints the first frame
 count at which each training return (and each of our greedy evaluations) reached ``T``.
+
+For a run without frame skip (MuJoCo: ``--frame-skip 1``, each Monitor row an episode
+and ``l`` its env steps) the table and figure count env steps and episodes instead:
+
+    python benchmarks/published.py benchmarks/published/sb3-zoo-sac-halfcheetah \
+        benchmarks/curves/halfcheetah-sac/hierl_seed0.csv --frame-skip 1 --every 50000
 """
 
 from __future__ import annotations
@@ -28,6 +34,11 @@ import math
 from pathlib import Path
 
 from common import read_curve
+
+ATARI_UNITS = ("frames", "games")
+"""What the x axis counts and what one Monitor row is, for an Atari run (frame skip > 1)."""
+STEP_UNITS = ("env steps", "episodes")
+"""The same for a run without frame skip (MuJoCo: ``--frame-skip 1``)."""
 
 
 def published_games(directory: Path) -> list[tuple[float, float]]:
@@ -101,8 +112,10 @@ def table(
     points: list[float],
     window: int,
     name: str,
+    units: tuple[str, str] = ATARI_UNITS,
 ) -> str:
     """The Markdown comparison at ``points`` (frame counts); ``ours`` by run label."""
+    x, episodes = units
 
     def row(label: str, values: list[float]) -> str:
         return (
@@ -112,17 +125,17 @@ def table(
         )
 
     lines = [
-        "| frames | " + " | ".join(f"{p / 1e6:.1f}M" for p in points) + " |",
+        f"| {x} | " + " | ".join(f"{p / 1e6:g}M" for p in points) + " |",
         "|---|" + "---|" * len(points),
         row(
-            f"{name} training return (last {window} games)",
+            f"{name} training return (last {window} {episodes})",
             [rolling_mean_at(games, p, window) for p in points],
         ),
     ]
     for label, rows in ours.items():
         lines.append(
             row(
-                f"{label} training return (last {window} games)",
+                f"{label} training return (last {window} {episodes})",
                 [value_at(rows, p, "episode_reward_mean") for p in points],
             )
         )
@@ -141,8 +154,10 @@ def plot(
     window: int,
     name: str,
     out: Path,
+    units: tuple[str, str] = ATARI_UNITS,
 ) -> None:
     """Both training returns (and our greedy evaluations) against frames."""
+    x, episodes = units
     import matplotlib
 
     matplotlib.use("Agg")
@@ -153,7 +168,7 @@ def plot(
         [f for f, _ in games],
         [rolling_mean_at(games, f, window) for f, _ in games],
         color="C1",
-        label=f"{name}: training return (last {window} games)",
+        label=f"{name}: training return (last {window} {episodes})",
     )
     for k, (label, rows) in enumerate(ours.items()):
         color = "C0" if k == 0 else f"C{k + 1}"
@@ -161,7 +176,7 @@ def plot(
             [r["frames"] for r in rows],
             [r["episode_reward_mean"] for r in rows],
             color=color,
-            label=f"{label}: training return (last {window} games)",
+            label=f"{label}: training return (last {window} {episodes})",
         )
         evals = [(r["frames"], r["evaluation_reward_mean"]) for r in rows]
         evals = [(f, v) for f, v in evals if not math.isnan(v)]
@@ -173,8 +188,8 @@ def plot(
                 markersize=3,
                 label=f"{label}: greedy evaluation",
             )
-    ax.set_xlabel("frames")
-    ax.set_ylabel("return (whole games, unclipped)")
+    ax.set_xlabel(x)
+    ax.set_ylabel(f"return (whole {episodes}, unclipped)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
@@ -185,7 +200,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("published", type=Path, help="a directory of monitor_<env>.csv files")
     parser.add_argument("ours", type=Path, nargs="+", help="benchmarks/learning.py curve CSVs")
-    parser.add_argument("--frame-skip", type=int, default=4, help="frames per agent step")
+    parser.add_argument(
+        "--frame-skip", type=int, default=4, help="frames per agent step (1: MuJoCo, env steps)"
+    )
     parser.add_argument("--window", type=int, default=100, help="games per training return")
     parser.add_argument("--every", type=float, default=1e6, help="frames between table columns")
     parser.add_argument("--target", type=float, help="also print when each reached this return")
@@ -198,10 +215,11 @@ def main() -> None:
     end = min(games[-1][0], max(rows[-1]["frames"] for rows in ours.values()))
     points = [args.every * k for k in range(1, int(end // args.every) + 1)]
     name = args.published.name
-    print(table(games, ours, points, args.window, name))
+    units = ATARI_UNITS if args.frame_skip > 1 else STEP_UNITS
+    print(table(games, ours, points, args.window, name, units))
     if args.target is not None:
         first = published_first_reaching(games, args.target, args.window)
-        print(f"\nfirst frame count reaching {args.target:g}:")
+        print(f"\nfirst {units[0]} count reaching {args.target:g}:")
         print(f"  {name} training return: {first:,.0f}")
         for label, rows in ours.items():
             for key, what in (
@@ -210,7 +228,7 @@ def main() -> None:
             ):
                 print(f"  {label} {what}: {first_reaching(rows, key, args.target):,.0f}")
     out = args.ours[0].parent / f"vs_{name}.png"
-    plot(games, ours, args.window, name, out)
+    plot(games, ours, args.window, name, out, units)
     print(f"wrote {out}")
 
 

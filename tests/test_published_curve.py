@@ -114,9 +114,29 @@ def test_the_table_puts_both_curves_at_the_same_frame_counts(tmp_path, published
     ours = {"hierl seed0": published.our_curve(csv, frame_skip=4)}
     text = published.table(published.published_games(tmp_path), ours, [300.0, 400.0], 2, "zoo")
     assert text.splitlines() == [
-        "| frames | 0.0M | 0.0M |",
+        "| frames | 0.0003M | 0.0004M |",
         "|---|---|---|",
         "| zoo training return (last 2 games) | -20.5 | -20.5 |",
         "| hierl seed0 training return (last 2 games) | -21.0 | -18.0 |",
         "| hierl seed0 greedy evaluation (latest) | - | -17.0 |",
     ]
+    steps = published.table(
+        published.published_games(tmp_path), ours, [300.0], 2, "zoo", published.STEP_UNITS
+    )
+    assert steps.splitlines()[:3] == [
+        "| env steps | 0.0003M |",
+        "|---|---|",
+        "| zoo training return (last 2 episodes) | -20.5 |",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("env", "episodes", "steps", "return_at_300k"),
+    [("halfcheetah", 1000, 1_000_000, 6597.6), ("hopper", 2315, 999_950, 1409.3)],
+)
+def test_the_zoo_sac_extracts_are_whole_runs(published, env, episodes, steps, return_at_300k):
+    """The zoo's SAC runs on MuJoCo (one env, 1M steps): every episode kept, and the
+    100-episode training return at 300k steps that RESULTS.md cites."""
+    games = published.published_games(BENCH / "published" / f"sb3-zoo-sac-{env}")
+    assert len(games) == episodes and games[-1][0] == steps
+    assert published.rolling_mean_at(games, 300_000, 100) == pytest.approx(return_at_300k, abs=0.05)
