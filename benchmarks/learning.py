@@ -64,7 +64,7 @@ def run_hierl(
     csv_path = out / f"hierl_seed{seed}.csv"
     ckpt = RESULTS_DIR / "learning" / out.name / f"checkpoint_seed{seed}"  # not in the repo
     if resume and ckpt.exists() and csv_path.exists():
-        rows = read_curve(csv_path)  # written with the checkpoint, at the end too
+        rows = read_curve(csv_path)  # the last row is at a checkpoint once the seed finished
         if rows and (rows[-1]["timesteps"] >= budget or _reached(rows, stop_at)):
             print(f"  seed {seed}: finished at {int(rows[-1]['timesteps'])} env steps", flush=True)
             return csv_path
@@ -98,8 +98,10 @@ def run_hierl(
                 )
             freq = spec.checkpoint_freq or 10
             finished = rows[-1]["timesteps"] >= budget or _reached(rows[-1:], stop_at)
+            # Every iteration's row is on disk at once (a run cut off between checkpoints
+            # still shows how far it got); --resume keeps the rows up to its checkpoint.
+            _write_csv(csv_path, rows)
             if trainer.iteration % freq == 0 or finished:
-                _write_csv(csv_path, rows)
                 trainer.save(ckpt)
     finally:
         trainer.stop()

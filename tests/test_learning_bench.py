@@ -1,0 +1,63 @@
+"""``benchmarks/learning.py``: a run cut off between checkpoints keeps its curve on disk,
+and ``--resume`` goes on from the checkpoint, not from the last row."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from hierl.algorithms.registry import get_trainer_class
+from hierl.tune.experiments import ExperimentSpec
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def learning(tmp_path, monkeypatch):
+    sys.path.insert(0, str(BENCH))
+    try:
+        module = importlib.import_module("learning")
+        monkeypatch.setattr(module, "RESULTS_DIR", tmp_path / "results")  # its checkpoints
+        yield module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+@pytest.mark.timeout(120)
+def test_a_run_cut_between_checkpoints_keeps_every_row_and_resumes_at_its_checkpoint(
+    learning, tmp_path, monkeypatch
+):
+    config = {
+        "num_evaluators": 0,
+        "rollout_fragment_length": 50,
+        "train_batch_size": 100,
+        "model": {"hiddens": [8]},
+    }
+    spec = ExperimentSpec(run="PG", env="CartPole-v1", config=config, checkpoint_freq=2)
+    out = tmp_path / "curves"
+    out.mkdir()
+    trainer_class = get_trainer_class("PG")
+
+    class CutAtThirdIteration(trainer_class):
+        def train(self):
+            if self.iteration == 3:
+                raise KeyboardInterrupt  # the session ends during the 4th iteration
+            return super().train()
+
+    monkeypatch.setattr(learning, "get_trainer_class", lambda name: CutAtThirdIteration)
+    with pytest.raises(KeyboardInterrupt):
+        learning.run_hierl(spec, 0, 10_000, out, resume=False)
+    rows = learning.read_curve(out / "hierl_seed0.csv")
+    step = rows[0]["timesteps"]  # env steps per iteration
+    assert [r["timesteps"] for r in rows] == [step, 2 * step, 3 * step]  # 3rd: past the save
+
+    monkeypatch.setattr(learning, "get_trainer_class", get_trainer_class)
+    learning.run_hierl(spec, 0, int(4 * step), out, resume=True)
+    resumed = learning.read_curve(out / "hierl_seed0.csv")
+    assert [r["timesteps"] for r in resumed] == [step, 2 * step, 3 * step, 4 * step]
+    # the first two kept as written; the 3rd retrained from iteration 2's checkpoint
+    assert [r["wall_s"] for r in resumed[:2]] == [r["wall_s"] for r in rows[:2]]
+    assert resumed[2]["wall_s"] != rows[2]["wall_s"]
