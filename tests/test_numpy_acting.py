@@ -21,6 +21,11 @@ pytestmark = pytest.mark.timeout(60)
 OBS = spaces.Box(-np.inf, np.inf, (7,), np.float32)
 BOX = spaces.Box(-1.0, 1.0, (3,), np.float32)
 DISCRETE = spaces.Discrete(4)
+FORWARD_TOL = {"rtol": 1e-4, "atol": 1e-4}
+"""numpy's float32 forward pass against torch's. Both are float32, but torch's vectorised
+exp/expm1 (ELU, SiLU, tanh) and matmul blocking differ from numpy's by CPU: 2.3e-5 on an
+O(1) ELU output on a 2-core AVX-512 Xeon, where 1e-5 / 1e-6 failed. A wrong layer,
+activation, bias or head is off by 1e-2 or more."""
 
 
 def perturbed_model(action_space, seed: int = 0, **model) -> ActorCritic:
@@ -54,8 +59,8 @@ def test_forward_equals_the_torch_model(activation, action_space, model) -> None
     dist_inputs, values = actor.forward(obs)
     want_inputs, want_values = torch_outputs(net, obs)
     assert dist_inputs.dtype == values.dtype == np.float32
-    np.testing.assert_allclose(dist_inputs, want_inputs, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(values, want_values, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dist_inputs, want_inputs, **FORWARD_TOL)
+    np.testing.assert_allclose(values, want_values, **FORWARD_TOL)
 
 
 @pytest.mark.parametrize("action_space", [BOX, DISCRETE], ids=["box", "discrete"])
@@ -117,7 +122,7 @@ def test_policy_acts_through_numpy_and_follows_every_weight_change() -> None:
         _, _, ours = policy.compute_actions(obs, explore=False)
         _, _, theirs = twin.compute_actions(obs, explore=False)
         for key in (SB.ACTION_DIST_INPUTS, SB.VF_PREDS, SB.ACTION_LOGP):
-            np.testing.assert_allclose(ours[key], theirs[key], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(ours[key], theirs[key], **FORWARD_TOL)
 
     assert_same_outputs()
     # an optimizer step (in place), then set_weights (load_state_dict copies in place)
