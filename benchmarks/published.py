@@ -219,7 +219,7 @@ def main() -> None:
     print(table(games, ours, points, args.window, name, units))
     if args.target is not None:
         first = published_first_reaching(games, args.target, args.window)
-        print(f"\nfirst {units[0]} count reaching {args.target:g}:")
+        print(f"\nwhen each first reached {args.target:g} ({units[0]}):")
         print(f"  {name} training return: {first:,.0f}")
         for label, rows in ours.items():
             for key, what in (
