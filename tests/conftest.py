@@ -5,8 +5,11 @@ Fixtures only: what tests import (fake envs, helpers) lives in ``tests/support/`
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -55,3 +58,12 @@ def ray_session():
 def counting_env():
     """The CountingEnv class (pass as ``env`` with an env_config)."""
     return CountingEnv
+
+
+@pytest.fixture
+def learning(tmp_path, monkeypatch) -> ModuleType:
+    """``benchmarks/learning.py`` as a module, writing its checkpoints under ``tmp_path``."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    module = importlib.import_module("learning")
+    monkeypatch.setattr(module, "RESULTS_DIR", tmp_path / "results")
+    return module

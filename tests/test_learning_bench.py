@@ -3,27 +3,10 @@ and ``--resume`` goes on from the checkpoint, not from the last row."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 
 from hierl.algorithms.registry import get_trainer_class
 from hierl.tune.experiments import ExperimentSpec
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-@pytest.fixture
-def learning(tmp_path, monkeypatch):
-    sys.path.insert(0, str(BENCH))
-    try:
-        module = importlib.import_module("learning")
-        monkeypatch.setattr(module, "RESULTS_DIR", tmp_path / "results")  # its checkpoints
-        yield module
-    finally:
-        sys.path.remove(str(BENCH))
 
 
 @pytest.mark.timeout(120)

@@ -25,13 +25,6 @@ def bench():
         sys.path.remove(str(BENCH))
 
 
-@pytest.fixture
-def learning(bench, tmp_path, monkeypatch):
-    module = bench("learning")
-    monkeypatch.setattr(module, "RESULTS_DIR", tmp_path / "results")  # its checkpoints
-    return module
-
-
 @pytest.mark.ray
 @pytest.mark.timeout(240)
 def test_ppo_es_curve_has_evaluations_and_resumes_from_its_checkpoint(
