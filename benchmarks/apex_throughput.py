@@ -20,10 +20,18 @@ actors (RLlib ICML 2018 §5 reproduces it).  Two measurements, printed and writt
    (replay requests, priority updates) adds driver work per *learner* update, reported
    separately by the first measurement's ``wait``/``replay`` timers.
 
+3. **A tuned example** (``--file``, e.g. ``examples/tuned/pong-apex.yaml``) instead of
+   the two above: its Ape-X trainer as the file configures it (evaluation off) for
+   ``--seconds`` of wall-clock, with the rates over the stretch after the learner's
+   first update: env steps/s sampled, learner updates/s, rows replayed per sampled step
+   (the replay ratio) and the learner thread's busy fraction.  This is what a learning
+   run of the file gets from the machine; it learns nothing in that time.
+
 Usage::
 
     .venv/bin/python benchmarks/apex_throughput.py                  # both, ~2 minutes
     .venv/bin/python benchmarks/apex_throughput.py --skip-real --fake-evaluators 16
+    .venv/bin/python benchmarks/apex_throughput.py --file examples/tuned/pong-apex.yaml
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import contextlib
 import math
 import os
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,6 +54,7 @@ from hierl import get_trainer_class
 from hierl.optimizers.apex import ApexConfig, ApexOptimizer, sharded_replay
 from hierl.optimizers.apex.samplers import sample_for_replay
 from hierl.sample_batch import SampleBatch
+from hierl.tune.experiments import load_experiments
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import CpuMeter, cartpole_batch, measure_routing, process_tree, record
@@ -167,6 +177,41 @@ def real_throughput(algo: str, num_evaluators: int, iterations: int, step_s: flo
         }
 
 
+def tuned_throughput(path: str, seconds: float) -> dict[str, Any]:
+    """Rates of the Ape-X trainer of the tuned example at ``path`` (evaluation off) over
+    ``seconds``, counted from the result that first shows a learner update."""
+    ((name, spec),) = load_experiments(path).items()
+    config = {**spec.config, "env": spec.env, "seed": 0, "evaluation_interval": 0}
+    keys = ("num_steps_sampled", "num_steps_trained", "num_learner_updates")
+    with get_trainer_class(spec.run)(config) as trainer:
+        start = time.monotonic()
+        first = last = None
+        busy = []
+        while time.monotonic() - start < seconds:
+            result = trainer.train()
+            if result["num_learner_updates"] == 0:
+                continue
+            point = (time.monotonic(), *(result[k] for k in keys))
+            first, last = first or point, point
+            busy.append(result["learner_busy_frac"])
+        rows = int(trainer.optimizer.config.train_batch_size)
+    if first is None or last[0] <= first[0]:
+        raise SystemExit(f"{path}: the learner had not started within {seconds:g} s")
+    dt, sampled, trained, updates = (b - a for a, b in zip(first, last, strict=True))
+    return {
+        "experiment": name,
+        "env": spec.env,
+        "seconds_measured": dt,
+        "learning_started_after_s": first[0] - start,
+        "env_steps_per_s": sampled / dt,
+        "learner_updates_per_s": updates / dt,
+        "replay_batch_rows": rows,
+        "rows_replayed_per_step_sampled": trained / sampled,
+        "learner_busy_frac": float(np.mean(busy)),
+        "env_steps_total": last[1],
+    }
+
+
 def projection(batches_per_s: float, batch_rows: int) -> tuple[int, list[str]]:
     """Largest worker count the driver sustains at the paper's per-worker frame rate."""
     per_worker = PAPER_FRAMES_PER_S / PAPER_WORKERS
@@ -200,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--routing-seconds", type=float, default=10.0)
     parser.add_argument("--skip-real", action="store_true")
     parser.add_argument("--skip-routing", action="store_true")
+    parser.add_argument("--file", help="measure this tuned example's Ape-X instead")
+    parser.add_argument("--seconds", type=float, default=180.0, help="with --file")
     args = parser.parse_args(argv)
 
     import ray
@@ -212,6 +259,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     cores = os.cpu_count()
     figures: dict[str, Any] = {"cpu_count": cores}
+    if args.file:
+        run = tuned_throughput(args.file, args.seconds)
+        print(
+            f"{run['experiment']} ({run['env']}), {cores} CPU cores, "
+            f"{run['seconds_measured']:.0f} s from the first learner update "
+            f"(after {run['learning_started_after_s']:.0f} s):\n"
+            f"  {run['env_steps_per_s']:,.0f} env steps/s sampled, "
+            f"{run['learner_updates_per_s']:.1f} learner updates/s of "
+            f"{run['replay_batch_rows']} rows, "
+            f"{run['rows_replayed_per_step_sampled']:.2f} rows replayed per step sampled, "
+            f"learner busy {run['learner_busy_frac']:.0%}"
+        )
+        figures["tuned"] = run
+        args.skip_real = args.skip_routing = True
     if not args.skip_real:
         print(f"Ape-X DQN on CartPole-v1, {cores} CPU cores (oversubscribed beyond that):")
         print(f"{'evaluators':>10} {'env frames/s':>13} {'updates/s':>10} {'cores used':>11}")
