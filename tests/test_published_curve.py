@@ -131,12 +131,17 @@ def test_the_table_puts_both_curves_at_the_same_frame_counts(tmp_path, published
 
 
 @pytest.mark.parametrize(
-    ("env", "episodes", "steps", "return_at_300k"),
-    [("halfcheetah", 1000, 1_000_000, 6597.6), ("hopper", 2315, 999_950, 1409.3)],
+    ("run", "episodes", "steps", "return_at_300k"),
+    [
+        ("sac-halfcheetah", 1000, 1_000_000, 6597.6),
+        ("sac-hopper", 2315, 999_950, 1409.3),
+        ("td3-halfcheetah", 1000, 1_000_000, 8003.5),
+        ("td3-hopper", 2776, 999_871, 2077.8),
+    ],
 )
-def test_the_zoo_sac_extracts_are_whole_runs(published, env, episodes, steps, return_at_300k):
-    """The zoo's SAC runs on MuJoCo (one env, 1M steps): every episode kept, and the
-    100-episode training return at 300k steps that RESULTS.md cites."""
-    games = published.published_games(BENCH / "published" / f"sb3-zoo-sac-{env}")
+def test_the_zoo_mujoco_extracts_are_whole_runs(published, run, episodes, steps, return_at_300k):
+    """The zoo's SAC and TD3 runs on MuJoCo (one env, 1M steps): every episode kept, and
+    the 100-episode training return at 300k steps that RESULTS.md cites."""
+    games = published.published_games(BENCH / "published" / f"sb3-zoo-{run}")
     assert len(games) == episodes and games[-1][0] == steps
     assert published.rolling_mean_at(games, 300_000, 100) == pytest.approx(return_at_300k, abs=0.05)
