@@ -13,10 +13,14 @@ hierl's ``episode_reward_mean`` is (``metrics_smoothing_episodes``: 100, whole g
 sampled actions, unclipped). Ours comes from a ``benchmarks/learning.py`` CSV, whose
 ``timesteps`` are agent steps: ``--frame-skip`` of them make a frame count.
 
-Prints a Markdown table (training returns at each frame count, and our latest greedy
+If the directory also has ``evaluations.csv`` (the run's SB3 ``EvalCallback`` log:
+``timesteps`` in agent steps over all envs, ``mean_return`` over ``episodes`` greedy
+episodes), its latest greedy evaluation by each frame count is shown too.
+
+Prints a Markdown table (training returns at each frame count, and the latest greedy
 evaluation by then; one pair of rows per CSV given) and writes ``vs_<published dir
 name>.png`` beside the first CSV.  With ``--target T`` it also prints the first frame
-count at which each training return (and each of our greedy evaluations) reached ``T``.
+count at which each training return (and each greedy evaluation) reached ``T``.
 
 For a run without frame skip (MuJoCo: ``--frame-skip 1``, each Monitor row an episode
 and ``l`` its env steps) the table and figure count env steps and episodes instead:
@@ -61,6 +65,29 @@ def published_games(directory: Path) -> list[tuple[float, float]]:
     return sorted(games)
 
 
+def published_evaluations(directory: Path, frame_skip: int) -> list[dict[str, float]]:
+    """The run's greedy evaluations from ``directory/evaluations.csv`` as rows with
+    ``frames`` (its ``timesteps`` are agent steps) and ``evaluation_reward_mean``, the
+    shape of ``our_curve``'s rows; empty if the file is absent."""
+    path = directory / "evaluations.csv"
+    if not path.exists():
+        return []
+    with path.open() as f:
+        reader = csv.DictReader(f)
+        if not {"timesteps", "mean_return"} <= set(reader.fieldnames or ()):
+            raise SystemExit(
+                f"{path}: columns {reader.fieldnames}; expected timesteps and mean_return"
+            )
+        return [
+            {
+                "frames": float(row["timesteps"]) * frame_skip,
+                "evaluation_reward_mean": float(row["mean_return"]),
+                "episodes": float(row.get("episodes") or "nan"),
+            }
+            for row in reader
+        ]
+
+
 def rolling_mean_at(games: list[tuple[float, float]], frames: float, window: int) -> float:
     """Mean score of the last ``window`` games ended by ``frames`` (NaN before the first)."""
     end = bisect.bisect_right(games, (frames, math.inf))
@@ -92,10 +119,10 @@ def our_curve(path: Path, frame_skip: int) -> list[dict[str, float]]:
     return rows
 
 
-def value_at(rows: list[dict[str, float]], frames: float, key: str) -> float:
-    """``key`` in the last row at or before ``frames`` that has it (NaN: none, or the curve
-    ends before ``frames``)."""
-    if not rows or frames > rows[-1]["frames"]:
+def value_at(rows: list[dict[str, float]], frames: float, key: str, clip: bool = True) -> float:
+    """``key`` in the last row at or before ``frames`` that has it (NaN: none, or, with
+    ``clip``, the curve ends before ``frames``)."""
+    if not rows or (clip and frames > rows[-1]["frames"]):
         return math.nan
     value = math.nan
     for row in rows:
@@ -113,8 +140,10 @@ def table(
     window: int,
     name: str,
     units: tuple[str, str] = ATARI_UNITS,
+    evaluations: list[dict[str, float]] | None = None,
 ) -> str:
-    """The Markdown comparison at ``points`` (frame counts); ``ours`` by run label."""
+    """The Markdown comparison at ``points`` (frame counts); ``ours`` by run label;
+    ``evaluations``: the published run's greedy evaluations, if it has them."""
     x, episodes = units
 
     def row(label: str, values: list[float]) -> str:
@@ -132,6 +161,13 @@ def table(
             [rolling_mean_at(games, p, window) for p in points],
         ),
     ]
+    if evaluations:
+        lines.append(
+            row(
+                f"{name} greedy evaluation (latest, {evaluations[-1]['episodes']:.0f} {episodes})",
+                [value_at(evaluations, p, "evaluation_reward_mean", clip=False) for p in points],
+            )
+        )
     for label, rows in ours.items():
         lines.append(
             row(
@@ -155,8 +191,9 @@ def plot(
     name: str,
     out: Path,
     units: tuple[str, str] = ATARI_UNITS,
+    evaluations: list[dict[str, float]] | None = None,
 ) -> None:
-    """Both training returns (and our greedy evaluations) against frames."""
+    """Both training returns (and the greedy evaluations) against frames."""
     x, episodes = units
     import matplotlib
 
@@ -170,6 +207,15 @@ def plot(
         color="C1",
         label=f"{name}: training return (last {window} {episodes})",
     )
+    if evaluations:
+        ax.plot(
+            [r["frames"] for r in evaluations],
+            [r["evaluation_reward_mean"] for r in evaluations],
+            "x",
+            color="C1",
+            markersize=3,
+            label=f"{name}: greedy evaluation",
+        )
     for k, (label, rows) in enumerate(ours.items()):
         color = "C0" if k == 0 else f"C{k + 1}"
         ax.plot(
@@ -208,6 +254,7 @@ def main() -> None:
     parser.add_argument("--target", type=float, help="also print when each reached this return")
     args = parser.parse_args()
     games = published_games(args.published)
+    evaluations = published_evaluations(args.published, args.frame_skip)
     ours = {
         f"{path.parent.name} {path.stem.replace('_', ' ')}": our_curve(path, args.frame_skip)
         for path in args.ours
@@ -216,11 +263,14 @@ def main() -> None:
     points = [args.every * k for k in range(1, int(end // args.every) + 1)]
     name = args.published.name
     units = ATARI_UNITS if args.frame_skip > 1 else STEP_UNITS
-    print(table(games, ours, points, args.window, name, units))
+    print(table(games, ours, points, args.window, name, units, evaluations))
     if args.target is not None:
         first = published_first_reaching(games, args.target, args.window)
         print(f"\nwhen each first reached {args.target:g} ({units[0]}):")
         print(f"  {name} training return: {first:,.0f}")
+        if evaluations:
+            reached = first_reaching(evaluations, "evaluation_reward_mean", args.target)
+            print(f"  {name} greedy evaluation: {reached:,.0f}")
         for label, rows in ours.items():
             for key, what in (
                 ("episode_reward_mean", "training return"),
@@ -228,7 +278,7 @@ def main() -> None:
             ):
                 print(f"  {label} {what}: {first_reaching(rows, key, args.target):,.0f}")
     out = args.ours[0].parent / f"vs_{name}.png"
-    plot(games, ours, args.window, name, out, units)
+    plot(games, ours, args.window, name, out, units, evaluations)
     print(f"wrote {out}")
 
 

@@ -145,3 +145,48 @@ def test_the_zoo_mujoco_extracts_are_whole_runs(published, run, episodes, steps,
     games = published.published_games(BENCH / "published" / f"sb3-zoo-{run}")
     assert len(games) == episodes and games[-1][0] == steps
     assert published.rolling_mean_at(games, 300_000, 100) == pytest.approx(return_at_300k, abs=0.05)
+
+
+def test_the_published_greedy_evaluations_are_placed_in_frames(tmp_path, published):
+    """``evaluations.csv`` counts agent steps: at frame skip 4 an evaluation at 100 steps
+    stands at 400 frames, and the table shows the latest one by each column, past the
+    last one too (the run evaluated no more, it did not end)."""
+    _monitor(tmp_path / "monitor_0.csv", [(-21.0, 400), (-19.0, 800)])
+    (tmp_path / "evaluations.csv").write_text(
+        "timesteps,mean_return,episodes\n100,-20.0,10\n200,-15.5,10\n"
+    )
+    evaluations = published.published_evaluations(tmp_path, frame_skip=4)
+    assert [r["frames"] for r in evaluations] == [400.0, 800.0]
+    row = {"frames": 1200.0, "episode_reward_mean": -18.0, "evaluation_reward_mean": -14.0}
+    games = published.published_games(tmp_path)
+    text = published.table(
+        games, {"hierl": [row]}, [300.0, 400.0, 1200.0], 2, "zoo", evaluations=evaluations
+    )
+    assert (
+        text.splitlines()[3] == "| zoo greedy evaluation (latest, 10 games) | - | -20.0 | -15.5 |"
+    )
+    assert published.first_reaching(evaluations, "evaluation_reward_mean", -16.0) == 800.0
+    assert published.published_evaluations(tmp_path / "absent", frame_skip=4) == []
+    (tmp_path / "evaluations.csv").write_text("step,return\n1,2\n")
+    with pytest.raises(SystemExit, match="timesteps and mean_return"):
+        published.published_evaluations(tmp_path, frame_skip=4)
+
+
+@pytest.mark.parametrize(
+    ("run", "frame_skip", "evaluations", "episodes", "at", "mean"),
+    [
+        ("dqn-pong", 4, 255, 10, 4_040_000, 19.0),  # its first greedy +18: 1.01M steps
+        ("sac-halfcheetah", 1, 100, 20, 300_000, 7197.1),
+        ("sac-hopper", 1, 100, 20, 300_000, 1540.4),
+        ("td3-halfcheetah", 1, 100, 20, 300_000, 8487.9),
+        ("td3-hopper", 1, 40, 20, 300_000, 2670.5),
+    ],
+)
+def test_the_zoo_evaluation_extracts(published, run, frame_skip, evaluations, episodes, at, mean):
+    """The zoo runs' greedy evaluations (their ``evaluations.npz``, as CSV) that
+    RESULTS.md cites; the DQN run's only to the 10.2M frames of its Monitor extract."""
+    rows = published.published_evaluations(BENCH / "published" / f"sb3-zoo-{run}", frame_skip)
+    assert len(rows) == evaluations and {r["episodes"] for r in rows} == {episodes}
+    assert published.value_at(rows, at, "evaluation_reward_mean") == pytest.approx(mean, abs=0.05)
+    if run == "dqn-pong":
+        assert published.first_reaching(rows, "evaluation_reward_mean", 18.0) == at
