@@ -12,9 +12,7 @@ gradients before each step), its statistics and its TD errors for priorities.
 Sampling from the replay buffer is not timed on either side.
 
 The two are timed in alternating rounds (``--rounds`` of ``--updates`` each) in one
-process.  The ratio (goal >= 0.9) is the median over rounds of hierl's updates/s over
-the baseline's in the round beside it (paired: a load that drifts over the run affects
-both sides of a pair alike); the ratio of the two sides' median rounds is reported too.
+process (``update_timing.paired_rates``: the goal is a paired ratio >= 0.9).
 Written to ``benchmarks/results/sac_update.json`` with the machine's load averages.
 
 Usage::
@@ -25,13 +23,10 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import copy
 import math
 import os
-import statistics
 import sys
-import time
 from typing import Any
 
 import gymnasium as gym
@@ -40,13 +35,16 @@ import torch
 from torch.nn import functional as F
 
 from hierl.algorithms.sac import LOG_STD_MAX, LOG_STD_MIN, SACConfig, SACPolicy
-from hierl.sample_batch import SampleBatch as SB
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import record
-
-OBS_DIM, ACT_DIM, ROWS = 17, 6, 256
-"""HalfCheetah-v5's observation and action sizes; the replayed batch's rows."""
+from update_timing import (
+    ACT_DIM,
+    OBS_DIM,
+    paired_rates,
+    replay_batch,
+    run_benchmark,
+    tensors,
+)
 
 
 def make_policy(hiddens: tuple[int, ...] = (256, 256), seed: int = 0) -> SACPolicy:
@@ -56,21 +54,6 @@ def make_policy(hiddens: tuple[int, ...] = (256, 256), seed: int = 0) -> SACPoli
     config = SACConfig.from_dict({"model": {"hiddens": list(hiddens), "activation": "relu"}})
     torch.manual_seed(seed)
     return SACPolicy(obs_space, act_space, config)
-
-
-def replay_batch(rows: int = ROWS, seed: int = 0) -> SB:
-    """A replayed batch as the replay buffer hands it over (numpy columns)."""
-    rng = np.random.default_rng(seed)
-    return SB(
-        {
-            SB.OBS: rng.normal(size=(rows, OBS_DIM)).astype(np.float32),
-            SB.NEW_OBS: rng.normal(size=(rows, OBS_DIM)).astype(np.float32),
-            SB.ACTIONS: rng.uniform(-1, 1, (rows, ACT_DIM)).astype(np.float32),
-            SB.REWARDS: rng.normal(size=rows).astype(np.float32),
-            SB.TERMINATEDS: rng.random(rows) < 0.01,
-            SB.TRUNCATEDS: np.zeros(rows, bool),
-        }
-    )
 
 
 class TorchSAC:
@@ -126,88 +109,22 @@ class TorchSAC:
                     t.lerp_(p, self.tau)
 
 
-def tensors(batch: SB) -> tuple[torch.Tensor, ...]:
-    """The baseline's inputs: the batch's columns as tensors (zero-copy)."""
-    return (
-        torch.from_numpy(batch[SB.OBS]),
-        torch.from_numpy(batch[SB.ACTIONS]),
-        torch.from_numpy(batch[SB.REWARDS]),
-        torch.from_numpy(batch[SB.TERMINATEDS].astype(np.float32)),
-        torch.from_numpy(batch[SB.NEW_OBS]),
-    )
-
-
-def _timed(fn: Any, updates: int) -> float:
-    start = time.perf_counter()
-    for _ in range(updates):
-        fn()
-    return updates / (time.perf_counter() - start)
-
-
 def measure(updates: int, rounds: int, hiddens: tuple[int, ...] = (256, 256)) -> dict[str, Any]:
     """Updates/s of hierl and of the baseline, alternating rounds; medians and ratio."""
     policy = make_policy(hiddens)
     baseline = TorchSAC(policy)
     batch = replay_batch()
     inputs = tensors(batch)
-
-    def hierl_update() -> None:
-        policy.learn_on_replay_batch(batch)
-
-    def torch_update() -> None:
-        baseline.update(*inputs)
-
-    for fn in (hierl_update, torch_update):  # warm-up: allocator, Adam state
-        _timed(fn, max(3, updates // 10))
-    hierl_rates, torch_rates = [], []
-    for _ in range(rounds):
-        hierl_rates.append(_timed(hierl_update, updates))
-        torch_rates.append(_timed(torch_update, updates))
-    hierl, base = statistics.median(hierl_rates), statistics.median(torch_rates)
-    paired = [h / t for h, t in zip(hierl_rates, torch_rates, strict=True)]
-    return {
-        "hierl_updates_per_s": hierl,
-        "torch_updates_per_s": base,
-        "ratio": statistics.median(paired),
-        "ratio_of_medians": hierl / base,
-        "paired_ratios": paired,
-        "hierl_rounds": hierl_rates,
-        "torch_rounds": torch_rates,
-    }
+    return paired_rates(
+        lambda: policy.learn_on_replay_batch(batch),
+        lambda: baseline.update(*inputs),
+        updates,
+        rounds,
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--updates", type=int, default=20, help="updates per timed round")
-    parser.add_argument("--rounds", type=int, default=21, help="alternating rounds per side")
-    parser.add_argument("--quick", action="store_true", help="10 updates x 2 rounds")
-    args = parser.parse_args()
-    updates, rounds = (10, 2) if args.quick else (args.updates, args.rounds)
-    load_before = os.getloadavg()
-    torch.manual_seed(0)
-    figures = measure(updates, rounds)
-    figures.update(load_before=load_before, load_after=os.getloadavg())
-    config = {
-        "rows": ROWS,
-        "obs_dim": OBS_DIM,
-        "act_dim": ACT_DIM,
-        "hiddens": [256, 256],
-        "updates_per_round": updates,
-        "rounds": rounds,
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-    }
-    path = record("sac_update", config, figures)
-    print(
-        f"SAC update, {ROWS}-row batch, (256, 256) actor and twin critics, obs {OBS_DIM}, "
-        f"act {ACT_DIM}, {torch.get_num_threads()} torch threads:\n"
-        f"  hierl       {figures['hierl_updates_per_s']:8.1f} updates/s (median of {rounds})\n"
-        f"  pure torch  {figures['torch_updates_per_s']:8.1f} updates/s\n"
-        f"  ratio       {figures['ratio']:.3f} (median of {rounds} paired rounds; goal >= 0.9)"
-        f", ratio of the medians {figures['ratio_of_medians']:.3f}\n"
-        f"  load averages before {load_before}, after {figures['load_after']}\n"
-        f"  written to {path}"
-    )
+    run_benchmark("sac_update", "SAC update", measure, __doc__)
 
 
 if __name__ == "__main__":
