@@ -29,31 +29,18 @@ import os
 import sys
 from typing import Any
 
-import gymnasium as gym
-import numpy as np
 import torch
 from torch.nn import functional as F
 
 from hierl.algorithms.sac import LOG_STD_MAX, LOG_STD_MIN, SACConfig, SACPolicy
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from update_timing import (
-    ACT_DIM,
-    OBS_DIM,
-    paired_rates,
-    replay_batch,
-    run_benchmark,
-    tensors,
-)
+from update_timing import ACT_DIM, halfcheetah_policy, measure_update, run_benchmark
 
 
 def make_policy(hiddens: tuple[int, ...] = (256, 256), seed: int = 0) -> SACPolicy:
     """A SAC policy with SB3's defaults on HalfCheetah-shaped spaces."""
-    obs_space = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
-    act_space = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
-    config = SACConfig.from_dict({"model": {"hiddens": list(hiddens), "activation": "relu"}})
-    torch.manual_seed(seed)
-    return SACPolicy(obs_space, act_space, config)
+    return halfcheetah_policy(SACPolicy, SACConfig, hiddens, seed)
 
 
 class TorchSAC:
@@ -112,15 +99,7 @@ class TorchSAC:
 def measure(updates: int, rounds: int, hiddens: tuple[int, ...] = (256, 256)) -> dict[str, Any]:
     """Updates/s of hierl and of the baseline, alternating rounds; medians and ratio."""
     policy = make_policy(hiddens)
-    baseline = TorchSAC(policy)
-    batch = replay_batch()
-    inputs = tensors(batch)
-    return paired_rates(
-        lambda: policy.learn_on_replay_batch(batch),
-        lambda: baseline.update(*inputs),
-        updates,
-        rounds,
-    )
+    return measure_update(policy, TorchSAC(policy), updates, rounds)
 
 
 def main() -> None:

@@ -30,30 +30,17 @@ import os
 import sys
 from typing import Any
 
-import gymnasium as gym
-import numpy as np
 import torch
 
 from hierl.algorithms.ddpg import DDPGPolicy, TD3Config
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from update_timing import (
-    ACT_DIM,
-    OBS_DIM,
-    paired_rates,
-    replay_batch,
-    run_benchmark,
-    tensors,
-)
+from update_timing import halfcheetah_policy, measure_update, run_benchmark
 
 
 def make_policy(hiddens: tuple[int, ...] = (256, 256), seed: int = 0) -> DDPGPolicy:
     """A TD3 policy with its defaults on HalfCheetah-shaped spaces."""
-    obs_space = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
-    act_space = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
-    config = TD3Config.from_dict({"model": {"hiddens": list(hiddens), "activation": "relu"}})
-    torch.manual_seed(seed)
-    return DDPGPolicy(obs_space, act_space, config)
+    return halfcheetah_policy(DDPGPolicy, TD3Config, hiddens, seed)
 
 
 class TorchTD3:
@@ -111,15 +98,7 @@ def measure(updates: int, rounds: int, hiddens: tuple[int, ...] = (256, 256)) ->
             f"--updates {updates}: an even count, so both sides update the actor alike"
         )
     policy = make_policy(hiddens)
-    baseline = TorchTD3(policy)
-    batch = replay_batch()
-    inputs = tensors(batch)
-    return paired_rates(
-        lambda: policy.learn_on_replay_batch(batch),
-        lambda: baseline.update(*inputs),
-        updates,
-        rounds,
-    )
+    return measure_update(policy, TorchTD3(policy), updates, rounds)
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from common import record
@@ -25,6 +26,16 @@ from hierl.sample_batch import SampleBatch as SB
 
 OBS_DIM, ACT_DIM, ROWS = 17, 6, 256
 """HalfCheetah-v5's observation and action sizes; the replayed batch's rows."""
+
+
+def halfcheetah_policy(policy_class: type, config_class: type, hiddens: tuple[int, ...], seed: int):
+    """A ``policy_class`` with ``config_class``'s defaults and ReLU ``hiddens`` on
+    HalfCheetah-shaped spaces, its weights drawn from torch seed ``seed``."""
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
+    act_space = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
+    config = config_class.from_dict({"model": {"hiddens": list(hiddens), "activation": "relu"}})
+    torch.manual_seed(seed)
+    return policy_class(obs_space, act_space, config)
 
 
 def replay_batch(rows: int = ROWS, seed: int = 0) -> SB:
@@ -60,6 +71,19 @@ def timed(fn: Callable[[], Any], updates: int) -> float:
     for _ in range(updates):
         fn()
     return updates / (time.perf_counter() - start)
+
+
+def measure_update(policy: Any, baseline: Any, updates: int, rounds: int) -> dict[str, Any]:
+    """``paired_rates`` of ``policy.learn_on_replay_batch`` against ``baseline.update`` on
+    the same replayed batch (the baseline's as tensors)."""
+    batch = replay_batch()
+    inputs = tensors(batch)
+    return paired_rates(
+        lambda: policy.learn_on_replay_batch(batch),
+        lambda: baseline.update(*inputs),
+        updates,
+        rounds,
+    )
 
 
 def paired_rates(

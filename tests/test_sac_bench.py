@@ -18,7 +18,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 def bench():
     sys.path.insert(0, str(BENCH))
     try:
-        yield importlib.import_module("sac_update")
+        yield importlib.import_module("sac_update")  # imports update_timing too
     finally:
         sys.path.remove(str(BENCH))
 
@@ -26,8 +26,8 @@ def bench():
 def test_the_baseline_update_equals_hierl_s(bench):
     policy = bench.make_policy(hiddens=(32, 32))
     baseline = bench.TorchSAC(policy)
-    batch = bench.replay_batch(rows=64)
-    inputs = bench.tensors(batch)
+    batch = sys.modules["update_timing"].replay_batch(rows=64)
+    inputs = sys.modules["update_timing"].tensors(batch)
     for step in range(3):
         torch.manual_seed(step)
         policy.learn_on_replay_batch(batch)
