@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import csv
-import importlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.support.benchmarks import import_benchmark
 
 FILE = """\
 p:
@@ -35,11 +33,7 @@ f:
 
 @pytest.fixture(scope="module")
 def pbt():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("pbt")
-    finally:
-        sys.path.remove(str(BENCH))
+    return import_benchmark("pbt")
 
 
 def _row(trial: str, it: int, lr: float, ret: float, evaluation: float | None) -> dict:

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import importlib
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.support.benchmarks import BENCH, import_benchmark
+
 ZOO = BENCH / "published" / "sb3-zoo-ppo-pong"
 ZOO_DQN = BENCH / "published" / "sb3-zoo-dqn-pong"
 
 
 @pytest.fixture(scope="module")
 def published():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("published")
-    finally:
-        sys.path.remove(str(BENCH))
+    return import_benchmark("published")
 
 
 def _monitor(path: Path, rows: list[tuple[float, int]]) -> None:

@@ -3,31 +3,23 @@ SAC (so the ratio compares like with like), and the script runs."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.support.benchmarks import import_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("sac_update")  # imports update_timing too
-    finally:
-        sys.path.remove(str(BENCH))
+    return import_benchmark("sac_update")
 
 
 def test_the_baseline_update_equals_hierl_s(bench):
     policy = bench.make_policy(hiddens=(32, 32))
     baseline = bench.TorchSAC(policy)
-    batch = sys.modules["update_timing"].replay_batch(rows=64)
-    inputs = sys.modules["update_timing"].tensors(batch)
+    batch = import_benchmark("update_timing").replay_batch(rows=64)
+    inputs = import_benchmark("update_timing").tensors(batch)
     for step in range(3):
         torch.manual_seed(step)
         policy.learn_on_replay_batch(batch)
@@ -69,11 +61,7 @@ def test_sb3_peer_of_learning_py_gets_the_experiment_s_settings(algo, tmp_path):
     pytest.importorskip("stable_baselines3")  # the bench extra: not in README's test install
     from hierl.tune.experiments import load_experiments
 
-    sys.path.insert(0, str(BENCH))
-    try:
-        learning = importlib.import_module("learning")
-    finally:
-        sys.path.remove(str(BENCH))
+    learning = import_benchmark("learning")
     path = tmp_path / "exp.yaml"
     path.write_text(
         f"x:\n  run: {algo}\n  env: Pendulum-v1\n  config:\n    tau: 0.01\n"

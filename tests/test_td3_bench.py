@@ -3,24 +3,16 @@ TD3 (so the ratio compares like with like), and the script runs."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.support.benchmarks import import_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("td3_update")  # imports update_timing too
-    finally:
-        sys.path.remove(str(BENCH))
+    return import_benchmark("td3_update")
 
 
 def test_the_baseline_update_equals_hierl_s(bench):
@@ -29,8 +21,8 @@ def test_the_baseline_update_equals_hierl_s(bench):
     more than that."""
     policy = bench.make_policy(hiddens=(32, 32))
     baseline = bench.TorchTD3(policy)
-    batch = sys.modules["update_timing"].replay_batch(rows=64)
-    inputs = sys.modules["update_timing"].tensors(batch)
+    batch = import_benchmark("update_timing").replay_batch(rows=64)
+    inputs = import_benchmark("update_timing").tensors(batch)
     for step in range(4):
         torch.manual_seed(step)  # the target smoothing noise
         policy.learn_on_replay_batch(batch)
