@@ -9,7 +9,8 @@ its ``stop.timesteps_total``), checkpointing every ``checkpoint_freq`` iteration
 ``benchmarks/results/learning/``; restore is exact where the env can be snapshotted, as
 classic-control and Atari envs can: a run cut into chunks gives the same curve as one
 run).  ``--peer sb3`` runs SB3's PPO, SAC or TD3 with the same hyperparameters beside it,
-in the same process, one after the other.  ``--target R`` also reports, per seed, the env
+in the same process, one after the other (SB3's run keeps no checkpoint: ``--resume`` keeps
+a finished SB3 curve and reruns an unfinished one).  ``--target R`` also reports, per seed, the env
 steps and wall-clock of the first evaluation of at least ``R``; with ``--stop-at-target``
 each seed's run ends there (time-to-target comparisons).
 
@@ -217,9 +218,10 @@ SB3_PEERS = {"PPO": make_sb3_ppo, "SAC": make_sb3_off_policy, "TD3": make_sb3_of
 """The algorithms ``--peer sb3`` runs, and their builders."""
 
 
-def run_sb3(spec: ExperimentSpec, seed: int, budget: int, out: Path) -> Path:
+def run_sb3(spec: ExperimentSpec, seed: int, budget: int, out: Path, resume: bool = False) -> Path:
     """SB3's peer of the experiment (``SB3_PEERS``) to ``budget`` steps, evaluated as
-    hierl is: every ``evaluation_interval`` iterations' worth of env steps."""
+    hierl is: every ``evaluation_interval`` iterations' worth of env steps. SB3's run
+    keeps no checkpoint: with ``resume`` a finished CSV is kept, an unfinished one rerun."""
     import torch
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -227,6 +229,12 @@ def run_sb3(spec: ExperimentSpec, seed: int, budget: int, out: Path) -> Path:
 
     if spec.run not in SB3_PEERS:
         raise SystemExit(f"--peer sb3 runs {', '.join(SB3_PEERS)}, not {spec.run}")
+    csv_path = out / f"sb3_seed{seed}.csv"
+    if resume and csv_path.exists():
+        rows = read_curve(csv_path)
+        if rows and rows[-1]["timesteps"] >= budget:
+            print(f"  sb3 seed {seed}: finished at {int(rows[-1]['timesteps'])} env steps")
+            return csv_path
     model, env, eval_env = SB3_PEERS[spec.run](spec, seed)
     c = spec.config
     n_envs = env.num_envs
@@ -264,7 +272,6 @@ def run_sb3(spec: ExperimentSpec, seed: int, budget: int, out: Path) -> Path:
 
     torch.set_num_threads(1)
     model.learn(total_timesteps=budget, callback=Evaluate())
-    csv_path = out / f"sb3_seed{seed}.csv"
     _write_csv(csv_path, rows)
     return csv_path
 
@@ -417,17 +424,21 @@ def main() -> None:
     out = CURVES_DIR / name
     out.mkdir(parents=True, exist_ok=True)
     stop_at = args.target if args.stop_at_target else None
-    if args.only_seed is not None:
-        if not 0 <= args.only_seed < args.seeds:
-            parser.error(f"--only-seed {args.only_seed} is not one of seeds 0..{args.seeds - 1}")
-        run_hierl(spec, args.only_seed, budget, out, args.resume, stop_at)
-        return
-    for seed in range(args.seeds):
+
+    def run_seed(seed: int) -> None:
         print(f"{name}: hierl seed {seed}", flush=True)
         run_hierl(spec, seed, budget, out, args.resume, stop_at)
         if args.peer == "sb3":
             print(f"{name}: sb3 seed {seed}", flush=True)
-            run_sb3(spec, seed, budget, out)
+            run_sb3(spec, seed, budget, out, args.resume)
+
+    if args.only_seed is not None:
+        if not 0 <= args.only_seed < args.seeds:
+            parser.error(f"--only-seed {args.only_seed} is not one of seeds 0..{args.seeds - 1}")
+        run_seed(args.only_seed)
+        return
+    for seed in range(args.seeds):
+        run_seed(seed)
     summary = summarize(name, out, spec, budget, args.target)
     command = " ".join(
         ["python benchmarks/learning.py", args.file, f"--seeds {args.seeds}"]

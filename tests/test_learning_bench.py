@@ -44,3 +44,28 @@ def test_a_run_cut_between_checkpoints_keeps_every_row_and_resumes_at_its_checkp
     # the first two kept as written; the 3rd retrained from iteration 2's checkpoint
     assert [r["wall_s"] for r in resumed[:2]] == [r["wall_s"] for r in rows[:2]]
     assert resumed[2]["wall_s"] != rows[2]["wall_s"]
+
+
+def test_resume_keeps_a_finished_sb3_curve_and_reruns_an_unfinished_one(
+    learning, tmp_path, monkeypatch
+):
+    spec = ExperimentSpec(run="TD3", env="Pendulum-v1", config={})
+    built = []
+
+    def peer(spec, seed):
+        built.append(seed)
+        raise RuntimeError("built")  # stands in for SB3's (slow) run
+
+    monkeypatch.setitem(learning.SB3_PEERS, "TD3", peer)
+    rows = [
+        {"timesteps": t, "wall_s": 1.0, "episode_reward_mean": 0.0, "evaluation_reward_mean": 0.0}
+        for t in (500, 1000)
+    ]
+    learning._write_csv(tmp_path / "sb3_seed0.csv", rows)
+    assert learning.run_sb3(spec, 0, 1000, tmp_path, resume=True) == tmp_path / "sb3_seed0.csv"
+    assert built == []
+    with pytest.raises(RuntimeError, match="built"):  # short of the budget: run again
+        learning.run_sb3(spec, 0, 1500, tmp_path, resume=True)
+    with pytest.raises(RuntimeError, match="built"):  # without --resume: always run
+        learning.run_sb3(spec, 0, 1000, tmp_path, resume=False)
+    assert built == [0, 0]
