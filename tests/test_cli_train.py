@@ -354,6 +354,37 @@ def test_tune_resume_bad_input_is_one_error_line(tmp_path):
     assert "FILE does not go with it" in line
     line = _one_error_line(_run(["tune"])[2])
     assert "FILE" in line and "--resume" in line
+    line = _one_error_line(_run(["tune", "exp.yaml", "--resume", "--seed", "1"])[2])
+    assert "--seed does not go with it" in line
+    line = _one_error_line(_run(["tune", "exp.yaml", "--seed", "-1"])[2])
+    assert "-1" in line
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+def test_tune_seed_replaces_the_trial_seeds_and_the_sampled_configs(ray_session, tmp_path):
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "tiny:\n  run: PG\n  env: CartPole-v1\n  stop: {training_iteration: 1}\n"
+        "  num_samples: 2\n  seed: 3\n"
+        "  config: {train_batch_size: 100, num_envs_per_evaluator: 1,\n"
+        "           lr: {loguniform: [0.0001, 0.01]}}\n"
+    )
+
+    def configs(*flags):
+        storage = tmp_path / f"results{len(flags)}"
+        assert (
+            main(["tune", str(exp), "--storage-path", str(storage), "--verbose", "0", *flags]) == 0
+        )
+        rows = [
+            json.loads(p.read_text().splitlines()[-1]) for p in storage.glob("tiny/*/result.json")
+        ]
+        return sorted((r["config"]["seed"], r["config"]["lr"]) for r in rows)
+
+    file_seeded, reseeded = configs(), configs("--seed", "7")
+    assert [seed for seed, _ in file_seeded] == [3, 4]  # the file's base seed
+    assert [seed for seed, _ in reseeded] == [7, 8]
+    assert {lr for _, lr in reseeded}.isdisjoint(lr for _, lr in file_seeded)
 
 
 @pytest.mark.ray

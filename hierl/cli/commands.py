@@ -22,6 +22,7 @@ from hierl.cli.common import (
     algorithm_names,
     error_line,
     is_number,
+    non_negative_int,
     one_line,
     positive_int,
     resolve_checkpoint,
@@ -185,6 +186,13 @@ def add_tune_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
         metavar="KEY=VALUE",
         help="replace every experiment's stop conditions (repeatable), e.g. training_iteration=5",
     )
+    tune.add_argument(
+        "--seed",
+        type=non_negative_int,
+        metavar="N",
+        help="replace every experiment's seed (its trials' base seed and its search-space "
+        "sampler's): a repeat of the file from other starting configs",
+    )
     tune.add_argument("--ray-address", metavar="ADDR", help="join this Ray cluster")
     tune.add_argument(
         "--verbose", type=int, default=1, choices=[0, 1, 2], help="Tune's progress output"
@@ -208,16 +216,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.resume == RESUME_FILE:  # hierl tune FILE --resume
         if args.file is None:
             raise CLIError("--resume without DIR resumes the experiments of FILE: give FILE")
-        if args.stop is not None:
-            raise CLIError(
-                "--resume continues the experiments as they were started; --stop does not "
-                "go with it"
-            )
+        for flag, value in {"--stop": args.stop, "--seed": args.seed}.items():
+            if value is not None:
+                raise CLIError(
+                    f"--resume continues the experiments as they were started; {flag} does "
+                    "not go with it"
+                )
     elif args.resume is not None:
         for flag, value in {
             "FILE": args.file,
             "--experiment": args.experiment,
             "--stop": args.stop,
+            "--seed": args.seed,
             "--storage-path": args.storage_path,
         }.items():
             if value is not None:
@@ -244,9 +254,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 f"no experiment {unknown} in '{args.file}'; it has: {', '.join(experiments)}"
             )
         experiments = {n: experiments[n] for n in args.experiment}
-    if args.stop:
-        for spec in experiments.values():
+    for spec in experiments.values():
+        if args.stop:
             spec.stop = dict(args.stop)
+        if args.seed is not None:
+            spec.seed = args.seed
     ensure_ray(args.ray_address)
     done = []
     with _trial_user_errors_without_traceback():
