@@ -10,9 +10,9 @@ its ``stop.timesteps_total``), checkpointing every ``checkpoint_freq`` iteration
 classic-control and Atari envs can: a run cut into chunks gives the same curve as one
 run).  ``--peer sb3`` runs SB3's PPO, SAC or TD3 with the same hyperparameters beside it,
 in the same process, one after the other (SB3's run keeps no checkpoint: ``--resume`` keeps
-a finished SB3 curve and reruns an unfinished one).  ``--target R`` also reports, per seed, the env
-steps and wall-clock of the first evaluation of at least ``R``; with ``--stop-at-target``
-each seed's run ends there (time-to-target comparisons).
+a finished SB3 curve and reruns an unfinished one).  ``--target R`` also reports, per
+seed, the env steps and wall-clock of the first evaluation of at least ``R``; with
+``--stop-at-target`` each seed's run ends there (time-to-target comparisons).
 
 Writes, under ``benchmarks/curves/<name>/``: one CSV per implementation and
 seed (env steps, wall-clock seconds, training and greedy evaluation returns), a PNG of the
