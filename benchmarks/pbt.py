@@ -407,8 +407,10 @@ def main() -> None:
     args = parser.parse_args()
     name = args.name or args.file.stem.replace("_", "-")
     summary = summarize(args.storage.resolve(), args.file, name, args.eval_episodes)
-    command = f"python benchmarks/pbt.py STORAGE --file {args.file}" + (
-        f" --eval-episodes {args.eval_episodes}" if args.eval_episodes else ""
+    command = (
+        f"python benchmarks/pbt.py STORAGE --file {args.file}"
+        + (f" --name {args.name}" if args.name else "")
+        + (f" --eval-episodes {args.eval_episodes}" if args.eval_episodes else "")
     )
     update_results_md(summary, command)
     print(json.dumps(summary["best"], indent=2, default=str))
