@@ -66,7 +66,7 @@ def run_hierl(
     ckpt = RESULTS_DIR / "learning" / out.name / f"checkpoint_seed{seed}"  # not in the repo
     if resume and ckpt.exists() and csv_path.exists():
         rows = read_curve(csv_path)  # the last row is at a checkpoint once the seed finished
-        if rows and (rows[-1]["timesteps"] >= budget or _reached(rows, stop_at)):
+        if _finished(rows, budget, stop_at):
             print(f"  seed {seed}: finished at {int(rows[-1]['timesteps'])} env steps", flush=True)
             return csv_path
     trainer = get_trainer_class(spec.run)({**spec.config, "env": spec.env, "seed": seed})
@@ -76,7 +76,7 @@ def run_hierl(
         done = trainer.timesteps_total
         rows = [r for r in read_curve(csv_path) if r["timesteps"] <= done]
         print(f"  seed {seed}: resumed at {done} env steps", flush=True)
-    finished = bool(rows) and (rows[-1]["timesteps"] >= budget or _reached(rows, stop_at))
+    finished = _finished(rows, budget, stop_at)
     try:
         while not finished:
             result = trainer.train()
@@ -98,7 +98,7 @@ def run_hierl(
                     flush=True,
                 )
             freq = spec.checkpoint_freq or 10
-            finished = rows[-1]["timesteps"] >= budget or _reached(rows[-1:], stop_at)
+            finished = _finished(rows[-1:], budget, stop_at)  # the new row decides
             # Every iteration's row is on disk at once (a run cut off between checkpoints
             # still shows how far it got); --resume keeps the rows up to its checkpoint.
             _write_csv(csv_path, rows)
@@ -107,6 +107,11 @@ def run_hierl(
     finally:
         trainer.stop()
     return csv_path
+
+
+def _finished(rows: list[dict[str, float]], budget: int, stop_at: float | None = None) -> bool:
+    """Whether a curve is done: it reached ``budget`` env steps (or the ``stop_at`` return)."""
+    return bool(rows) and (rows[-1]["timesteps"] >= budget or _reached(rows, stop_at))
 
 
 def _reached(rows: list[dict[str, float]], target: float | None) -> bool:
@@ -232,7 +237,7 @@ def run_sb3(spec: ExperimentSpec, seed: int, budget: int, out: Path, resume: boo
     csv_path = out / f"sb3_seed{seed}.csv"
     if resume and csv_path.exists():
         rows = read_curve(csv_path)
-        if rows and rows[-1]["timesteps"] >= budget:
+        if _finished(rows, budget):
             print(f"  sb3 seed {seed}: finished at {int(rows[-1]['timesteps'])} env steps")
             return csv_path
     model, env, eval_env = SB3_PEERS[spec.run](spec, seed)

@@ -5,16 +5,15 @@ Fixtures only: what tests import (fake envs, helpers) lives in ``tests/support/`
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
 
 import hierl.evaluators.ray_runtime  # noqa: F401  (Ray's environment, before ray is imported)
+from tests.support.benchmarks import import_benchmark
 from tests.support.counting_env import CountingEnv
 
 # Ray runs its workers at nice 15, below the driver.  On a quiet machine that is what a
@@ -63,7 +62,6 @@ def counting_env():
 @pytest.fixture
 def learning(tmp_path, monkeypatch) -> ModuleType:
     """``benchmarks/learning.py`` as a module, writing its checkpoints under ``tmp_path``."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    module = importlib.import_module("learning")
+    module = import_benchmark("learning")
     monkeypatch.setattr(module, "RESULTS_DIR", tmp_path / "results")
     return module
