@@ -227,11 +227,6 @@ def run_sb3(spec: ExperimentSpec, seed: int, budget: int, out: Path, resume: boo
     """SB3's peer of the experiment (``SB3_PEERS``) to ``budget`` steps, evaluated as
     hierl is: every ``evaluation_interval`` iterations' worth of env steps. SB3's run
     keeps no checkpoint: with ``resume`` a finished CSV is kept, an unfinished one rerun."""
-    import torch
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.evaluation import evaluate_policy
-    from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
-
     if spec.run not in SB3_PEERS:
         raise SystemExit(f"--peer sb3 runs {', '.join(SB3_PEERS)}, not {spec.run}")
     csv_path = out / f"sb3_seed{seed}.csv"
@@ -241,6 +236,11 @@ def run_sb3(spec: ExperimentSpec, seed: int, budget: int, out: Path, resume: boo
             print(f"  sb3 seed {seed}: finished at {int(rows[-1]['timesteps'])} env steps")
             return csv_path
     model, env, eval_env = SB3_PEERS[spec.run](spec, seed)
+    import torch  # after the resume check and the peer: a kept curve needs no SB3
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
+
     c = spec.config
     n_envs = env.num_envs
     norm = isinstance(env, VecNormalize)
