@@ -193,6 +193,27 @@ def _coerce(field: str, tp: Any, value: Any) -> Any:
     return value
 
 
+def _over_default(field: dataclasses.Field, tp: Any, value: Any, prefix: str) -> Any:
+    """A dict given for a config-typed field whose default comes from a factory updates
+    that default instead of replacing it: ``{"model": {"hiddens": [400, 300]}}`` keeps the
+    algorithm's other model defaults (SAC's and TD3's ReLU), as RLlib merges its model
+    dicts over ``MODEL_DEFAULTS``."""
+    factory = field.default_factory
+    if not (
+        isinstance(value, Mapping)
+        and inspect.isclass(tp)
+        and dataclasses.is_dataclass(tp)
+        and factory is not dataclasses.MISSING
+    ):
+        return value
+    default = factory()
+    names = {f.name for f in dataclasses.fields(tp) if f.init}
+    return {
+        **{name: getattr(default, name) for name in names},
+        **translate_rllib_keys(value, names, prefix),
+    }
+
+
 def from_dict(cls: type[C], data: Mapping[str, Any], prefix: str = "") -> C:
     """Build dataclass ``cls`` from ``data``; unknown keys and wrong types raise ConfigError."""
     if not isinstance(data, Mapping):
@@ -206,6 +227,7 @@ def from_dict(cls: type[C], data: Mapping[str, Any], prefix: str = "") -> C:
                 f"unknown config key '{prefix}{key}' for {cls.__name__}"
                 f"{suggest_key(str(key), set(fields))}; valid keys: {', '.join(sorted(fields))}"
             )
+        value = _over_default(fields[key], hints[key], value, f"{prefix}{key}.")
         kwargs[key] = _coerce(prefix + key, hints[key], value)
     try:
         return cls(**kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import time
@@ -57,6 +58,17 @@ def test_unknown_key_names_it_and_suggests():
 def test_bad_values_are_named(key, value, message):
     with pytest.raises(ConfigError, match=message):
         get_trainer_class("PPO").config_class.from_dict({**TINY, key: value})
+
+
+@pytest.mark.parametrize("algo", ["SAC", "TD3", "DQN"])
+def test_a_partial_model_dict_updates_the_algorithms_model_defaults(algo):
+    config_class = get_trainer_class(algo).config_class
+    default = config_class().model
+    assert default.activation == "relu"  # not ModelConfig's own tanh
+    config = config_class.from_dict({"model": {"hiddens": [400, 300]}})
+    assert config.model == dataclasses.replace(default, hiddens=(400, 300))
+    assert config_class.from_dict({"model": {"fcnet_hiddens": [8]}}).model.hiddens == (8,)
+    assert config_class.from_dict(config.to_dict()) == config  # stored configs are whole
 
 
 def test_unsupported_and_unknown_optimizer_names():
