@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -372,6 +373,36 @@ def test_mlp_structure_and_init() -> None:
     w = linears[-1].weight.detach()
     torch.testing.assert_close(w @ w.T, 1e-4 * torch.eye(2), atol=1e-7, rtol=1e-4)
     assert MLP(4, (8,), "tanh").out_features == 8
+
+
+def _torch_default_layers(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """Layers of ``module`` as PyTorch's init leaves them: weights and biases drawn from
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (kaiming_uniform with a=sqrt(5))."""
+    layers = [m for m in module.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))]
+    for layer in layers:
+        bound = 1 / math.sqrt(layer.weight[0].numel())
+        for p in (layer.weight, layer.bias):
+            assert p.abs().max() <= bound and p.abs().max() > 0.5 * bound
+    return layers
+
+
+def test_weight_init_torch_keeps_pytorchs_init_in_every_default_model() -> None:
+    config = ModelConfig(hiddens=(64, 32), activation="relu", weight_init="torch")
+    torch.manual_seed(0)
+    mlp = MLP.from_config(17, config, out_size=6, out_gain=0.01)
+    assert len(_torch_default_layers(mlp)) == 3  # the output layer too: out_gain unused
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(17, 64)  # the same draws as an untouched nn.Linear
+    assert torch.equal(mlp.net[0].weight, plain.weight)
+    box = spaces.Box(-1.0, 1.0, (2,))
+    assert len(_torch_default_layers(ActorCritic(spaces.Box(-1, 1, (5,)), box, config))) == 6
+    image = spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    assert len(_torch_default_layers(ActorCritic(image, box, config))) == 6  # 3 conv, fc, heads
+    recurrent = dataclasses.replace(config, use_lstm=True)
+    lstm = RecurrentActorCritic(spaces.Box(-1, 1, (5,)), box, recurrent)
+    assert lstm.lstm.bias_ih_l0.abs().max() > 0  # PyTorch's, not zeroed
+    with pytest.raises(ValueError, match=r"weight_init 'xavier'.*'orthogonal', 'torch'"):
+        ModelConfig(weight_init="xavier")
 
 
 def test_nature_cnn_small_image() -> None:

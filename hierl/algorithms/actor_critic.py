@@ -77,7 +77,7 @@ class DDPGCritic(nn.Module):
 
     def __init__(self, obs_size: int, act_dim: int, config: ModelConfig):
         super().__init__()
-        self.net = MLP(obs_size + act_dim, config.hiddens, config.activation, 1)
+        self.net = MLP.from_config(obs_size + act_dim, config, 1)
 
     def forward(self, obs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         return self.net(torch.cat([obs, u], dim=-1)).squeeze(-1)

@@ -173,7 +173,7 @@ class DDPGActor(nn.Module):
     def __init__(self, obs_size: int, act_dim: int, config: ModelConfig):
         super().__init__()
         # Small final layer: initial actions near the middle of the range, not saturated.
-        self.net = MLP(obs_size, config.hiddens, config.activation, act_dim, out_gain=0.01)
+        self.net = MLP.from_config(obs_size, config, act_dim, out_gain=0.01)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(obs))

@@ -148,9 +148,10 @@ class QNetwork(nn.Module):
         self.torso = make_torso(obs_space, config)
         width = self.torso.out_features
         self.dueling = dueling
-        # Heads are single orthogonally initialised linear layers (MLP without hiddens).
-        self.advantage_head = MLP(width, (), config.activation, out_size=num_actions)
-        self.value_head = MLP(width, (), config.activation, out_size=1) if dueling else None
+        # Heads are single linear layers (MLPs without hiddens), initialised per weight_init.
+        act, init = config.activation, config.weight_init
+        self.advantage_head = MLP(width, (), act, num_actions, weight_init=init)
+        self.value_head = MLP(width, (), act, 1, weight_init=init) if dueling else None
         self.dist_class = Categorical
 
     def q_values(self, obs: torch.Tensor) -> torch.Tensor:

@@ -72,7 +72,7 @@ class ESPolicy(PolicyGraph):
         check_default_model(model, "ES's deterministic MLP")
         self.in_size = get_preprocessor(observation_space).size
         # Small output gain (Salimans: normc 0.01 on the last layer): near-neutral start.
-        self.model = MLP(self.in_size, model.hiddens, model.activation, out, out_gain=0.01)
+        self.model = MLP.from_config(self.in_size, model, out, out_gain=0.01)
         self.model.requires_grad_(False)
         self._params = list(self.model.parameters())
         # numpy views of the parameters' memory, which is only ever written in place

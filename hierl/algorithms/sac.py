@@ -164,7 +164,7 @@ class SACActor(nn.Module):
     def __init__(self, obs_size: int, act_dim: int, config: ModelConfig):
         super().__init__()
         # Small final layer: initial means near 0 and stds near 1.
-        self.net = MLP(obs_size, config.hiddens, config.activation, 2 * act_dim, out_gain=0.01)
+        self.net = MLP.from_config(obs_size, config, 2 * act_dim, out_gain=0.01)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(mean, log_std)`` of the Gaussian before the squashing."""
@@ -396,7 +396,7 @@ class DiscreteSACActor(nn.Module):
     def __init__(self, obs_size: int, num_actions: int, config: ModelConfig):
         super().__init__()
         # Small final layer: initial probabilities near uniform.
-        self.net = MLP(obs_size, config.hiddens, config.activation, num_actions, out_gain=0.01)
+        self.net = MLP.from_config(obs_size, config, num_actions, out_gain=0.01)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """The logits ``(B, n)``."""
@@ -419,7 +419,7 @@ class DiscreteCritic(nn.Module):
 
     def __init__(self, obs_size: int, num_actions: int, config: ModelConfig):
         super().__init__()
-        self.net = MLP(obs_size, config.hiddens, config.activation, num_actions)
+        self.net = MLP.from_config(obs_size, config, num_actions)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
         """``Q(s, .)`` ``(B, n)``; with ``actions`` (indices ``(B,)``): ``Q(s, a)`` ``(B,)``."""

@@ -72,6 +72,10 @@ def get_activation(name: str) -> type[nn.Module]:
         raise ValueError(f"Unknown activation {name!r}; valid activations are: {valid}") from None
 
 
+WEIGHT_INITS = ("orthogonal", "torch")
+"""The values of ``ModelConfig.weight_init``."""
+
+
 @dataclass
 class ModelConfig:
     """Architecture of an ``ActorCritic`` model.
@@ -84,6 +88,12 @@ class ModelConfig:
     CNN replaces the fully connected torso."""
     activation: str = "tanh"
     """Hidden-layer activation: ``"tanh"``, ``"relu"``, ``"elu"`` or ``"silu"``."""
+    weight_init: str = "orthogonal"
+    """How the default models' layers start: ``"orthogonal"`` (orthogonal weights with
+    gain sqrt(2) in hidden layers and each head's own gain, zero biases: the custom of
+    OpenAI Baselines' and CleanRL's PPO and DQN) or ``"torch"`` (PyTorch's own
+    ``nn.Linear`` / ``nn.Conv2d`` / ``nn.LSTM`` init, as SB3 and the TD3 and SAC authors'
+    code start their off-policy networks: the default of DDPG, TD3 and SAC)."""
     vf_share_layers: bool | None = None
     """If True, the policy and value heads share a single torso; if False each head gets
     its own torso of the same architecture; None (default): shared for image
@@ -142,6 +152,9 @@ class ModelConfig:
             raise ValueError(f"hiddens must be positive integers, got {self.hiddens}")
         get_activation(self.activation)
         self.activation = self.activation.lower()
+        if self.weight_init not in WEIGHT_INITS:
+            valid = ", ".join(repr(w) for w in WEIGHT_INITS)
+            raise ValueError(f"Unknown weight_init {self.weight_init!r}; valid values: {valid}")
         if self.conv_filters is not None:
             filters = []
             for layer in self.conv_filters:
@@ -194,8 +207,13 @@ class ModelConfig:
 # ---------------------------------------------------------------------------------------------
 
 
-def _init_layer(layer: nn.Linear | nn.Conv2d, gain: float) -> nn.Linear | nn.Conv2d:
-    """Orthogonal weight init with ``gain`` and zero bias; returns the layer."""
+def _init_layer(
+    layer: nn.Linear | nn.Conv2d, gain: float, weight_init: str = "orthogonal"
+) -> nn.Linear | nn.Conv2d:
+    """Orthogonal weight init with ``gain`` and zero bias, or for ``weight_init="torch"``
+    the layer as PyTorch initialised it; returns the layer."""
+    if weight_init == "torch":
+        return layer
     nn.init.orthogonal_(layer.weight, gain=gain)
     if layer.bias is not None:
         nn.init.zeros_(layer.bias)
@@ -203,10 +221,11 @@ def _init_layer(layer: nn.Linear | nn.Conv2d, gain: float) -> nn.Linear | nn.Con
 
 
 class MLP(nn.Module):
-    """Fully connected network with orthogonal initialisation.
+    """Fully connected network with orthogonal initialisation (or PyTorch's).
 
     Hidden layers are ``Linear -> activation`` (orthogonal gain ``sqrt(2)``, zero bias). When
     ``out_size`` is given, a final linear layer without activation (gain ``out_gain``) is added.
+    With ``weight_init="torch"`` every layer keeps PyTorch's init (``out_gain`` unused).
 
     Attributes:
         out_features: Size of the output (``out_size``, else the last hidden size, else
@@ -220,6 +239,7 @@ class MLP(nn.Module):
         activation: str,
         out_size: int | None = None,
         out_gain: float = 1.0,
+        weight_init: str = "orthogonal",
     ) -> None:
         """Build the layers; see the class docstring."""
         super().__init__()
@@ -227,15 +247,24 @@ class MLP(nn.Module):
         layers: list[nn.Module] = []
         last = int(in_size)
         for h in hiddens:
-            layers.append(_init_layer(nn.Linear(last, int(h)), math.sqrt(2.0)))
+            layers.append(_init_layer(nn.Linear(last, int(h)), math.sqrt(2.0), weight_init))
             layers.append(act_cls())
             last = int(h)
         if out_size is not None:
-            layers.append(_init_layer(nn.Linear(last, int(out_size)), out_gain))
+            layers.append(_init_layer(nn.Linear(last, int(out_size)), out_gain, weight_init))
             last = int(out_size)
         self.in_features = int(in_size)
         self.out_features = last
         self.net = nn.Sequential(*layers)
+
+    @classmethod
+    def from_config(
+        cls, in_size: int, config: ModelConfig, out_size: int | None = None, out_gain: float = 1.0
+    ) -> MLP:
+        """The MLP of ``config``'s ``hiddens``, ``activation`` and ``weight_init``."""
+        return cls(
+            in_size, config.hiddens, config.activation, out_size, out_gain, config.weight_init
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the network to ``x`` of shape ``(B, in_size)``."""
@@ -295,6 +324,7 @@ class NatureCNN(nn.Module):
         obs_shape: Sequence[int],
         conv_filters: Sequence[Sequence[int]] | None = None,
         channels_first: bool | None = None,
+        weight_init: str = "orthogonal",
     ) -> None:
         """Build the network for images of shape ``obs_shape``.
 
@@ -317,7 +347,11 @@ class NatureCNN(nn.Module):
         in_ch = c
         for out_ch, kernel, stride in filters:
             layers.append(
-                _init_layer(nn.Conv2d(in_ch, int(out_ch), int(kernel), int(stride)), math.sqrt(2.0))
+                _init_layer(
+                    nn.Conv2d(in_ch, int(out_ch), int(kernel), int(stride)),
+                    math.sqrt(2.0),
+                    weight_init,
+                )
             )
             layers.append(nn.ReLU())
             in_ch = int(out_ch)
@@ -333,7 +367,8 @@ class NatureCNN(nn.Module):
                 "or model.channels_first if the layout was misread"
             ) from e
         self.fc = nn.Sequential(
-            _init_layer(nn.Linear(n_flat, self.hidden_size), math.sqrt(2.0)), nn.ReLU()
+            _init_layer(nn.Linear(n_flat, self.hidden_size), math.sqrt(2.0), weight_init),
+            nn.ReLU(),
         )
         self.out_features = self.hidden_size
 
@@ -354,8 +389,10 @@ def make_torso(obs_space: gym.Space, config: ModelConfig) -> MLP | NatureCNN:
     ``config.hiddens`` over the preprocessed (flat) observation."""
     preprocessor = get_preprocessor(obs_space)
     if isinstance(preprocessor, ImagePreprocessor):
-        return NatureCNN(preprocessor.shape, config.conv_filters, config.channels_first)
-    return MLP(preprocessor.size, config.hiddens, config.activation)
+        return NatureCNN(
+            preprocessor.shape, config.conv_filters, config.channels_first, config.weight_init
+        )
+    return MLP.from_config(preprocessor.size, config)
 
 
 class ActorCritic(nn.Module):
@@ -404,8 +441,9 @@ class ActorCritic(nn.Module):
 
         use_free_log_std = isinstance(action_space, spaces.Box) and config.free_log_std
         head_out = self.num_dist_inputs // 2 if use_free_log_std else self.num_dist_inputs
-        self.pi_head = _init_layer(nn.Linear(self.pi_torso.out_features, head_out), 0.01)
-        self.vf_head = _init_layer(nn.Linear(self.pi_torso.out_features, 1), 1.0)
+        width, init = self.pi_torso.out_features, config.weight_init
+        self.pi_head = _init_layer(nn.Linear(width, head_out), 0.01, init)
+        self.vf_head = _init_layer(nn.Linear(width, 1), 1.0, init)
         if use_free_log_std:
             self.log_std: nn.Parameter | None = nn.Parameter(
                 torch.full((head_out,), float(config.init_log_std))
@@ -469,15 +507,16 @@ class RecurrentActorCritic(nn.Module):
         self.cell_size = config.lstm_cell_size
         self.torso = make_torso(obs_space, config)
         self.lstm = nn.LSTM(self.torso.out_features, self.cell_size, batch_first=True)
-        for name, param in self.lstm.named_parameters():
-            if name.startswith("bias"):
-                nn.init.zeros_(param)
-            else:
-                nn.init.orthogonal_(param, gain=1.0)
+        if config.weight_init == "orthogonal":
+            for name, param in self.lstm.named_parameters():
+                if name.startswith("bias"):
+                    nn.init.zeros_(param)
+                else:
+                    nn.init.orthogonal_(param, gain=1.0)
         use_free_log_std = isinstance(action_space, spaces.Box) and config.free_log_std
         head_out = self.num_dist_inputs // 2 if use_free_log_std else self.num_dist_inputs
-        self.pi_head = _init_layer(nn.Linear(self.cell_size, head_out), 0.01)
-        self.vf_head = _init_layer(nn.Linear(self.cell_size, 1), 1.0)
+        self.pi_head = _init_layer(nn.Linear(self.cell_size, head_out), 0.01, config.weight_init)
+        self.vf_head = _init_layer(nn.Linear(self.cell_size, 1), 1.0, config.weight_init)
         if use_free_log_std:
             self.log_std: nn.Parameter | None = nn.Parameter(
                 torch.full((head_out,), float(config.init_log_std))
