@@ -147,9 +147,16 @@ def test_td3_target_twin_min_and_clipped_smoothing_noise():
     policy = make_policy(twin_q=True, smooth_target_policy=True, target_noise=0.0)
     perturb_targets(policy)
     batch = make_batch(n=32)
-    w = policy.get_weights()
     new_obs, r = batch[SB.NEW_OBS], batch[SB.REWARDS]
     not_terminal = 1.0 - batch[SB.TERMINATEDS]
+    # shift the second target critic's output so that the two cross on this batch: the
+    # min then picks from both (checked in expected)
+    w = policy.get_weights()
+    mu = np_actor(w, "target_actor", new_obs)
+    gap = np_critic(w, "target_critic", new_obs, mu) - np_critic(w, "target_critic2", new_obs, mu)
+    with torch.no_grad():
+        policy.model.target_critic2.net.net[-1].bias.add_(float(np.median(gap)))
+    w = policy.get_weights()
 
     def expected(u_next):
         q1 = np_critic(w, "target_critic", new_obs, u_next)
