@@ -172,7 +172,8 @@ class DDPGActor(nn.Module):
 
     def __init__(self, obs_size: int, act_dim: int, config: ModelConfig):
         super().__init__()
-        # Small final layer: initial actions near the middle of the range, not saturated.
+        # With the orthogonal init a small final layer (initial actions near the middle of
+        # the range); PyTorch's init (the default, weight_init "torch") ignores out_gain.
         self.net = MLP.from_config(obs_size, config, act_dim, out_gain=0.01)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:

@@ -163,7 +163,8 @@ class SACActor(nn.Module):
 
     def __init__(self, obs_size: int, act_dim: int, config: ModelConfig):
         super().__init__()
-        # Small final layer: initial means near 0 and stds near 1.
+        # With the orthogonal init a small final layer (initial means near 0, stds near
+        # 1); PyTorch's init (the default, weight_init "torch") ignores out_gain.
         self.net = MLP.from_config(obs_size, config, 2 * act_dim, out_gain=0.01)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -395,7 +396,8 @@ class DiscreteSACActor(nn.Module):
 
     def __init__(self, obs_size: int, num_actions: int, config: ModelConfig):
         super().__init__()
-        # Small final layer: initial probabilities near uniform.
+        # With the orthogonal init a small final layer (initial probabilities near
+        # uniform); PyTorch's init (the default, weight_init "torch") ignores out_gain.
         self.net = MLP.from_config(obs_size, config, num_actions, out_gain=0.01)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
