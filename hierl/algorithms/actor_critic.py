@@ -52,9 +52,9 @@ class ActorCriticConfig(OffPolicyConfig):
     )
     """Hidden layers, activation and init of the actor and of each critic (the other
     ModelConfig fields are not used). PyTorch's own layer init by default, as SB3 and
-    the TD3 and SAC authors' code start these networks: on HalfCheetah-v5, TD3 with it
-    ended 13-17% above the orthogonal init on 2 of 2 seeds (benchmarks/RESULTS.md,
-    halfcheetah-td3)."""
+    the TD3 and SAC authors' code start these networks, so that runs beside SB3 start
+    alike (on HalfCheetah-v5 over three seeds TD3 learned no better or worse with the
+    orthogonal init: benchmarks/RESULTS.md, halfcheetah-td3)."""
     rollout_fragment_length: int = 1
     """Env steps per sub-env per sample; with ``replay_ratio = train_batch_size`` each
     sampled step is followed by one update (TD3's and SAC's interleaving)."""
