@@ -381,8 +381,8 @@ def _torch_default_layers(module: torch.nn.Module) -> list[torch.nn.Module]:
     layers = [m for m in module.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))]
     for layer in layers:
         bound = 1 / math.sqrt(layer.weight[0].numel())
-        for p in (layer.weight, layer.bias):
-            assert p.abs().max() <= bound and p.abs().max() > 0.5 * bound
+        assert 0.5 * bound < layer.weight.abs().max() <= bound  # not orthogonal's scale
+        assert 0 < layer.bias.abs().max() <= bound  # not zeroed
     return layers
 
 
