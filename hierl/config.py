@@ -206,10 +206,15 @@ def _over_default(field: dataclasses.Field, tp: Any, value: Any, prefix: str) ->
         and factory is not dataclasses.MISSING
     ):
         return value
-    default = factory()
-    names = {f.name for f in dataclasses.fields(tp) if f.init}
+    return updated_fields(factory(), value, prefix)
+
+
+def updated_fields(base: Any, value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The init fields of dataclass instance ``base`` updated key by key with ``value``
+    (RLlib key names in it translated): what a partial dict for a nested config means."""
+    names = {f.name for f in dataclasses.fields(base) if f.init}
     return {
-        **{name: getattr(default, name) for name in names},
+        **{name: getattr(base, name) for name in names},
         **translate_rllib_keys(value, names, prefix),
     }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from hierl.algorithms.multi_agent import policy_config
 from hierl.algorithms.pg import PGConfig, PGPolicy, PGTrainer
 from hierl.algorithms.ppo import PPOConfig, PPOTrainer
 from hierl.checkpoint import CheckpointError
@@ -310,6 +312,15 @@ def two_cartpoles(**overrides):
     }
     cfg.update(overrides)
     return cfg
+
+
+def test_a_policys_partial_model_override_updates_the_trainers_model():
+    cfg = two_cartpoles(model={"hiddens": (32, 32), "activation": "relu"})
+    cfg["policies"] = {"p0": None, "p1": {"config": {"model": {"hiddens": [8]}}}}
+    config = PPOConfig.from_dict(cfg)
+    p1 = policy_config(config, "p1")
+    assert p1.model == dataclasses.replace(config.model, hiddens=(8,))  # relu kept
+    assert policy_config(config, "p0").model == config.model
 
 
 def test_mixed_algorithms_configs_and_result_keys():

@@ -16,7 +16,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from hierl.config import Config, ConfigError
+from hierl.config import Config, ConfigError, updated_fields
 from hierl.evaluators.env_kinds import env_kind
 from hierl.evaluators.multi_agent_env import MultiAgentEnv
 from hierl.policy_graph import PolicyGraph
@@ -99,8 +99,9 @@ def apply_overrides(
 
     A Config ``base`` gives a ``config_class`` (default: ``base``'s class) built from the
     fields the two share, minus ``MULTI_AGENT_FIELDS`` and ``TRAINER_ONLY_FIELDS``, then
-    the overrides; an unknown
-    key is a ConfigError naming the policy.  A dict or None ``base`` gives a merged dict.
+    the overrides (a dict for a nested config, ``model``, updates the shared one key by
+    key); an unknown key is a ConfigError naming the policy.  A dict or None ``base``
+    gives a merged dict.
     """
     if not overrides and (config_class is None or config_class is type(base)):
         return base
@@ -110,8 +111,12 @@ def apply_overrides(
         names = {f.name for f in dataclasses.fields(config_class) if f.init}
         names -= {*MULTI_AGENT_FIELDS, *TRAINER_ONLY_FIELDS}
         shared = {n: getattr(base, n) for n in names if hasattr(base, n)}
+        merged = {**shared, **overrides}
+        for key, value in overrides.items():  # {"model": {...}} updates the shared model
+            if isinstance(value, Mapping) and dataclasses.is_dataclass(shared.get(key)):
+                merged[key] = updated_fields(shared[key], value, f"{key}.")
         try:
-            return config_class.from_dict({**shared, **overrides})
+            return config_class.from_dict(merged)
         except ConfigError as e:
             raise ConfigError(f"config of policy '{policy_id}': {e}") from e
     if base is None or isinstance(base, Mapping):
