@@ -8,7 +8,8 @@ its ``stop.timesteps_total``), checkpointing every ``checkpoint_freq`` iteration
 ``--resume`` continues each seed from its last checkpoint (kept in the gitignored
 ``benchmarks/results/learning/``; restore is exact where the env can be snapshotted, as
 classic-control and Atari envs can: a run cut into chunks gives the same curve as one
-run).  ``--peer sb3`` runs SB3's PPO, SAC or TD3 with the same hyperparameters beside it,
+run) and keeps a finished curve, with or without its checkpoint.  ``--peer sb3`` runs
+SB3's PPO, SAC or TD3 with the same hyperparameters beside it,
 in the same process, one after the other (SB3's run keeps no checkpoint: ``--resume`` keeps
 a finished SB3 curve and reruns an unfinished one).  ``--target R`` also reports, per
 seed, the env steps and wall-clock of the first evaluation of at least ``R``; with
@@ -64,8 +65,10 @@ def run_hierl(
     ``stop_at``); the CSV's path."""
     csv_path = out / f"hierl_seed{seed}.csv"
     ckpt = RESULTS_DIR / "learning" / out.name / f"checkpoint_seed{seed}"  # not in the repo
-    if resume and ckpt.exists() and csv_path.exists():
-        rows = read_curve(csv_path)  # the last row is at a checkpoint once the seed finished
+    if resume and csv_path.exists():
+        # A finished curve is kept without its checkpoint (gone with another machine, or
+        # never copied): summarising more seeds must not rerun the finished ones.
+        rows = read_curve(csv_path)
         if _finished(rows, budget, stop_at):
             print(f"  seed {seed}: finished at {int(rows[-1]['timesteps'])} env steps", flush=True)
             return csv_path
@@ -76,6 +79,8 @@ def run_hierl(
         done = trainer.timesteps_total
         rows = [r for r in read_curve(csv_path) if r["timesteps"] <= done]
         print(f"  seed {seed}: resumed at {done} env steps", flush=True)
+    elif resume and csv_path.exists():
+        print(f"  seed {seed}: no checkpoint at {ckpt}; its unfinished curve is rerun", flush=True)
     finished = _finished(rows, budget, stop_at)
     try:
         while not finished:

@@ -46,6 +46,33 @@ def test_a_run_cut_between_checkpoints_keeps_every_row_and_resumes_at_its_checkp
     assert resumed[2]["wall_s"] != rows[2]["wall_s"]
 
 
+def test_resume_keeps_a_finished_hierl_curve_whose_checkpoint_is_gone(
+    learning, tmp_path, monkeypatch
+):
+    spec = ExperimentSpec(run="PG", env="CartPole-v1", config={})
+    built = []
+
+    def trainer_class(config):
+        built.append(config["seed"])
+        raise RuntimeError("built")  # stands in for a (slow) training run
+
+    monkeypatch.setattr(learning, "get_trainer_class", lambda name: trainer_class)
+    monkeypatch.setattr(learning, "RESULTS_DIR", tmp_path / "no-checkpoints")
+    learning._write_csv(tmp_path / "hierl_seed0.csv", _rows(500, 1000))
+    assert learning.run_hierl(spec, 0, 1000, tmp_path, resume=True) == tmp_path / "hierl_seed0.csv"
+    assert built == []
+    with pytest.raises(RuntimeError, match="built"):  # short of the budget: run from scratch
+        learning.run_hierl(spec, 0, 1500, tmp_path, resume=True)
+    assert built == [0]
+
+
+def _rows(*timesteps: int) -> list[dict[str, float]]:
+    return [
+        {"timesteps": t, "wall_s": 1.0, "episode_reward_mean": 0.0, "evaluation_reward_mean": 0.0}
+        for t in timesteps
+    ]
+
+
 def test_resume_keeps_a_finished_sb3_curve_and_reruns_an_unfinished_one(
     learning, tmp_path, monkeypatch
 ):
@@ -57,11 +84,7 @@ def test_resume_keeps_a_finished_sb3_curve_and_reruns_an_unfinished_one(
         raise RuntimeError("built")  # stands in for SB3's (slow) run
 
     monkeypatch.setitem(learning.SB3_PEERS, "TD3", peer)
-    rows = [
-        {"timesteps": t, "wall_s": 1.0, "episode_reward_mean": 0.0, "evaluation_reward_mean": 0.0}
-        for t in (500, 1000)
-    ]
-    learning._write_csv(tmp_path / "sb3_seed0.csv", rows)
+    learning._write_csv(tmp_path / "sb3_seed0.csv", _rows(500, 1000))
     assert learning.run_sb3(spec, 0, 1000, tmp_path, resume=True) == tmp_path / "sb3_seed0.csv"
     assert built == []
     with pytest.raises(RuntimeError, match="built"):  # short of the budget: run again
