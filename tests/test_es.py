@@ -9,6 +9,8 @@ import json
 import gymnasium as gym
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hierl.algorithms.es import ESConfig, ESPolicy, ESTrainer
 from hierl.algorithms.resources import trainer_bundles
@@ -522,6 +524,34 @@ def test_shift_top_b_reward_std_and_sgd_update_match_the_hand_computed_step():
         np.testing.assert_allclose(policy.get_flat_weights(), expected, rtol=1e-5, atol=1e-7)
         assert stats["num_pairs_used"] == 2 and stats["num_pairs"] == 3
         assert opt.adam.t == 0  # sgd leaves Adam alone
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), pairs=st.integers(2, 16), data=st.data())
+def test_the_ars_options_take_ars_v2t_step(seed, pairs, data):
+    """ARS V2-t's step (Mania et al. 2018, Algorithm 2, as its authors' code runs it):
+    shift each return by 1 per step, keep the pairs whose larger return is at or above the
+    (1 - b/N) percentile, θ += alpha / (b sigma_R) Σ (r⁺ - r⁻) δ with sigma_R the std of the 2b kept
+    returns. hierl's pieces, at step 2 alpha (its direction divides by 2b), give the same."""
+    from hierl.optimizers.es.updates import reward_std_scaled, top_directions
+
+    keep = data.draw(st.integers(1, pairs), label="b")
+    rng = np.random.default_rng(seed)
+    returns = rng.normal(500.0, 300.0, (pairs, 2))
+    lengths = rng.integers(1, 1000, (pairs, 2))
+    noise = rng.standard_normal((pairs, 36))
+    alpha, shifted = 0.01, returns - 1.0 * lengths
+
+    best = shifted.max(axis=1)
+    kept = np.flatnonzero(best >= np.percentile(best, 100 * (1 - keep / pairs)))
+    r = shifted[kept]
+    ars_step = alpha / (keep * r.std()) * ((r[:, 0] - r[:, 1]) @ noise[kept])
+
+    ours = top_directions(shifted, keep)
+    scaled = reward_std_scaled(shifted[ours])
+    hierl_step = 2 * alpha * es_gradient(scaled[:, 0], scaled[:, 1], noise[ours])
+    assert ours.tolist() == kept.tolist()
+    np.testing.assert_allclose(hierl_step, ars_step, rtol=1e-9, atol=1e-12)
 
 
 def test_return_shift_is_training_only():
