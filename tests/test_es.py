@@ -530,9 +530,10 @@ def test_shift_top_b_reward_std_and_sgd_update_match_the_hand_computed_step():
 @given(seed=st.integers(0, 2**32 - 1), pairs=st.integers(2, 16), data=st.data())
 def test_the_ars_options_take_ars_v2t_step(seed, pairs, data):
     """ARS V2-t's step (Mania et al. 2018, Algorithm 2, as its authors' code runs it):
-    shift each return by 1 per step, keep the pairs whose larger return is at or above the
-    (1 - b/N) percentile, θ += alpha / (b sigma_R) Σ (r⁺ - r⁻) δ with sigma_R the std of the 2b kept
-    returns. hierl's pieces, at step 2 alpha (its direction divides by 2b), give the same."""
+    shift each return by 1 per step, keep the pairs whose larger return is at or above
+    the (1 - b/N) percentile, θ += alpha / (b sigma_R) Σ (r⁺ - r⁻) δ, sigma_R the std of
+    the 2b kept returns. hierl's pieces, at step 2 alpha (its direction divides by 2b),
+    give the same."""
     from hierl.optimizers.es.updates import reward_std_scaled, top_directions
 
     keep = data.draw(st.integers(1, pairs), label="b")
