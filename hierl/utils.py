@@ -28,6 +28,15 @@ def seed_everything(seed: int | None) -> None:
     torch.manual_seed(seed)
 
 
+def round_seed(seed: int | None, index: int) -> int | None:
+    """The seed of round ``index`` of something seeded by ``seed`` (an evaluation's env
+    resets): ``seed`` itself for round 0, a ``SeedSequence`` draw from both after, so
+    rounds differ from each other and from nearby seeds; None stays None (unseeded)."""
+    if seed is None or index == 0:
+        return seed
+    return int(np.random.SeedSequence([seed % 2**64, index]).generate_state(1)[0])
+
+
 def piecewise_linear(schedule: Sequence[Sequence[float]], t: float) -> float:
     """Interpolate ``[[t0, v0], [t1, v1], ...]`` at ``t`` (clamped at both ends)."""
     points = sorted((float(a), float(b)) for a, b in schedule)

@@ -178,3 +178,34 @@ def test_bad_evaluation_settings_name_the_value() -> None:
         PPOTrainer({**PPO, "evaluation_interval": 1, "evaluation_num_episodes": 0})
     with pytest.raises(ConfigError, match="evaluation_interval"):
         PPOTrainer({**PPO, "evaluation_interval": -1})
+
+
+def test_each_evaluation_round_resets_to_its_own_start_states(counting_env) -> None:
+    config = {
+        "env": counting_env,
+        "env_config": {"length": 3},
+        "num_envs_per_evaluator": 2,
+        "evaluation_interval": 1,
+        "evaluation_num_episodes": 2,
+        "seed": 3,
+    }
+    trainer = PPOTrainer({**PPO, **config})
+    try:
+        evaluation = trainer.evaluation
+        evaluator = evaluation.evaluators.local_evaluator
+
+        def markers(seed_round: int) -> list[float]:
+            """The seed-drawn markers of the episodes the round's sub-envs play last."""
+            evaluation.run(trainer.local_evaluator, seed_round=seed_round)
+            return evaluator.sampler.obs[:, 1].tolist()
+
+        first, second = markers(1), markers(2)
+        assert markers(1) == first and markers(2) == second  # a round repeats exactly
+        assert first != second and len(set(first)) == 2  # rounds and sub-envs differ
+        assert markers(0) == markers(0) != first
+        # training evaluates with its iteration's round, so a resumed run's evaluations
+        # play what an unbroken run's would
+        trainer.train()
+        assert evaluator.sampler.obs[:, 1].tolist() == first
+    finally:
+        trainer.stop()

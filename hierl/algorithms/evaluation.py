@@ -91,7 +91,11 @@ class Evaluation:
         """What training iteration ``iteration``'s result gets: a fresh ``run`` every
         ``interval`` iterations; with ``attach_latest`` also the latest metrics, so every
         result has the same keys (a failed run adds only ``evaluation/episodes`` 0)."""
-        fresh = self.run(trainer_evaluator) if evaluates_at(iteration, self.interval) else {}
+        fresh = (
+            self.run(trainer_evaluator, seed_round=iteration)
+            if evaluates_at(iteration, self.interval)
+            else {}
+        )
         return {**self.latest, **fresh} if self.attach_latest else fresh
 
     def forget(self) -> None:
@@ -99,16 +103,20 @@ class Evaluation:
         (a restore, or weights copied from another trainer)."""
         self.latest = self.not_yet()
 
-    def run(self, trainer_evaluator: PolicyEvaluator) -> dict[str, float]:
+    def run(self, trainer_evaluator: PolicyEvaluator, seed_round: int = 0) -> dict[str, float]:
         """Evaluate the weights and filters of ``trainer_evaluator``; the metrics (only
-        ``evaluation/episodes`` 0 if every evaluation evaluator failed)."""
+        ``evaluation/episodes`` 0 if every evaluation evaluator failed).
+
+        The episodes start from round ``seed_round``'s resets (``metrics`` passes the
+        training iteration): each evaluation of a run plays new start states, as SB3's
+        and RLlib's do, and a resumed run's evaluations are those of one unbroken run."""
         weights = trainer_evaluator.get_weights()
         filters = trainer_evaluator.get_filters(flush_after=False)
         remotes = self.evaluators.remote_evaluators
         if not remotes:
             with _driver_rng_kept():
                 local = self.evaluators.local_evaluator
-                records = local.evaluate(self.num_episodes, weights, filters)
+                records = local.evaluate(self.num_episodes, weights, filters, seed_round)
         else:
             import ray
 
@@ -116,7 +124,8 @@ class Evaluation:
             n = len(remotes)
             quotas = iter([(self.num_episodes + i) // n for i in range(n)])
             pairs = self.evaluators.call_remotes(
-                lambda e: e.evaluate.remote(next(quotas), ref, filters), weights=ref
+                lambda e: e.evaluate.remote(next(quotas), ref, filters, seed_round),
+                weights=ref,
             )
             records = [r for _, played in pairs for r in played]
         if not records:  # every evaluation evaluator failed: nothing measured

@@ -39,7 +39,7 @@ from hierl.evaluators.spec import EvaluatorSpec
 from hierl.models.preprocessors import ImagePreprocessor, get_preprocessor, to_env_action
 from hierl.policy_graph import GlobalVars, LearnerStats, PolicyGraph, Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
-from hierl.utils import seed_everything
+from hierl.utils import round_seed, seed_everything
 
 T = TypeVar("T")
 
@@ -91,6 +91,8 @@ class PolicyEvaluator:
         self.rollout_fragment_length = spec.sampling.rollout_fragment_length
         self.callbacks = make_callbacks(spec.sampling.callbacks)
         self.seed = spec.seed_for(worker_index)
+        self._reset_seed = self.seed
+        """What new envs reset with: ``seed``, or an evaluation round's (``evaluate``)."""
         seed_everything(self.seed)
         probe = self.env_creator(EnvContext(self.env_config, 0, 0))
         try:
@@ -181,7 +183,7 @@ class PolicyEvaluator:
             batch_mode=self.spec.sampling.batch_mode,
             clip_rewards=self.spec.sampling.clip_rewards,
             explore=self.spec.explore,
-            seed=self.seed,
+            seed=self._reset_seed,
             worker_index=self.worker_index,
             env_id=self.env_name,
             callbacks=self.callbacks,
@@ -299,6 +301,7 @@ class PolicyEvaluator:
         num_episodes: int,
         weights: Mapping[str, Weights] | None = None,
         filters: Mapping[str, dict[str, Any]] | None = None,
+        seed_round: int = 0,
     ) -> list[EpisodeRecord]:
         """Play ``num_episodes`` whole episodes from fresh resets (with ``weights`` and the
         filter ``filters`` when given) and return their records.
@@ -307,13 +310,19 @@ class PolicyEvaluator:
         of ``n`` plays ``(num_episodes + i) // n`` episodes and its later ones are not
         counted (so short episodes are not over-represented, as in SB3's
         ``evaluate_policy``).  Actions are greedy when the spec's ``explore`` is False.
+        The new envs reset with ``round_seed(seed, seed_round)``: the same round plays
+        the same start states, another round others.
         """
         if weights is not None:
             self.set_weights(weights)
         if filters is not None:
             self.sync_filters(filters)
         self.reset_sampler()
-        sampler = self.sampler
+        self._reset_seed = round_seed(self.seed, seed_round)
+        try:
+            sampler = self.sampler
+        finally:
+            self._reset_seed = self.seed
         n = sampler.num_envs
         quota = {i: (num_episodes + i) // n for i in range(n)}
         out: list[EpisodeRecord] = []
