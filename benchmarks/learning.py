@@ -9,11 +9,11 @@ its ``stop.timesteps_total``), checkpointing every ``checkpoint_freq`` iteration
 ``benchmarks/results/learning/``; restore is exact where the env can be snapshotted, as
 classic-control and Atari envs can: a run cut into chunks gives the same curve as one
 run) and keeps a finished curve, with or without its checkpoint.  ``--peer sb3`` runs
-SB3's PPO, SAC or TD3 with the same hyperparameters beside it,
-in the same process, one after the other (SB3's run keeps no checkpoint: ``--resume`` keeps
-a finished SB3 curve and reruns an unfinished one).  ``--target R`` also reports, per
-seed, the env steps and wall-clock of the first evaluation of at least ``R``; with
-``--stop-at-target`` each seed's run ends there (time-to-target comparisons).
+SB3's PPO, SAC or TD3 with the same hyperparameters beside it, in the same process, one
+after the other, checkpointed and resumed the same way (SB3's resume is inexact: its
+episode in progress restarts).  ``--target R`` also reports, per seed, the env steps
+and wall-clock of the first evaluation of at least ``R``; with ``--stop-at-target`` each
+seed's run ends there (time-to-target comparisons).
 
 Writes, under ``benchmarks/curves/<name>/``: one CSV per implementation and
 seed (env steps, wall-clock seconds, training and greedy evaluation returns), a PNG of the
@@ -37,6 +37,7 @@ from common import BENCH_DIR, RESULTS_DIR, RESULTS_MD, read_curve, replace_resul
 
 from hierl import get_trainer_class
 from hierl.bench.report import git_info, machine_info
+from hierl.files import atomic_write
 from hierl.tune.experiments import ExperimentSpec, load_experiments
 
 FIELDS = ["timesteps", "wall_s", "episode_reward_mean", "evaluation_reward_mean"]
@@ -228,19 +229,69 @@ SB3_PEERS = {"PPO": make_sb3_ppo, "SAC": make_sb3_off_policy, "TD3": make_sb3_of
 """The algorithms ``--peer sb3`` runs, and their builders."""
 
 
+def save_sb3(ckpt: Path, model: Any, env: Any, timesteps: int, wall_s: float) -> None:
+    """SB3's model, its replay buffer (off-policy) and its VecNormalize statistics (PPO
+    with a filter) under ``ckpt``, named by ``timesteps``; ``progress.json``, written
+    last and atomically, names the complete set, so a run cut mid-save resumes from the
+    set before.  SB3's own formats (pickle inside): load only what this script wrote."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    ckpt.mkdir(parents=True, exist_ok=True)
+    tag = f"{timesteps:012d}"
+    model.save(ckpt / f"model_{tag}.zip")
+    if getattr(model, "replay_buffer", None) is not None:
+        model.save_replay_buffer(ckpt / f"buffer_{tag}.pkl")
+    if isinstance(env, VecNormalize):
+        env.save(str(ckpt / f"vecnormalize_{tag}.pkl"))
+    progress = {"tag": tag, "timesteps": timesteps, "wall_s": wall_s}
+    atomic_write(ckpt / "progress.json", lambda p: p.write_text(json.dumps(progress)))
+    for f in ckpt.iterdir():
+        if f.name != "progress.json" and tag not in f.name:
+            f.unlink()
+
+
+def load_sb3(ckpt: Path, spec: ExperimentSpec, seed: int) -> tuple[Any, Any, Any, dict]:
+    """The peer as ``save_sb3`` left it under ``ckpt``: (model, env, eval_env, progress).
+    The episode in progress then is abandoned (the env restarts), as hierl's MuJoCo
+    resumes do, and the random streams are reseeded from ``seed`` and the step count."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    progress = json.loads((ckpt / "progress.json").read_text())
+    tag = progress["tag"]
+    model, env, eval_env = SB3_PEERS[spec.run](spec, seed)
+    if isinstance(env, VecNormalize):
+        env = VecNormalize.load(str(ckpt / f"vecnormalize_{tag}.pkl"), env.venv)
+    model = type(model).load(ckpt / f"model_{tag}.zip", env=env, device="cpu")
+    if (ckpt / f"buffer_{tag}.pkl").exists():
+        model.load_replay_buffer(ckpt / f"buffer_{tag}.pkl")
+    model._last_obs = None  # learn() resets the env instead of stepping a stale episode
+    model.set_random_seed(seed + int(progress["timesteps"]))
+    return model, env, eval_env, progress
+
+
 def run_sb3(spec: ExperimentSpec, seed: int, budget: int, out: Path, resume: bool = False) -> Path:
     """SB3's peer of the experiment (``SB3_PEERS``) to ``budget`` steps, evaluated as
-    hierl is: every ``evaluation_interval`` iterations' worth of env steps. SB3's run
-    keeps no checkpoint: with ``resume`` a finished CSV is kept, an unfinished one rerun."""
+    hierl is: every ``evaluation_interval`` iterations' worth of env steps, and
+    checkpointed as hierl is (``save_sb3``, every ``checkpoint_freq`` iterations' worth).
+    With ``resume`` a finished CSV is kept and an unfinished one goes on from its
+    checkpoint (or from scratch without one)."""
     if spec.run not in SB3_PEERS:
         raise SystemExit(f"--peer sb3 runs {', '.join(SB3_PEERS)}, not {spec.run}")
     csv_path = out / f"sb3_seed{seed}.csv"
+    ckpt = RESULTS_DIR / "learning" / out.name / f"sb3_checkpoint_seed{seed}"  # not in the repo
     if resume and csv_path.exists():
         rows = read_curve(csv_path)
         if _finished(rows, budget):
             print(f"  sb3 seed {seed}: finished at {int(rows[-1]['timesteps'])} env steps")
             return csv_path
-    model, env, eval_env = SB3_PEERS[spec.run](spec, seed)
+    rows, done, wall0 = [], 0, 0.0
+    if resume and (ckpt / "progress.json").exists():
+        model, env, eval_env, progress = load_sb3(ckpt, spec, seed)
+        done, wall0 = int(progress["timesteps"]), float(progress["wall_s"])
+        rows = [r for r in read_curve(csv_path) if r["timesteps"] <= done]
+        print(f"  sb3 seed {seed}: resumed at {done} env steps", flush=True)
+    else:
+        model, env, eval_env = SB3_PEERS[spec.run](spec, seed)
     import torch  # after the resume check and the peer: a kept curve needs no SB3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -255,11 +306,13 @@ def run_sb3(spec: ExperimentSpec, seed: int, budget: int, out: Path, resume: boo
         cls = get_trainer_class(spec.run).config_class
         per_iteration = cls.from_dict({**c, "env": spec.env}).timesteps_per_iteration
     every = int(c.get("evaluation_interval", 10)) * per_iteration
+    save_every = (spec.checkpoint_freq or 10) * per_iteration
     episodes = int(c.get("evaluation_num_episodes", 5))
-    rows: list[dict[str, float]] = []
-    start = time.perf_counter()
+    start = time.perf_counter() - wall0
 
-    class Evaluate(BaseCallback):
+    class EvaluateAndSave(BaseCallback):
+        next_save = (done // save_every + 1) * save_every
+
         def _on_step(self) -> bool:
             if self.num_timesteps % every < n_envs:
                 if norm:
@@ -278,10 +331,19 @@ def run_sb3(spec: ExperimentSpec, seed: int, budget: int, out: Path, resume: boo
                     f"{rows[-1]['wall_s']:7.0f} s  eval {mean:8.1f}",
                     flush=True,
                 )
+                _write_csv(csv_path, rows)  # a run cut off still shows how far it got
             return True
 
+        def _on_rollout_start(self) -> None:
+            # between a finished update and the next sample: nothing half-learned is lost
+            if self.num_timesteps >= self.next_save:
+                save_sb3(ckpt, model, env, self.num_timesteps, time.perf_counter() - start)
+                self.next_save += save_every
+
     torch.set_num_threads(1)
-    model.learn(total_timesteps=budget, callback=Evaluate())
+    model.learn(
+        total_timesteps=budget - done, callback=EvaluateAndSave(), reset_num_timesteps=not done
+    )
     _write_csv(csv_path, rows)
     return csv_path
 

@@ -92,3 +92,40 @@ def test_resume_keeps_a_finished_sb3_curve_and_reruns_an_unfinished_one(
     with pytest.raises(RuntimeError, match="built"):  # without --resume: always run
         learning.run_sb3(spec, 0, 1000, tmp_path, resume=False)
     assert built == [0, 0]
+
+
+@pytest.mark.timeout(300)
+def test_an_sb3_run_resumes_from_its_checkpoint_with_its_replay_buffer(
+    learning, tmp_path, monkeypatch
+):
+    pytest.importorskip("stable_baselines3")  # the bench extra
+    monkeypatch.setattr(learning, "RESULTS_DIR", tmp_path / "results")
+    config = {
+        "timesteps_per_iteration": 100,
+        "evaluation_interval": 1,
+        "evaluation_num_episodes": 1,
+        "optimizer_config": {"learning_starts": 100, "buffer_size": 1000},
+        "model": {"hiddens": [8]},
+    }
+    spec = ExperimentSpec(run="TD3", env="Pendulum-v1", config=config, checkpoint_freq=2)
+    out = tmp_path / "curves"
+    out.mkdir()
+    ckpt = tmp_path / "results" / "learning" / "curves" / "sb3_checkpoint_seed0"
+
+    learning.run_sb3(spec, 0, 300, out)  # evaluated every 100 steps, saved every 200
+    rows = learning.read_curve(out / "sb3_seed0.csv")
+    assert [r["timesteps"] for r in rows] == [100, 200, 300]
+    model, _, _, progress = learning.load_sb3(ckpt, spec, 0)
+    assert progress["timesteps"] == model.num_timesteps == 200
+    assert model.replay_buffer.size() == 200  # the rows it had, not an empty buffer
+
+    learning.run_sb3(spec, 0, 500, out, resume=True)
+    resumed = learning.read_curve(out / "sb3_seed0.csv")
+    assert [r["timesteps"] for r in resumed] == [100, 200, 300, 400, 500]
+    assert [r["wall_s"] for r in resumed[:2]] == [r["wall_s"] for r in rows[:2]]
+    assert resumed[2]["wall_s"] != rows[2]["wall_s"]  # step 300 was played again
+    assert sorted(f.name for f in ckpt.iterdir()) == [
+        "buffer_000000000400.pkl",
+        "model_000000000400.zip",
+        "progress.json",
+    ]
