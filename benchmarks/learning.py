@@ -45,6 +45,16 @@ CURVES_DIR = BENCH_DIR / "curves"
 """Learning curves are kept in the repository (CSV + PNG per experiment), unlike results/."""
 
 
+def _checkpoint_dir(out: Path, name: str) -> Path:
+    """Where a curve's checkpoint lives: ``benchmarks/results/learning/``, not the repo."""
+    return RESULTS_DIR / "learning" / out.name / name
+
+
+def _checkpoint_freq(spec: ExperimentSpec) -> int:
+    """Iterations between checkpoints: the file's ``checkpoint_freq``, else 10."""
+    return spec.checkpoint_freq or 10
+
+
 def _write_csv(path: Path, rows: list[dict[str, float]]) -> None:
     tmp = path.with_suffix(".tmp")
     with tmp.open("w", newline="") as f:
@@ -65,7 +75,7 @@ def run_hierl(
     """Train one seed to ``budget`` env steps (or until a greedy evaluation reaches
     ``stop_at``); the CSV's path."""
     csv_path = out / f"hierl_seed{seed}.csv"
-    ckpt = RESULTS_DIR / "learning" / out.name / f"checkpoint_seed{seed}"  # not in the repo
+    ckpt = _checkpoint_dir(out, f"checkpoint_seed{seed}")
     if resume and csv_path.exists():
         # A finished curve is kept without its checkpoint (gone with another machine, or
         # never copied): summarising more seeds must not rerun the finished ones.
@@ -103,12 +113,11 @@ def run_hierl(
                     f"eval {rows[-1]['evaluation_reward_mean']:8.1f}",
                     flush=True,
                 )
-            freq = spec.checkpoint_freq or 10
             finished = _finished(rows[-1:], budget, stop_at)  # the new row decides
             # Every iteration's row is on disk at once (a run cut off between checkpoints
             # still shows how far it got); --resume keeps the rows up to its checkpoint.
             _write_csv(csv_path, rows)
-            if trainer.iteration % freq == 0 or finished:
+            if trainer.iteration % _checkpoint_freq(spec) == 0 or finished:
                 trainer.save(ckpt)
     finally:
         trainer.stop()
@@ -278,7 +287,7 @@ def run_sb3(spec: ExperimentSpec, seed: int, budget: int, out: Path, resume: boo
     if spec.run not in SB3_PEERS:
         raise SystemExit(f"--peer sb3 runs {', '.join(SB3_PEERS)}, not {spec.run}")
     csv_path = out / f"sb3_seed{seed}.csv"
-    ckpt = RESULTS_DIR / "learning" / out.name / f"sb3_checkpoint_seed{seed}"  # not in the repo
+    ckpt = _checkpoint_dir(out, f"sb3_checkpoint_seed{seed}")
     if resume and csv_path.exists():
         rows = read_curve(csv_path)
         if _finished(rows, budget):
@@ -306,7 +315,7 @@ def run_sb3(spec: ExperimentSpec, seed: int, budget: int, out: Path, resume: boo
         cls = get_trainer_class(spec.run).config_class
         per_iteration = cls.from_dict({**c, "env": spec.env}).timesteps_per_iteration
     every = int(c.get("evaluation_interval", 10)) * per_iteration
-    save_every = (spec.checkpoint_freq or 10) * per_iteration
+    save_every = _checkpoint_freq(spec) * per_iteration
     episodes = int(c.get("evaluation_num_episodes", 5))
     start = time.perf_counter() - wall0
 
