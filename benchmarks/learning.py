@@ -18,8 +18,9 @@ seed's run ends there (time-to-target comparisons).
 Writes, under ``benchmarks/curves/<name>/``: one CSV per implementation and
 seed (env steps, wall-clock seconds, training and greedy evaluation returns), a PNG of the
 evaluation curves, and ``summary.json`` with the git commit; then rewrites the
-experiment's table in ``benchmarks/RESULTS.md`` from those files, so a reader can
-regenerate it with the same command.
+experiment's table in ``benchmarks/RESULTS.md`` from those files (each seed's last
+evaluation and the mean of its evaluations over the last sixth of the budget), so a reader
+can regenerate it with the same command.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ from hierl.tune.experiments import ExperimentSpec, load_experiments
 FIELDS = ["timesteps", "wall_s", "episode_reward_mean", "evaluation_reward_mean"]
 CURVES_DIR = BENCH_DIR / "curves"
 """Learning curves are kept in the repository (CSV + PNG per experiment), unlike results/."""
+TAIL = 1 / 6
+"""The share of the budget at its end whose evaluations a seed's tail mean averages (the
+last 50k of 300k steps): one 5-episode evaluation is noisy, their mean less so."""
 
 
 def _checkpoint_dir(out: Path, name: str) -> Path:
@@ -367,6 +371,17 @@ def _final(rows: list[dict[str, float]]) -> tuple[float, float, float]:
     return (evals[-1] if evals else float("nan")), rows[-1]["timesteps"], rows[-1]["wall_s"]
 
 
+def _tail_mean(rows: list[dict[str, float]], budget: int) -> float:
+    """The mean of the evaluations at env steps >= (1 - ``TAIL``) x ``budget`` (NaN: none)."""
+    tail = [
+        r["evaluation_reward_mean"]
+        for r in rows
+        if r["timesteps"] >= (1 - TAIL) * budget
+        and r["evaluation_reward_mean"] == r["evaluation_reward_mean"]
+    ]
+    return float(np.mean(tail)) if tail else float("nan")
+
+
 def _first_reaching(rows: list[dict[str, float]], target: float) -> dict[str, float] | None:
     """The env steps and wall seconds of the first evaluation >= ``target`` (None: none)."""
     for r in rows:
@@ -392,7 +407,13 @@ def summarize(
         if not rows:
             continue
         ret, steps, wall = _final(rows)
-        run = {"seed": int(seed), "final_eval_return": ret, "timesteps": steps, "wall_s": wall}
+        run = {
+            "seed": int(seed),
+            "final_eval_return": ret,
+            "tail_eval_return": _tail_mean(rows, budget),
+            "timesteps": steps,
+            "wall_s": wall,
+        }
         if target is not None:
             run["reached_target"] = _first_reaching(rows, target)
         runs.setdefault(impl, []).append(run)
@@ -440,18 +461,21 @@ def update_results_md(name: str, summary: dict[str, Any], command: str) -> None:
         "",
         f"`{command}` at commit `{str(summary['git'].get('commit', '?'))[:10]}`, "
         f"budget {summary['budget']:,} env steps; curve: "
-        f"`benchmarks/curves/{name}/curve.png`.",
+        f"`benchmarks/curves/{name}/curve.png`. Tail mean: the mean of a seed's "
+        f"evaluations from {(1 - TAIL) * summary['budget']:,.0f} env steps on.",
         "",
         "| implementation | seeds | env steps | median final evaluation return | per seed "
-        "| median wall-clock |"
+        "| median tail mean | per seed | median wall-clock |"
         + (f" first evaluation >= {target:g} |" if target is not None else ""),
-        "|---|---|---|---|---|---|" + ("---|" if target is not None else ""),
+        "|---|---|---|---|---|---|---|---|" + ("---|" if target is not None else ""),
     ]
     for impl, runs in summary["runs"].items():
         rets = [r["final_eval_return"] for r in runs]
+        tails = [r["tail_eval_return"] for r in runs]
         row = (
             f"| {impl} | {len(runs)} | {int(statistics.median(r['timesteps'] for r in runs)):,} | "
             f"{statistics.median(rets):.1f} | {', '.join(f'{x:.0f}' for x in rets)} | "
+            f"{statistics.median(tails):.1f} | {', '.join(f'{x:.0f}' for x in tails)} | "
             f"{statistics.median(r['wall_s'] for r in runs) / 60:.1f} min |"
         )
         if target is not None:

@@ -381,12 +381,14 @@ def test_a_dead_evaluator_does_not_hang_step(ray_session):
 
 @pytest.mark.ray
 @pytest.mark.learning
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(1500)
 def test_apex_q_learning_learns_cartpole_with_two_evaluators(ray_session):
     # The budget counts learner updates, not seconds: how many updates fit in a second
-    # depends on the machine and its load, the learning per update much less.
+    # depends on the machine and its load, the learning per update much less (but not
+    # nothing: a heavily loaded run got to 71 in 20,000 updates), and one seed's runs
+    # vary: seed 1 needed 2,326 updates in one sweep, 27,256 in the next (tests/LEARNING.md).
     with ApexTrainer({**APEX_CARTPOLE, "seed": SEED}) as trainer:
-        run = train_until(trainer, 100, 20_000, unit="num_learner_updates")
+        run = train_until(trainer, 100, 60_000, unit="num_learner_updates")
         eps = _epsilons(trainer)
     assert run.reached, run
     result = run.result

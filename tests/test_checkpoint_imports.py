@@ -160,12 +160,15 @@ def test_nested_settings_are_found_but_user_data_is_not():
     ]
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("route", sorted(ROUTES))
-def test_cli_refuses_each_route_with_one_line(route, clean_checkpoint, tmp_path):
-    """Run from the directory holding the modules, as ``python -m hierl.cli`` (which puts
-    that directory on sys.path): rollout, export and serve refuse, naming setting and
-    flag."""
+def test_cli_refuses_each_route_with_one_line(
+    route, clean_checkpoint, tmp_path, monkeypatch, capsys
+):
+    """With the named modules importable (their directory on sys.path), rollout, export and
+    serve refuse, naming setting and flag, and import nothing."""
+    from hierl.cli import main
+
     edit, setting, module = ROUTES[route]
     evil_dir = tmp_path / "evil"
     evil_dir.mkdir()
@@ -174,15 +177,16 @@ def test_cli_refuses_each_route_with_one_line(route, clean_checkpoint, tmp_path)
     evil_module(evil_dir, "callbacks", CALLBACKS_BODY)
     path = hostile(clean_checkpoint, evil_dir, edit)
     marker = tmp_path / "marker"
+    monkeypatch.syspath_prepend(str(evil_dir))
+    monkeypatch.setenv("HIERL_TEST_MARKER", str(marker))
     for command in (
         ["rollout", str(path), "--episodes", "1"],
         ["export", str(path)],
         ["serve", str(path)],
     ):
-        proc = run_cli(command, evil_dir, timeout=240, HIERL_TEST_MARKER=str(marker))
-        assert proc.returncode == 2, proc.stderr
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("hierl: error: "), proc.stderr
+        assert main(command) == 2, command
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("hierl: error: "), lines
         assert f"'{setting}'" in lines[0] and f"--allow-import {module}" in lines[0]
         assert not marker.exists()
 

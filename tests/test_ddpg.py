@@ -39,7 +39,7 @@ from tests.support.actor_critic import (
     np_mlp,
     perturb_targets,
 )
-from tests.support.helpers import RESULT_KEYS
+from tests.support.helpers import RESULT_KEYS, train_until_done
 from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -420,8 +420,7 @@ def test_in_process_apex():
         assert isinstance(trainer.optimizer, ApexOptimizer)
         assert trainer.get_policy().noise_scale == pytest.approx(0.4)  # rung 1 of 1
         before = trainer.get_weights()["default_policy"]
-        for _ in range(3):
-            result = trainer.train()
+        result = train_until_done(trainer, lambda r: r["num_learner_updates"] > 0)
         after = trainer.get_weights()["default_policy"]
     assert result["num_learner_updates"] > 0
     assert result["num_steps_trained"] == 16 * result["num_learner_updates"]
@@ -437,7 +436,13 @@ def test_apex_ddpg_with_two_evaluators_and_two_shards(ray_session):
         assert isinstance(opt, ApexOptimizer) and len(opt.replay.shards) == 2
         assert opt.epsilons == pytest.approx([0.4, 0.4**8])
         before = trainer.get_weights()["default_policy"]
-        results = [trainer.train() for _ in range(4)]
+        last = train_until_done(  # what the asserts below check, once it holds
+            trainer,
+            lambda r: (
+                min(r["num_learner_updates"], r["num_weight_syncs"]) > 0
+                and r["timesteps_total"] > 200
+            ),
+        )
         after = trainer.get_weights()["default_policy"]
         remotes = trainer.evaluators.remote_evaluators
         scales = trainer.evaluators.get(
@@ -445,7 +450,6 @@ def test_apex_ddpg_with_two_evaluators_and_two_shards(ray_session):
         )
     finally:
         trainer.stop()
-    last = results[-1]
     assert scales == pytest.approx([0.4, 0.4**8])  # each evaluator its rung
     assert last["num_learner_updates"] > 0 and last["num_weight_syncs"] > 0
     assert last["num_steps_trained"] == 32 * last["num_learner_updates"]

@@ -23,7 +23,7 @@ from hierl.policy_graph import GlobalVars
 from hierl.postprocessing import N_STEP_DISCOUNTS
 from hierl.sample_batch import SampleBatch as SB
 from tests.support.counting_env import CountingEnv
-from tests.support.helpers import RESULT_KEYS
+from tests.support.helpers import RESULT_KEYS, train_until_done
 from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -347,7 +347,7 @@ def test_in_process_apex_trainer_pins_the_ladder_and_learns():
     }
     with ApexTrainer(config) as t:
         before = t.get_weights()["default_policy"]
-        result = t.train()
+        result = train_until_done(t, lambda r: r["num_learner_updates"] > 0)
         policy = t.get_policy()
         assert policy.epsilon == pytest.approx(0.4) and policy.epsilon_pinned
         assert t.last_target_update > 0

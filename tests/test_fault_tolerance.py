@@ -95,9 +95,11 @@ def _assert_same_tree(a, b) -> None:
         np.testing.assert_array_equal(a, b)
 
 
-def _train_until(trainer, threshold: float, max_iterations: int, kill) -> LearningRun:
-    """Train up to ``max_iterations``, calling ``kill(trainer)`` after the second; the
-    threshold counts from the third iteration on (after the failure)."""
+def _train_until(
+    trainer, threshold: float, budget: int, kill, unit: str = "training_iteration"
+) -> LearningRun:
+    """Train up to ``budget`` (of ``unit``), calling ``kill(trainer)`` after the second
+    iteration; the threshold counts from the third iteration on (after the failure)."""
 
     def after_second(result):
         if result["training_iteration"] == 2:
@@ -106,8 +108,8 @@ def _train_until(trainer, threshold: float, max_iterations: int, kill) -> Learni
     return train_until(
         trainer,
         threshold,
-        max_iterations,
-        unit="training_iteration",
+        budget,
+        unit=unit,
         ready=lambda result: result["training_iteration"] >= 3,
         on_result=after_second,
     )
@@ -210,7 +212,7 @@ def test_async_optimizer_recreates_a_killed_evaluator_and_learns(ray_session):
 
 
 @pytest.mark.learning
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(600)
 def test_apex_recreates_a_killed_evaluator_and_replay_shard_and_learns(ray_session):
     ray = ray_session
 
@@ -219,8 +221,14 @@ def test_apex_recreates_a_killed_evaluator_and_replay_shard_and_learns(ray_sessi
         trainer._killed_shard = trainer.optimizer.replay.shards[1]
         kill_and_wait(trainer._killed_shard)
 
+    # The budget counts learner updates (as test_apex's): how many fit in an iteration
+    # depends on the machine's load (with two test workers side by side, 200 iterations
+    # were once too few).  Beside two busy loops an update takes ~30 ms: seed 0 needed
+    # 266 s.
     with ApexTrainer({**APEX_CARTPOLE, "seed": SEED}) as trainer:
-        run = _train_until(trainer, 100, 200, kill=kill_evaluator_and_shard)
+        run = _train_until(
+            trainer, 100, 25_000, kill=kill_evaluator_and_shard, unit="num_learner_updates"
+        )
         _check_recreated(ray, trainer, run.result)
         replay = trainer.optimizer.replay
         assert run.result["num_replay_shard_restarts"] == 1 and replay.generation == [0, 1]

@@ -20,6 +20,7 @@ from hierl.config import ConfigError
 from hierl.postprocessing import compute_advantages
 from hierl.sample_batch import DEFAULT_POLICY_ID
 from hierl.sample_batch import SampleBatch as SB
+from tests.support.helpers import train_until_done
 from tests.support.learning_runs import SEED
 
 pytestmark = pytest.mark.timeout(180)
@@ -103,9 +104,8 @@ def test_on_policy_targets_of_a_sampled_batch_are_the_gae_lambda_returns():
 def test_in_process_pipeline_learns_and_reports(trainer_class):
     with trainer_class(_with_aso(TINY)) as trainer:
         before = trainer.get_weights()[DEFAULT_POLICY_ID]
-        results = [trainer.train() for _ in range(2)]
+        result = train_until_done(trainer, lambda r: r["num_learner_updates"] >= 2)
         after = trainer.get_weights()[DEFAULT_POLICY_ID]
-    result = results[-1]
     assert _changed(before, after)
     assert result["num_learner_updates"] >= 2
     assert 0 < result["num_steps_trained"] <= result["num_steps_sampled"]
@@ -121,7 +121,7 @@ def test_appo_minibatch_epochs_and_a_recurrent_model_run():
         "model": {"hiddens": [16], "use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 10},
     }
     with APPOTrainer(config) as trainer:
-        result = trainer.train()
+        result = train_until_done(trainer, lambda r: "learner/num_updates" in r)
     assert result["learner/num_updates"] >= 4  # 2 epochs x at least 2 minibatches of 80 rows
     assert np.isfinite(result["learner/total_loss"])
 
@@ -133,8 +133,7 @@ def test_learner_failure_surfaces_in_train_with_its_traceback():
     with IMPALATrainer(_with_aso(TINY)) as trainer:
         trainer.get_policy().loss = broken_loss
         with pytest.raises(RuntimeError, match="learner thread failed") as info:
-            for _ in range(5):
-                trainer.train()
+            train_until_done(trainer, lambda r: False)  # until the learner meets a batch
     cause = info.value.__cause__
     assert isinstance(cause, ValueError)
     assert "broken_loss" in "".join(traceback.format_exception(cause))
@@ -221,7 +220,7 @@ def test_weights_reach_the_evaluators_every_broadcast_interval(ray_session):
     never = _with_aso(REMOTE, broadcast_interval=10**9)
     with IMPALATrainer(never) as trainer:
         initial = trainer.get_weights()[DEFAULT_POLICY_ID]
-        result = trainer.train()
+        result = train_until_done(trainer, lambda r: r["num_learner_updates"] >= 1)
         remote = trainer.evaluators.remote_evaluators[0]
         theirs = ray.get(remote.get_weights.remote(), timeout=TIMEOUT_S)[DEFAULT_POLICY_ID]
         assert result["num_learner_updates"] >= 1 and result["num_weight_syncs"] == 0
@@ -229,7 +228,7 @@ def test_weights_reach_the_evaluators_every_broadcast_interval(ray_session):
         assert _changed(trainer.get_weights()[DEFAULT_POLICY_ID], initial)
     with IMPALATrainer(_with_aso(REMOTE, broadcast_interval=1)) as trainer:
         initial = trainer.get_weights()[DEFAULT_POLICY_ID]
-        result = trainer.train()
+        result = train_until_done(trainer, lambda r: r["num_weight_syncs"] >= 2)
         remote = trainer.evaluators.remote_evaluators[0]
         theirs = ray.get(remote.get_weights.remote(), timeout=TIMEOUT_S)[DEFAULT_POLICY_ID]
         assert result["num_weight_syncs"] >= 2
@@ -244,10 +243,8 @@ def test_aggregation_workers_build_the_train_batches(ray_session):
     }
     with APPOTrainer(config) as trainer:
         assert len(trainer.optimizer.aggregators.actors) == 1
-        for _ in range(50):  # the first batches wait for the aggregator actor to start
-            result = trainer.train()
-            if result["num_learner_updates"] >= 2:
-                break
+        # the first batches wait for the aggregator actor to start
+        result = train_until_done(trainer, lambda r: r["num_learner_updates"] >= 2)
         assert result["num_learner_updates"] >= 2
         assert result["num_steps_trained"] >= 80 * result["num_learner_updates"]
         assert np.isfinite(result["learner/vf_loss"])

@@ -129,3 +129,30 @@ def test_an_sb3_run_resumes_from_its_checkpoint_with_its_replay_buffer(
         "model_000000000400.zip",
         "progress.json",
     ]
+
+
+def test_the_table_gives_each_seeds_final_evaluation_and_tail_mean(learning, tmp_path, monkeypatch):
+    spec = ExperimentSpec(run="PG", env="CartPole-v1", config={})
+    returns = {  # evaluated every 100 steps of a 600-step budget: the tail is 500 and 600
+        "hierl_seed0.csv": [10, 20, 30, 40, 50, 70],
+        "hierl_seed1.csv": [10, 20, 30, 40, 90, 110],
+        "sb3_seed0.csv": [10, 20, 30, 40, 60, float("nan")],
+    }
+    for name, values in returns.items():
+        rows = _rows(100, 200, 300, 400, 500, 600)
+        for row, value in zip(rows, values, strict=True):
+            row["evaluation_reward_mean"] = value
+        learning._write_csv(tmp_path / name, rows)
+    summary = learning.summarize("demo", tmp_path, spec, 600)
+    runs = {
+        impl: [(r["final_eval_return"], r["tail_eval_return"]) for r in v]
+        for impl, v in summary["runs"].items()
+    }
+    assert runs == {"hierl": [(70, 60), (110, 100)], "sb3": [(60, 60)]}  # NaN: not evaluated
+    blocks = []
+    monkeypatch.setattr(learning, "replace_results_block", lambda name, b: blocks.append(b))
+    learning.update_results_md("demo", summary, "python benchmarks/learning.py demo.yaml")
+    lines = blocks[0].splitlines()
+    assert "from 500 env steps on" in lines[3]
+    assert lines[7] == "| hierl | 2 | 600 | 90.0 | 70, 110 | 80.0 | 60, 100 | 0.0 min |"
+    assert lines[8] == "| sb3 | 1 | 600 | 60.0 | 60 | 60.0 | 60 | 0.0 min |"

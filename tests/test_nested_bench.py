@@ -1,10 +1,13 @@
 """The benchmarks of nested trainers: ``benchmarks/learning.py`` on PPO-ES (its rounds give
 the curve's greedy evaluations; a seed cut at a budget resumes from its checkpoint) and
-``benchmarks/nesting_overhead.py`` (its blocks train the same member actors)."""
+``benchmarks/nesting_overhead.py`` (its blocks train the same member actors) and
+``benchmarks/faults.py`` (a kill on time; each round's row)."""
 
 from __future__ import annotations
 
 import importlib
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -98,3 +101,38 @@ def test_nesting_overhead_blocks_train_the_same_members_and_count_the_copied_byt
             for actor, _ in trainer.members
         ]
         assert counts == [5, 5]  # 2 in the round, 3 independent
+
+
+def test_faults_kills_on_time_and_reports_each_rounds_recovery(bench):
+    faults = bench("faults")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    faults.kill_later([sleeper.pid], 0.2).join()
+    assert sleeper.wait(timeout=10) == -signal.SIGKILL
+
+    algo, config = faults.load("ppo-es", {"max_member_iterations_per_round": 2, "seed": 3})
+    assert (algo, config["env"], config["population_size"]) == ("PPO_ES", "Walker2d-v5", 4)
+    assert config["max_member_iterations_per_round"] == 2 and config["seed"] == 3
+    result = {
+        "training_iteration": 2,
+        "timesteps_total": 16384,
+        "population/num_member_restarts": 1,
+        **{f"population/iterations/{i}": 2 for i in range(2)},
+        **{f"population/episode_reward_mean/{i}": 10.0 * i + 0.04 for i in range(2)},
+    }
+    assert faults.row_of("ppo-es", result, 12.34) == {
+        "round": 2,
+        "wall_s": 12.3,
+        "timesteps_total": 16384,
+        "restarts": 1,
+        "member_iterations": [2, 2],
+        "member_returns": [0.0, 10.0],
+    }
+    result = {
+        "training_iteration": 1,
+        "timesteps_total": 500,
+        "actor_restarts/self_play": 1,
+        "actor_restarts/replay": 1,
+        "replay_size": 40,
+        "episode_reward_mean": 0.5,
+    }
+    assert faults.row_of("alphazero", result, 1.0)["restarts"] == {"self_play": 1, "replay": 1}

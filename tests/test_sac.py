@@ -40,7 +40,7 @@ from tests.support.actor_critic import (
     np_mlp,
     perturb_targets,
 )
-from tests.support.helpers import RESULT_KEYS
+from tests.support.helpers import RESULT_KEYS, train_until_done
 from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -460,8 +460,7 @@ def test_in_process_apex_has_no_ladder_and_learns():
         assert isinstance(trainer.optimizer, ApexOptimizer)
         assert trainer.optimizer.epsilons == []  # SAC explores with its own noise
         before = trainer.get_weights()["default_policy"]
-        for _ in range(3):
-            result = trainer.train()
+        result = train_until_done(trainer, lambda r: r["num_learner_updates"] > 0)
         after = trainer.get_weights()["default_policy"]
     assert result["num_learner_updates"] > 0
     assert result["num_steps_trained"] == 16 * result["num_learner_updates"]
@@ -485,21 +484,28 @@ def test_apex_sac_with_two_evaluators_and_two_shards(ray_session):
         assert isinstance(opt, ApexOptimizer) and len(opt.replay.shards) == 2
         assert opt.epsilons == []  # no ladder: each evaluator samples from the policy
         before = trainer.get_weights()["default_policy"]
-        results = [trainer.train() for _ in range(4)]
-        after = trainer.get_weights()["default_policy"]
         remotes = trainer.evaluators.remote_evaluators
-        alphas = trainer.evaluators.get(
-            [e.apply.remote(lambda ev: ev.policy.alpha) for e in remotes]
-        )
+
+        def alphas() -> list[float]:
+            return trainer.evaluators.get(
+                [e.apply.remote(lambda ev: ev.policy.alpha) for e in remotes]
+            )
+
+        def done(r) -> bool:  # what the asserts below check, once it holds
+            learned = min(r["num_learner_updates"], r["num_weight_syncs"]) > 0
+            return learned and r["timesteps_total"] > 200 and 1.0 not in alphas()
+
+        last = train_until_done(trainer, done)
+        after = trainer.get_weights()["default_policy"]
+        evaluator_alphas = alphas()
     finally:
         trainer.stop()
-    last = results[-1]
     assert last["num_learner_updates"] > 0 and last["num_weight_syncs"] > 0
     assert last["num_steps_trained"] == 32 * last["num_learner_updates"]
     assert last["num_samples_dropped"] == 0 and last["timesteps_total"] > 200
     assert math.isfinite(last["learner/critic_loss"]) and math.isfinite(last["learner/alpha"])
     assert changed(before, after, "actor.") and changed(before, after, "log_alpha")
-    assert all(a != 1.0 for a in alphas)  # the evaluators got the learner's temperature
+    assert 1.0 not in evaluator_alphas  # the evaluators got the learner's temperature
 
 
 # -- learning ----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from tests.support.actor_critic import (
     np_mlp,
     perturb_targets,
 )
+from tests.support.helpers import train_until_done
 from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -336,8 +337,7 @@ def test_in_process_apex_trains_discrete_sac():
     }
     with SACTrainer(config) as trainer:
         before = trainer.get_weights()["default_policy"]
-        for _ in range(3):
-            result = trainer.train()
+        result = train_until_done(trainer, lambda r: r["num_learner_updates"] > 0)
         after = trainer.get_weights()["default_policy"]
     assert result["num_learner_updates"] > 0
     assert result["num_steps_trained"] == 16 * result["num_learner_updates"]

@@ -650,36 +650,38 @@ def test_serve_deployment_config_is_checked_and_a_failed_push_warns(app):
 
 
 # -- learning -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ppo_cartpole_450(ray_session, tmp_path_factory):
+    """PPO on CartPole (``PPO_CARTPOLE``: 2 remote evaluators) trained until a mean return
+    of 450: ``(run, checkpoint)``.  PPO's CartPole learning test, served."""
+    with PPOTrainer({**PPO_CARTPOLE, "seed": SEED}) as trainer:
+        assert len(trainer.evaluators.remote_evaluators) == 2
+        run = train_until(trainer, 450, 250_000)
+        path = trainer.save(tmp_path_factory.mktemp("ppo_cartpole") / "learned")
+    return run, path
+
+
 @pytest.mark.learning
 @pytest.mark.timeout(400)
-def test_served_ppo_scores_450_driven_over_http(port, tmp_path):
-    trainer = PPOTrainer({**PPO_CARTPOLE, "seed": SEED})
-    with trainer:
-        run = train_until(trainer, 450, 250_000)
-        assert run.reached, run
-        path = trainer.save(tmp_path / "learned")
-        obs = random_obs(1000, seed=4)
-        expected = [int(trainer.compute_single_action(o, explore=False)) for o in obs]
+def test_served_ppo_scores_450_driven_over_http(port, ppo_cartpole_450):
+    run, path = ppo_cartpole_450  # PPO trained to a mean return of 450
+    assert run.reached, run
     served = deploy(path, port=port, name="learned", route_prefix="/learned", **REPLICA)
     try:
-        actions = []
-        for rows in np.split(obs, 10):
-            status, answer = http(served.url + "/act", {"observations": rows.tolist()})
+        # five episodes side by side: one request per step carries every running env's
+        # observation (500 requests, not 2,500)
+        envs = [gym.make("CartPole-v1") for _ in range(5)]
+        obs = [env.reset(seed=SEED * 100 + i)[0] for i, env in enumerate(envs)]
+        returns, running = [0.0] * len(envs), list(range(len(envs)))
+        while running:
+            body = {"observations": [obs[i].tolist() for i in running]}
+            status, answer = http(served.url + "/act", body)
             assert status == 200, answer
-            actions.extend(answer["actions"])
-        assert actions == expected
-        env = gym.make("CartPole-v1")
-        returns = []
-        for episode in range(5):
-            o, _ = env.reset(seed=SEED * 100 + episode)
-            total, done = 0.0, False
-            while not done:
-                status, answer = http(served.url + "/act", {"observation": o.tolist()})
-                assert status == 200, answer
-                o, reward, terminated, truncated, _ = env.step(answer["action"])
-                total += float(reward)
-                done = terminated or truncated
-            returns.append(total)
+            for i, action in zip(list(running), answer["actions"], strict=True):
+                obs[i], reward, terminated, truncated, _ = envs[i].step(action)
+                returns[i] += float(reward)
+                if terminated or truncated:
+                    running.remove(i)
         assert np.mean(returns) >= 450, returns
     finally:
         served.delete()

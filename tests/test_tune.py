@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import time
+import weakref
 import zlib
 
 import numpy as np
@@ -40,20 +44,38 @@ class PGReportingPlacement(PGTrainer):
         return result
 
 
-class PPOReportingWeights(PPOTrainer):
-    """PPO that reports a digest of its weights before and after each iteration and the
-    learning rate its Adam actually uses."""
+def _digest(weights: dict[str, np.ndarray]) -> int:
+    data = b"".join(np.ascontiguousarray(weights[k]).tobytes() for k in sorted(weights))
+    return zlib.crc32(data)
 
-    def _digest(self) -> int:
-        weights = self.get_policy().get_weights()
-        data = b"".join(np.ascontiguousarray(weights[k]).tobytes() for k in sorted(weights))
-        return zlib.crc32(data)
+
+class PPOReportingWeights(PPOTrainer):
+    """PPO that reports a digest of its weights before and after each iteration, the
+    learning rate its Adam actually uses, and the checkpoint it last restored: its path,
+    the digest of the weights stored there and of its own weights once restored, and the
+    learning rate stored there."""
+
+    _restored: dict = {}
+
+    def restore(self, checkpoint_dir):
+        from hierl.checkpoint import load_checkpoint
+
+        meta, state = load_checkpoint(checkpoint_dir)
+        super().restore(checkpoint_dir)
+        self._restored = {
+            "restored_from": str(checkpoint_dir),
+            "restored_lr": meta["config"]["lr"],
+            "restored_stored": _digest(state["evaluator"]["policies"]["default_policy"]["weights"]),
+            "restored_loaded": _digest(self.get_policy().get_weights()),
+        }
 
     def train(self):
-        before = self._digest()
+        before = _digest(self.get_policy().get_weights())
         result = super().train()
+        result.update(self._restored)
+        self._restored = {}
         result["weights_before"] = before
-        result["weights_after"] = self._digest()
+        result["weights_after"] = _digest(self.get_policy().get_weights())
         result["lr_in_use"] = self.get_policy().optimizer.param_groups[0]["lr"]
         return result
 
@@ -172,21 +194,29 @@ def test_pbt_exploit_restores_donor_weights_with_a_new_lr(ray_session, tmp_path)
         reuse_actors=True,  # the exploit goes through reset_config (lr set in place)
     )
     assert not results.errors
-    histories = [r.metrics_dataframe.sort_values("timestamp") for r in results]
+    # Each trial's rows in the order it reported them (result.json's order).  Tune pauses
+    # and resumes every trial at the perturbation (synch), so a row may follow a restore
+    # of the trial's own checkpoint or, after an exploit, of its donor's.
+    trials = {r.metrics["trial_id"]: r.metrics_dataframe.to_dict("records") for r in results}
     exploits = []
-    for i, history in enumerate(histories):
-        rows = history.to_dict("records")
+    for trial_id, rows in trials.items():
         for prev, row in itertools.pairwise(rows):
-            if row["weights_before"] != prev["weights_after"]:
-                exploits.append((i, row))
-    assert exploits, "PBT performed no exploit"
-    for i, row in exploits:
-        donor = [r for j, h in enumerate(histories) if j != i for r in h.to_dict("records")]
-        (source,) = [r for r in donor if r["weights_after"] == row["weights_before"]]
-        assert row["lr_in_use"] != pytest.approx(source["lr_in_use"])  # perturbed...
+            restored = row.get("restored_from")
+            if not isinstance(restored, str):  # no restore since the last row: untouched
+                assert row["weights_before"] == prev["weights_after"], (trial_id, trials)
+                continue
+            # what was stored is what was loaded is what the iteration started from
+            stored, loaded = row["restored_stored"], row["restored_loaded"]
+            assert stored == loaded == row["weights_before"], (trial_id, trials)
+            (owner,) = [t for t in trials if t in restored]
+            if owner != trial_id:
+                exploits.append((row, row["restored_lr"]))
+    assert exploits, f"PBT performed no exploit: {trials}"
+    for row, donor_lr in exploits:
+        assert row["lr_in_use"] != pytest.approx(donor_lr)  # perturbed...
         assert row["lr_in_use"] in (  # ...by PBT's factors, and applied to Adam
-            pytest.approx(source["lr_in_use"] * 0.8),
-            pytest.approx(source["lr_in_use"] * 1.2),
+            pytest.approx(donor_lr * 0.8),
+            pytest.approx(donor_lr * 1.2),
         )
 
 
@@ -242,3 +272,37 @@ def test_repeated_samples_of_a_grid_point_get_their_own_seeds(ray_session, tmp_p
     assert [r.metrics["trainer_seed"] for r in results] == [5, 5]
     results = _run(tmp_path, trainable(PGReportingSeed, base_seed=10), space, stop, num_samples=2)
     assert sorted(r.metrics["trainer_seed"] for r in results) == [10, 11]
+
+
+@pytest.mark.timeout(120)
+def test_a_stopped_trials_actor_exits_at_sigterm_even_inside_a_finalizer(ray_session):
+    import ray
+
+    from hierl.tune import trainable
+
+    class Owner:
+        pass
+
+    class PGInAFinalizer(trainable(PGTrainer)):
+        def pid(self) -> int:
+            return os.getpid()
+
+        def hang_in_a_finalizer(self, seconds: float) -> None:
+            """``time.sleep(seconds)`` as a weakref finalizer, where a raised SystemExit
+            is printed as "Exception ignored" and swallowed."""
+            owner = Owner()
+            weakref.finalize(owner, time.sleep, seconds)
+            del owner
+
+    # Without exit_at_sigterm, Ray's handler raises SystemExit inside the finalizer: the
+    # worker prints a traceback into the driver's output and lives on.
+    actor = ray.remote(num_cpus=0.1)(PGInAFinalizer).remote(config=TINY)
+    pid = ray.get(actor.pid.remote(), timeout=60)
+    ray.get(actor.stop.remote(), timeout=60)  # Tune's end of a trial: cleanup()
+    hanging = actor.hang_in_a_finalizer.remote(5.0)
+    time.sleep(1.0)
+    os.kill(pid, signal.SIGTERM)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(hanging, timeout=30)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

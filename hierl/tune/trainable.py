@@ -45,6 +45,7 @@ from hierl.algorithms.resources import check_cluster_fits, trainer_bundles
 from hierl.algorithms.trainer import Trainer, TrainerConfig
 from hierl.algorithms.trainer_base import BaseTrainer
 from hierl.config import ConfigError, suggest
+from hierl.evaluators.ray_runtime import exit_at_sigterm
 from hierl.optimizers import get_optimizer_class
 
 DEFAULT_METRIC = "episode_reward_mean"
@@ -178,6 +179,7 @@ class TrainerTrainable(tune.Trainable):
         trainer = getattr(self, "trainer", None)
         if trainer is not None:
             trainer.stop()
+        exit_at_sigterm()  # Tune ray.kills the stopped actor; see the function
 
     def _can_set_lr(self, config: TrainerConfig) -> bool:
         """Whether ``lr`` is one Adam learning rate per policy, set from the config."""

@@ -103,3 +103,15 @@ def kill_and_wait(actor, timeout_s: float = 120.0) -> BaseException:
             return error
         time.sleep(0.1)
     raise AssertionError(f"{actor} still answers {timeout_s:.0f} s after ray.kill")
+
+
+def train_until_done(trainer, done, timeout_s: float = 60.0) -> dict:
+    """``trainer.train()`` until ``done(result)`` or ``timeout_s`` of wall-clock; returns
+    the last result.  What an asynchronous learner thread does in one iteration depends
+    on the machine's load (a loaded iteration may hold no update), so tests of the
+    asynchronous strategies wait on what they check, not on a count of iterations."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = trainer.train()
+        if done(result) or time.monotonic() > deadline:
+            return result
