@@ -61,6 +61,8 @@ from common import CpuMeter, cartpole_batch, measure_routing, process_tree, reco
 
 PAPER_FRAMES_PER_S = 160_000
 PAPER_WORKERS = 256
+START_TIMEOUT_S = 120
+"""Seconds ``tuned_throughput`` waits for the first learner update before giving up."""
 
 
 # -- fakes: the driver's counterparts answering at once --------------------------------
@@ -179,7 +181,8 @@ def real_throughput(algo: str, num_evaluators: int, iterations: int, step_s: flo
 
 def tuned_throughput(path: str, seconds: float) -> dict[str, Any]:
     """Rates of the Ape-X trainer of the tuned example at ``path`` (evaluation off) over
-    ``seconds``, counted from the result that first shows a learner update."""
+    ``seconds``, counted from the result that first shows a learner update (which may take
+    up to ``START_TIMEOUT_S``: actors start and the replay fills to ``learning_starts``)."""
     ((name, spec),) = load_experiments(path).items()
     config = {**spec.config, "env": spec.env, "seed": 0, "evaluation_interval": 0}
     keys = ("num_steps_sampled", "num_steps_trained", "num_learner_updates")
@@ -187,16 +190,18 @@ def tuned_throughput(path: str, seconds: float) -> dict[str, Any]:
         start = time.monotonic()
         first = last = None
         busy = []
-        while time.monotonic() - start < seconds:
+        while True:
             result = trainer.train()
-            if result["num_learner_updates"] == 0:
-                continue
-            point = (time.monotonic(), *(result[k] for k in keys))
-            first, last = first or point, point
-            busy.append(result["learner_busy_frac"])
+            now = time.monotonic()
+            if result["num_learner_updates"] > 0:
+                point = (now, *(result[k] for k in keys))
+                first, last = first or point, point
+                busy.append(result["learner_busy_frac"])
+                if now - first[0] >= seconds:
+                    break
+            elif now - start > START_TIMEOUT_S:
+                raise SystemExit(f"{path}: the learner had not started within {START_TIMEOUT_S} s")
         rows = int(trainer.optimizer.config.train_batch_size)
-    if first is None or last[0] <= first[0]:
-        raise SystemExit(f"{path}: the learner had not started within {seconds:g} s")
     dt, sampled, trained, updates = (b - a for a, b in zip(first, last, strict=True))
     return {
         "experiment": name,

@@ -82,24 +82,25 @@ def _board(game, mine=(), theirs=()):
 
 
 # -- 1. acting without Ray -------------------------------------------------------------
-def test_acting_loads_only_the_best_model_without_ray_in_under_5_s(c4, tmp_path):
+def test_acting_loads_only_the_best_model_without_ray_or_an_optimizer(c4, tmp_path):
     path, weights = c4
+    # Acting builds the network alone: no Ray, and no Adam, whose first construction
+    # imports torch._dynamo (seconds; the regression 895b8c9 fixed).
     script = f"""
-import json, sys, time
-from hierl.algorithms.alphazero import AlphaZeroTrainer  # torch's import is not loading
-start = time.perf_counter()
+import json, sys
+from hierl.algorithms.alphazero import AlphaZeroTrainer
 player = AlphaZeroTrainer.load_player({str(path)!r}, simulations=4)
 move = player.compute_single_action(player.game.to_planes(player.game.initial_board()))
-seconds = time.perf_counter() - start
 import ray
-print(json.dumps({{"seconds": seconds, "ray": ray.is_initialized(), "move": move}}))
+print(json.dumps({{"ray": ray.is_initialized(), "dynamo": "torch._dynamo" in sys.modules,
+                  "move": move}}))
 """
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
     )
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["ray"] is False  # no Ray, so no actor either
-    assert report["seconds"] < 5.0, report
+    assert report["dynamo"] is False, "acting built an optimizer"
     assert 0 <= report["move"] < 5
     player = AlphaZeroPlayer.from_checkpoint(path)
     got = player.get_weights()

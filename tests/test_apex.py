@@ -21,7 +21,7 @@ from hierl.optimizers.apex.samplers import epsilon_ladder
 from hierl.optimizers.learner_thread import LearnerThread
 from hierl.policy_graph import LearnResult, PolicyGraph
 from hierl.sample_batch import SampleBatch as SB
-from tests.support.helpers import RESULT_KEYS, kill_and_wait
+from tests.support.helpers import RESULT_KEYS, kill_and_wait, train_until_done
 from tests.support.learning_configs import APEX_CARTPOLE
 from tests.support.learning_runs import SEED, train_until
 
@@ -226,10 +226,10 @@ def test_in_process_apex_learns_on_the_local_evaluator(prioritized):
         policy = trainer.get_policy()
         assert policy.epsilon == pytest.approx(0.4) and policy.epsilon_pinned  # rung 1 of 1
         before = policy.get_weights()
-        results = [trainer.train() for _ in range(3)]
+        # the learner thread takes its turns between the driver's rounds: wait for one
+        last = train_until_done(trainer, lambda r: r["num_steps_trained"] > 0)
         after = policy.get_weights()
         stats = opt.stats()
-    last = results[-1]
     assert set(last) >= RESULT_KEYS
     assert last["num_steps_trained"] > 0 and stats["num_learner_updates"] > 0
     assert last["num_steps_trained"] == 16 * stats["num_learner_updates"]
@@ -246,8 +246,7 @@ def test_in_process_apex_learns_on_the_local_evaluator(prioritized):
 def test_checkpoint_restores_weights_and_counters(tmp_path):
     config = {**TINY_Q, "optimizer_config": {"learning_starts": 40, "min_step_time_s": 0.2}}
     with ApexTrainer(config) as trainer:
-        for _ in range(3):
-            trainer.train()
+        train_until_done(trainer, lambda r: r["num_steps_trained"] > 0)
         path = trainer.save(tmp_path / "ckpt")
         weights, counters = trainer.get_weights(), trainer.optimizer.save()
     assert counters["num_steps_trained"] > 0
@@ -299,6 +298,7 @@ def _epsilons(trainer: ApexTrainer) -> list[float]:
 
 
 @pytest.mark.ray
+@pytest.mark.timeout(420)
 def test_long_run_stays_bounded_and_drops_nothing(ray_session):
     ray = ray_session
     bounds = {
@@ -320,12 +320,22 @@ def test_long_run_stays_bounded_and_drops_nothing(ray_session):
         assert _epsilons(trainer) == pytest.approx([0.4, 0.4**8])  # each evaluator its rung
         peak: dict[str, float] = {}
         halves = []
+        added = [0] * len(opt.replay.shards)
         for _ in range(2):
-            for _ in range(100):
-                opt.step()
-                for k, v in opt.stats().items():
-                    peak[k] = max(peak.get(k, -math.inf), v)
-            halves.append(ray.get([s.stats.remote() for s in opt.replay.shards], timeout=60))
+            # Each half runs until every shard has added 3,000 rows (~24 MB of rows), not
+            # for a count of steps: what a step moves depends on the machine's load.
+            deadline = time.monotonic() + 150
+            while True:
+                for _ in range(20):
+                    opt.step()
+                    for k, v in opt.stats().items():
+                        peak[k] = max(peak.get(k, -math.inf), v)
+                stats = ray.get([s.stats.remote() for s in opt.replay.shards], timeout=60)
+                if min(s["num_added"] - a for s, a in zip(stats, added, strict=True)) >= 3000:
+                    break
+                assert time.monotonic() < deadline, f"3,000 rows a shard not in 150 s: {stats}"
+            halves.append(stats)
+            added = [s["num_added"] for s in stats]
         final = opt.stats()
     finally:
         trainer.stop()
@@ -368,8 +378,9 @@ def test_a_dead_evaluator_does_not_hang_step(ray_session):
             opt.step()
         assert opt.stats()["num_dead_evaluators"] == 1
         sampled = opt.num_steps_sampled
-        opt.step()
-        opt.step()
+        deadline = time.monotonic() + 60
+        while opt.num_steps_sampled == sampled and time.monotonic() < deadline:
+            opt.step()
         assert opt.num_steps_sampled > sampled  # the other evaluator goes on sampling
         kill_and_wait(alive)
         with pytest.raises(RuntimeError, match="all 2 remote evaluators have died"):

@@ -59,7 +59,7 @@ def test_a_tuned_files_rates_are_counted_from_the_first_update(ray_session, benc
         "      {num_replay_shards: 1, num_cpus_per_replay_shard: 0, buffer_size: 5000,\n"
         "       learning_starts: 500, train_batch_size: 32, min_step_time_s: 0.25}\n"
     )
-    run = bench.tuned_throughput(str(path), seconds=6.0)
+    run = bench.tuned_throughput(str(path), seconds=4.0)
     assert run["experiment"] == "cartpole-apex" and run["replay_batch_rows"] == 32
     assert run["env_steps_per_s"] > 0 and run["learner_updates_per_s"] > 0
     assert 0 < run["learner_busy_frac"] <= 1

@@ -120,12 +120,15 @@ def test_dead_evaluator_does_not_hang_the_step(ray_session):
     opt = AsyncGradientsOptimizer(local, [alive, doomed], {"grads_per_step": 3})
     opt.step()
     kill_and_wait(doomed)
-    opt.step()
-    opt.step()
+    # ray.wait may hand back the live evaluator's gradients before the lost task's error
+    steps = 1
+    while opt.stats()["num_healthy_evaluators"] == 2 and steps < 30:
+        opt.step()
+        steps += 1
     stats = opt.stats()
-    assert stats["num_healthy_evaluators"] == 1
+    assert steps >= 2 and stats["num_healthy_evaluators"] == 1
     assert stats["num_lost_tasks"] == 1  # the one task in flight on the killed evaluator
-    assert local.applied == 9
+    assert local.applied == 3 * steps
 
 
 def test_in_process_async_applies_local_gradients(counting_env):
@@ -261,8 +264,12 @@ def test_sample_queue_samples_at_most_max_queued_ahead():
 
     q = SampleQueue(sample, threading.RLock(), max_queued=1)
     try:
+        deadline = time.monotonic() + 5
+        while not calls:  # the thread samples one batch ahead ...
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         time.sleep(0.3)
-        assert calls == [0]  # one batch ahead, none sampled while it waits
+        assert calls == [0]  # ... and none while it waits
         assert q.get(timeout_s=1) == 0
         deadline = time.monotonic() + 5
         while len(calls) < 2:  # taking it frees the slot: the next one is sampled

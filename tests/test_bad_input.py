@@ -19,6 +19,7 @@ from hierl.algorithms.ppo import PPOConfig, PPOTrainer
 from hierl.checkpoint import load_checkpoint
 from hierl.config import ConfigError
 from hierl.evaluators.env_checks import EnvDataError
+from tests.support.helpers import sigint_as_from_a_terminal
 
 HIERL = Path(sys.executable).with_name("hierl")
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -172,15 +173,6 @@ def test_cli_bad_arguments_one_line_exit_2_in_a_real_process(argv, pattern):
     assert len(proc.stderr.splitlines()) == 1 and pattern in proc.stderr, proc.stderr
 
 
-@pytest.mark.timeout(200)
-def _sigint_as_from_a_terminal() -> None:
-    """In the child before exec: SIGINT handled and unblocked, as a shell gives a
-    foreground job. Popen children inherit an ignored or blocked SIGINT from the test
-    process (whose threads belong to Ray and pytest), and Python keeps it that way."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
 def _signal_state(pid: int) -> str:
     """The Sig* lines of /proc/PID/status (pending, blocked, ignored, caught masks)."""
     try:
@@ -217,7 +209,7 @@ def test_ctrl_c_during_train_saves_a_final_checkpoint(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_sigint_as_from_a_terminal,
+        preexec_fn=sigint_as_from_a_terminal,
     )  # fmt: skip
     results = out / "result.jsonl"
     deadline = time.monotonic() + 150

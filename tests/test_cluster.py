@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -102,21 +104,29 @@ def run_scenario() -> dict:
 @pytest.mark.ray
 @pytest.mark.timeout(240)
 def test_losing_a_node_mid_training_recreates_its_evaluators_elsewhere():
+    # Its own Ray temp dir: a Cluster writes its address to <temp dir>/ray_current_cluster,
+    # where any other process's plain ray.init() (the other pytest worker's CLI runs)
+    # would find it and join this test's cluster instead of starting its own.
+    ray_tmp = tempfile.mkdtemp(prefix="hierl-cluster-", dir="/tmp")  # short socket paths
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
+        "RAY_TMPDIR": ray_tmp,
         "RAY_AUTH_MODE": "disabled",
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_COLOR_PREFIX": "0",
     }
-    proc = subprocess.run(
-        [sys.executable, __file__],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=200,
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, __file__],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=200,
+        )
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     before, after = summary["nodes_before"], summary["nodes_after"]

@@ -20,7 +20,7 @@ from hierl.evaluators.rollout_core import EpisodePlayer, act
 from hierl.models.preprocessors import get_preprocessor
 from hierl.optimizers.es.noise_table import SharedNoiseTable, noise_slice
 from hierl.optimizers.es.updates import FlatAdam, centered_ranks, es_gradient
-from tests.support.helpers import RESULT_KEYS
+from tests.support.helpers import RESULT_KEYS, kill_and_wait
 from tests.support.learning_runs import SEED, train_until
 
 TINY = {
@@ -354,7 +354,9 @@ def test_aggregation_tree_bounds_fan_in_and_matches_the_direct_update(ray_sessio
             if aggregators:
                 # A dead evaluator is reported by its aggregator and recreated by the
                 # EvaluatorSet: its 2 pairs are lost for that step only.
-                ray_session.kill(trainer.evaluators.remote_evaluators[2])
+                # (kill_and_wait: ray.kill is asynchronous, and a task the aggregator sent
+                # right after it could still be served.)
+                kill_and_wait(trainer.evaluators.remote_evaluators[2])
                 assert trainer.train()["episodes_this_iter"] == 8
                 assert trainer.evaluators.num_evaluator_restarts == 1
                 assert trainer.train()["episodes_this_iter"] == 12

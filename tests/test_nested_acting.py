@@ -26,7 +26,7 @@ from hierl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from hierl.cli import main
 from hierl.loggers import read_results
 from hierl.serve.policy import ServedPolicy
-from tests.support.helpers import free_port
+from tests.support.helpers import free_port, sigint_as_from_a_terminal
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -171,7 +171,14 @@ def test_cli_serve_answers_with_the_best_member_and_stops_on_ctrl_c(population_r
         pytest.skip("hierl serve of a population is tested on A3C_ES")
     port = free_port()
     argv = [*HIERL, "serve", str(run), "--port", str(port), "--num-cpus", "0.25"]
-    proc = subprocess.Popen(argv, cwd=REPO, env=ENV, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=sigint_as_from_a_terminal,
+    )
     try:
         lines = []
         while not lines or "Ctrl-C" not in lines[-1]:  # it prints 3 lines, then waits

@@ -20,7 +20,7 @@ import pytest
 
 from hierl.checkpoint import load_checkpoint
 from hierl.cli import experiment_file, main
-from tests.support.helpers import TINY_ALPHAZERO
+from tests.support.helpers import TINY_ALPHAZERO, sigint_as_from_a_terminal
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -78,7 +78,13 @@ def test_ctrl_c_stops_a_nested_run_with_a_checkpoint_that_resumes(algo, tmp_path
     argv = [sys.executable, "-m", "hierl.cli", "train", *COMMANDS[algo]]
     argv += ["--stop", "training_iteration=100000", "--output-dir", str(out), "--no-curve"]
     proc = subprocess.Popen(
-        argv, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        argv,
+        cwd=REPO,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=sigint_as_from_a_terminal,
     )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)

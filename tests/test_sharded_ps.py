@@ -277,8 +277,6 @@ def test_pg_cartpole_learns_on_two_shards_with_two_evaluators(ray_session):
 @pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_weight_pushes_and_dead_evaluators_do_not_break_step(ray_session):
-    import ray
-
     spec = EvaluatorSpec.of(
         "CartPole-v1",
         PGPolicy,
@@ -311,7 +309,7 @@ def test_weight_pushes_and_dead_evaluators_do_not_break_step(ray_session):
         stats = opt.stats()
         assert stats["num_healthy_evaluators"] == 1 and stats["in_flight"] == 2
         assert stats["num_gradients_applied"] == 12
-        ray.kill(evaluators.remote_evaluators[1])
+        kill_and_wait(evaluators.remote_evaluators[1])
         with pytest.raises(RuntimeError, match=r"all 2 remote evaluators (have )?died"):
             for _ in range(5):  # gradients already finished may still be applied first
                 opt.step()

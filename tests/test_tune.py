@@ -276,7 +276,7 @@ def test_repeated_samples_of_a_grid_point_get_their_own_seeds(ray_session, tmp_p
 
 
 @pytest.mark.timeout(120)
-def test_a_stopped_trials_actor_exits_at_sigterm_even_inside_a_finalizer(ray_session):
+def test_a_stopped_trials_actor_exits_at_sigterm_even_inside_a_finalizer(ray_session, tmp_path):
     import ray
 
     from hierl.tune import trainable
@@ -288,11 +288,11 @@ def test_a_stopped_trials_actor_exits_at_sigterm_even_inside_a_finalizer(ray_ses
         def pid(self) -> int:
             return os.getpid()
 
-        def hang_in_a_finalizer(self, seconds: float) -> None:
-            """``time.sleep(seconds)`` as a weakref finalizer, where a raised SystemExit
-            is printed as "Exception ignored" and swallowed."""
+        def hang_in_a_finalizer(self, seconds: float, marker: str) -> None:
+            """``time.sleep(seconds)`` as a weakref finalizer (after creating ``marker``),
+            where a raised SystemExit is printed as "Exception ignored" and swallowed."""
             owner = Owner()
-            weakref.finalize(owner, time.sleep, seconds)
+            weakref.finalize(owner, _sleep_after_marking, marker, seconds)
             del owner
 
     # Without exit_at_sigterm, Ray's handler raises SystemExit inside the finalizer: the
@@ -300,8 +300,12 @@ def test_a_stopped_trials_actor_exits_at_sigterm_even_inside_a_finalizer(ray_ses
     actor = ray.remote(num_cpus=0.1)(PGInAFinalizer).remote(config=TINY)
     pid = ray.get(actor.pid.remote(), timeout=60)
     ray.get(actor.stop.remote(), timeout=60)  # Tune's end of a trial: cleanup()
-    hanging = actor.hang_in_a_finalizer.remote(5.0)
-    time.sleep(1.0)
+    marker = tmp_path / "in_the_finalizer"
+    hanging = actor.hang_in_a_finalizer.remote(5.0, str(marker))
+    deadline = time.monotonic() + 60
+    while not marker.exists():  # SIGTERM while the finalizer runs, not before
+        assert time.monotonic() < deadline, "the finalizer did not start"
+        time.sleep(0.05)
     os.kill(pid, signal.SIGTERM)
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(hanging, timeout=30)
@@ -309,6 +313,11 @@ def test_a_stopped_trials_actor_exits_at_sigterm_even_inside_a_finalizer(ray_ses
     # the raylet reaps the process: wait for it to be gone or a zombie (exited, unreaped).
     # Without exit_at_sigterm it would still be sleeping when the wait ends.
     assert _exited_within(pid, 20.0), f"worker {pid} still running 20 s after SIGTERM"
+
+
+def _sleep_after_marking(marker: str, seconds: float) -> None:
+    Path(marker).touch()
+    time.sleep(seconds)
 
 
 def _exited_within(pid: int, timeout_s: float) -> bool:

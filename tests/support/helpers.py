@@ -5,6 +5,7 @@ actor and waiting until Ray knows it is dead."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -83,6 +84,15 @@ TINY_ALPHAZERO = {
     "train_rounds_per_iter": 1,
 }
 """An AlphaZero iteration in seconds: in-process self-play, 4 simulations a move."""
+
+
+def sigint_as_from_a_terminal() -> None:
+    """``preexec_fn`` of a ``Popen`` child that a test stops with SIGINT (Ctrl-C): SIGINT
+    handled and unblocked, as a shell gives a foreground job.  Popen children inherit an
+    ignored or blocked SIGINT from the test process (whose threads belong to Ray and
+    pytest), and Python keeps it that way."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def kill_and_wait(actor, timeout_s: float = 120.0) -> BaseException:
