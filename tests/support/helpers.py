@@ -5,6 +5,7 @@ actor and waiting until Ray knows it is dead."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -34,8 +35,27 @@ RESULT_KEYS = {
 
 
 def free_port() -> int:
-    """A localhost TCP port nobody listens on now (tests' servers and clients)."""
-    with socket.socket() as s:
+    """A localhost TCP port nobody listens on now, for a server a test starts later.
+
+    Drawn at random between Ray's worker ports (10002-19999) and the kernel's ephemeral
+    range, from which every ``bind(0)`` and outgoing connection takes its port (Ray's
+    own servers, the other pytest worker's clients): one of those could take a port
+    from inside that range in the seconds before the test's server binds it.
+    """
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except OSError:  # not Linux
+        low = 0
+    rng = random.SystemRandom()
+    for _ in range(100 if low > 20_001 else 0):
+        port = rng.randrange(20_000, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # no room below the ephemeral range: any free port
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
