@@ -21,19 +21,11 @@ from hierl.optimizers.apex.samplers import epsilon_ladder
 from hierl.optimizers.learner_thread import LearnerThread
 from hierl.policy_graph import LearnResult, PolicyGraph
 from hierl.sample_batch import SampleBatch as SB
-from tests.support.helpers import RESULT_KEYS, kill_and_wait, train_until_done
+from tests.support.helpers import RESULT_KEYS, kill_and_wait, train_until_done, wait_for
 from tests.support.learning_configs import APEX_CARTPOLE
 from tests.support.learning_runs import SEED, train_until
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _wait_for(condition, deadline_s: float = 30.0) -> None:
-    """Poll ``condition`` until true (a generous deadline, not a timing assertion)."""
-    end = time.monotonic() + deadline_s
-    while not condition():
-        assert time.monotonic() < end, "condition not reached before the deadline"
-        time.sleep(0.01)
 
 
 def _weights_differ(a, b) -> bool:
@@ -144,7 +136,7 @@ def test_learner_thread_learns_returns_priorities_and_averages_stats():
     try:
         for tag in range(3):
             learner.inqueue.put((tag, _replay_batch(10.0 * tag)))
-        _wait_for(lambda: learner.outqueue.qsize() == 3)
+        wait_for(lambda: learner.outqueue.qsize() == 3)
         outs = learner.drain_outqueue()
         assert [o.tag for o in outs] == [0, 1, 2]
         np.testing.assert_array_equal(outs[2].td_error, np.full(4, 23.0))
@@ -171,12 +163,12 @@ def test_learner_thread_pause_holds_updates_and_full_outqueue_blocks_it():
         assert learner.num_updates == 0  # paused: nothing learned
         learner.resume()
         # Two outputs fill the out-queue; the third update then waits to put its output.
-        _wait_for(lambda: learner.num_updates == 3)
+        wait_for(lambda: learner.num_updates == 3)
         time.sleep(0.2)
         assert learner.num_updates == 3 and learner.outqueue.qsize() == 2
         assert learner.num_pending == 2
         learner.drain_outqueue()
-        _wait_for(lambda: learner.num_updates == 5)
+        wait_for(lambda: learner.num_updates == 5)
     finally:
         learner.stop()
 
@@ -187,7 +179,7 @@ def test_learner_thread_failure_is_raised_by_check():
     try:
         learner.inqueue.put((0, _replay_batch(0.0)))
         learner.inqueue.put((0, _replay_batch(0.0)))
-        _wait_for(lambda: not learner.is_alive())
+        wait_for(lambda: not learner.is_alive())
         with pytest.raises(RuntimeError, match="learner thread failed after 1 updates") as info:
             learner.check()
         assert isinstance(info.value.__cause__, FloatingPointError)

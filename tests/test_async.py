@@ -14,7 +14,7 @@ from hierl.evaluators import EvaluatorSpec, PolicyEvaluator
 from hierl.evaluators.sample_queue import SampleQueue
 from hierl.optimizers.async_grads import AsyncGradientsOptimizer
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
-from tests.support.helpers import kill_and_wait
+from tests.support.helpers import kill_and_wait, wait_for
 from tests.support.learning_runs import SEED, train_until
 
 
@@ -245,10 +245,7 @@ def test_sample_queue_delivers_batches_sampled_before_a_failure_then_raises():
         return value
 
     q = SampleQueue(sample, threading.RLock(), max_queued=3)  # room to reach the failure
-    deadline = time.monotonic() + 10
-    while q._error is None:  # the thread has sampled twice and failed on the third
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_for(lambda: q._error is not None, 10)  # it sampled twice and failed on the third
     assert [q.get(timeout_s=1), q.get(timeout_s=1)] == [1, 2]
     with pytest.raises(RuntimeError, match="env broke"):
         q.get(timeout_s=1)
@@ -264,17 +261,11 @@ def test_sample_queue_samples_at_most_max_queued_ahead():
 
     q = SampleQueue(sample, threading.RLock(), max_queued=1)
     try:
-        deadline = time.monotonic() + 5
-        while not calls:  # the thread samples one batch ahead ...
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_for(lambda: calls, 5)  # the thread samples one batch ahead ...
         time.sleep(0.3)
         assert calls == [0]  # ... and none while it waits
         assert q.get(timeout_s=1) == 0
-        deadline = time.monotonic() + 5
-        while len(calls) < 2:  # taking it frees the slot: the next one is sampled
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_for(lambda: len(calls) >= 2, 5)  # taking it frees the slot: the next is sampled
         time.sleep(0.3)
         assert calls == [0, 1]
     finally:

@@ -18,6 +18,7 @@ from hierl.algorithms.ppo import PPOTrainer
 from hierl.algorithms.registry import get_trainer_class
 from hierl.algorithms.resources import trainer_bundles
 from hierl.config import ConfigError
+from tests.support.helpers import wait_for
 
 TINY = {
     "env": "CartPole-v1",
@@ -302,17 +303,14 @@ def test_a_stopped_trials_actor_exits_at_sigterm_even_inside_a_finalizer(ray_ses
     ray.get(actor.stop.remote(), timeout=60)  # Tune's end of a trial: cleanup()
     marker = tmp_path / "in_the_finalizer"
     hanging = actor.hang_in_a_finalizer.remote(5.0, str(marker))
-    deadline = time.monotonic() + 60
-    while not marker.exists():  # SIGTERM while the finalizer runs, not before
-        assert time.monotonic() < deadline, "the finalizer did not start"
-        time.sleep(0.05)
+    wait_for(marker.exists, 60, "the finalizer starts")  # SIGTERM while it runs, not before
     os.kill(pid, signal.SIGTERM)
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(hanging, timeout=30)
     # The driver hears of the death when the worker's socket closes, which can be before
     # the raylet reaps the process: wait for it to be gone or a zombie (exited, unreaped).
     # Without exit_at_sigterm it would still be sleeping when the wait ends.
-    assert _exited_within(pid, 20.0), f"worker {pid} still running 20 s after SIGTERM"
+    wait_for(lambda: _exited(pid), 20, f"worker {pid} exits after SIGTERM")
 
 
 def _sleep_after_marking(marker: str, seconds: float) -> None:
@@ -320,14 +318,10 @@ def _sleep_after_marking(marker: str, seconds: float) -> None:
     time.sleep(seconds)
 
 
-def _exited_within(pid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.1)
-    return False
+def _exited(pid: int) -> bool:
+    """Whether process ``pid`` is gone or a zombie (exited, not yet reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")

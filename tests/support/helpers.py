@@ -135,6 +135,15 @@ def kill_and_wait(actor, timeout_s: float = 120.0) -> BaseException:
     raise AssertionError(f"{actor} still answers {timeout_s:.0f} s after ray.kill")
 
 
+def wait_for(condition, timeout_s: float = 30.0, what: str = "condition") -> None:
+    """Poll ``condition()`` until true; ``AssertionError`` naming ``what`` after
+    ``timeout_s`` (a generous deadline, not a timing assertion)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not reached in {timeout_s:g} s"
+        time.sleep(0.01)
+
+
 def train_until_done(trainer, done, timeout_s: float = 60.0) -> dict:
     """``trainer.train()`` until ``done(result)`` or ``timeout_s`` of wall-clock; returns
     the last result.  What an asynchronous learner thread does in one iteration depends
