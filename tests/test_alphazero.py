@@ -23,8 +23,8 @@ from hierl.algorithms.alphazero import (
     uniform_evaluator,
 )
 from hierl.algorithms.alphazero.games import MinimaxPlayer, TicTacToe, play_games
-from hierl.algorithms.alphazero.mcts import select_actions, visit_policy
-from hierl.algorithms.alphazero.policy import MCTS_POLICY
+from hierl.algorithms.alphazero.mcts import root_value, select_actions, visit_policy
+from hierl.algorithms.alphazero.policy import MCTS_POLICY, MCTS_VALUE
 from hierl.algorithms.resources import trainer_bundles
 from hierl.config import ConfigError
 from hierl.sample_batch import DEFAULT_POLICY_ID, SampleBatch
@@ -143,6 +143,25 @@ def test_mcts_value_backup_flips_sign():
     # 9 simulations visit the 9 children once; each child's +1 is -1 for the root's mover
     np.testing.assert_array_equal(root.visits, np.ones(9))
     np.testing.assert_allclose(root.value_sum, -np.ones(9))
+    assert root_value(root) == -1.0
+
+
+def test_root_value_is_the_visit_weighted_mean_of_the_edges_q():
+    game = TicTacToe()
+    # X to move at the root (X: 0, 1; O: 3, 4): playing 2 wins at once; every other
+    # leaf is worth +0.5 to the player to move there (-0.5 to the root's mover)
+    board = np.array([[1, 1, 0], [-1, -1, 0], [0, 0, 0]], np.int8)
+
+    def evaluate(boards):
+        return np.full((len(boards), 9), 1 / 9), np.full(len(boards), 0.5)
+
+    root = MCTS(game, evaluate, num_simulations=40, c_puct=1.5).search_roots([board])[0]
+    win = root.visits[2]
+    assert win > 20  # the search settles on the win
+    np.testing.assert_allclose(root.value_sum[2], win)  # each visit of it backs up +1
+    others = root.visits.sum() - win
+    np.testing.assert_allclose(root.value_sum.sum(), win - 0.5 * others)
+    assert root_value(root) == pytest.approx((win - 0.5 * others) / 40)
 
 
 def test_root_dirichlet_noise_only_on_legal_moves():
@@ -203,6 +222,26 @@ def test_postprocess_value_targets_alternate_from_the_final_result():
         policy.postprocess_trajectory(unfinished)
 
 
+def test_value_target_search_and_average_use_the_root_search_value():
+    q = np.array([0.2, -0.4, 0.6, 0.0, 1.0], np.float32)
+
+    def episode():
+        return SampleBatch(
+            {
+                SampleBatch.REWARDS: np.array([0, 0, 0, 0, 1.0], np.float32),
+                SampleBatch.TERMINATEDS: np.array([0, 0, 0, 0, 1], bool),
+                MCTS_VALUE: q,
+            }
+        )
+
+    z = np.array([1, -1, 1, -1, 1], np.float32)
+    for target, want in (("outcome", z), ("search", q), ("average", (z + q) / 2)):
+        got = _policy(value_target=target).postprocess_trajectory(episode())
+        np.testing.assert_allclose(got[SampleBatch.VALUE_TARGETS], want, rtol=1e-6)
+    with pytest.raises(ConfigError, match=r"value_target.*'mean'.*outcome, search or average"):
+        AlphaZeroConfig.from_dict(_config(value_target="mean"))
+
+
 def test_compute_actions_returns_moves_and_search_policy():
     policy = _policy(num_simulations=16)
     game = policy.game
@@ -214,6 +253,8 @@ def test_compute_actions_returns_moves_and_search_policy():
     np.testing.assert_allclose(pi.sum(axis=1), 1.0, rtol=1e-6)
     assert pi[1, 4] == 0 and actions[1] != 4
     assert all(pi[i, a] == pi[i].max() for i, a in enumerate(actions))  # greedy
+    q = extra[MCTS_VALUE]
+    assert q.shape == (2,) and q.dtype == np.float32 and np.all(np.abs(q) <= 1)
 
 
 def test_loss_is_the_alphazero_loss_and_learning_fits_a_batch():

@@ -7,6 +7,9 @@ import dataclasses
 from hierl.algorithms.trainer_base import BaseConfig
 from hierl.evaluators.evaluator_set import DEFAULT_MAX_EVALUATOR_RESTARTS
 
+VALUE_TARGETS = ("outcome", "search", "average")
+"""The value head's targets ``AlphaZeroConfig.value_target`` may name."""
+
 
 @dataclasses.dataclass
 class AlphaZeroConfig(BaseConfig):
@@ -46,6 +49,11 @@ class AlphaZeroConfig(BaseConfig):
     """Adam learning rate."""
     l2_coeff: float = 1e-4
     """Weight of the L2 penalty c·||θ||² in the loss."""
+    value_target: str = "outcome"
+    """What the value head learns: ``outcome``, the game's result z (AlphaGo Zero);
+    ``search``, the root's search value q (the visit-weighted mean of its edges' Q);
+    ``average``, (z + q) / 2 (Oracle's "Lessons from AlphaZero", part 4: q is the
+    lower-variance target for positions before a sampled or noisy move decided z)."""
     augment_symmetries: bool = True
     """Train on a random board symmetry of each position (8 for Tic-Tac-Toe, 2 for Connect Four)."""
     # -- network --
@@ -124,6 +132,7 @@ class AlphaZeroConfig(BaseConfig):
         )
         self.check("lr", self.lr > 0, "must be > 0")
         self.check("l2_coeff", self.l2_coeff >= 0, "must be >= 0")
+        self.check("value_target", self.value_target in VALUE_TARGETS, "outcome, search or average")
         self.check("network", self.network in ("auto", "mlp", "conv"), "auto, mlp or conv")
         self.check("hidden_sizes", all(h >= 1 for h in self.hidden_sizes), "sizes >= 1")
         self.check("conv_channels", self.conv_channels >= 1, "must be >= 1")

@@ -189,6 +189,14 @@ class MCTS:
         return np.stack([r.visits for r in roots])
 
 
+def root_value(root: Node) -> float:
+    """The search's value of ``root`` for its player to move: the visit-weighted mean of
+    its edges' Q (the mean of every simulation's backed-up value), 0 before any visit."""
+    assert root.visits is not None and root.value_sum is not None
+    n = root.visits.sum()
+    return float(root.value_sum.sum() / n) if n > 0 else 0.0
+
+
 def visit_policy(visits: np.ndarray) -> np.ndarray:
     """The search policy π: visit counts normalized per row (τ = 1)."""
     visits = np.asarray(visits, dtype=np.float64)

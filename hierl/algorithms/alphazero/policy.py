@@ -7,12 +7,15 @@ of each self-play Evaluator").
 * ``compute_actions`` runs a batched PUCT search (``.mcts``) from every observation
   of the batch (one board per env of the evaluator: the leaves of all games go through
   the network together) and returns the move plus the search policy π (the root visit
-  distribution) in the ``mcts_policy`` column.  Exploring (self-play) adds Dirichlet
+  distribution) in the ``mcts_policy`` column and the root's search value q in
+  ``mcts_value``.  Exploring (self-play) adds Dirichlet
   noise at the root and samples moves with τ = 1 for the first ``temperature_moves``
   moves of a game, greedily afterwards; ``explore=False`` is greedy and noise-free.
-* ``postprocess_trajectory`` turns one finished game into value targets ``z``: the final
-  result from the view of the player who moved at each step.
-* ``learn_on_batch`` minimises ``(z - v)^2 - π·log p + c·||θ||^2`` on (obs, π, z) rows.
+* ``postprocess_trajectory`` turns one finished game into value targets: the final
+  result ``z`` from the view of the player who moved at each step (``value_target``
+  "outcome"), the search value ``q`` ("search"), or their mean ("average").
+* ``learn_on_batch`` minimises ``(t - v)^2 - π·log p + c·||θ||^2`` on (obs, π, t) rows,
+  t the value target.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import torch
 from torch import nn
 
 from hierl.algorithms.alphazero.games import BoardGame, game_of_env
-from hierl.algorithms.alphazero.mcts import MCTS, select_actions, visit_policy
+from hierl.algorithms.alphazero.mcts import MCTS, root_value, select_actions, visit_policy
 from hierl.evaluators.env import EnvContext, resolve_env_creator
 from hierl.policy_graph import NONFINITE_GRADS_SKIPPED, PolicyGraph, Weights
 from hierl.sample_batch import SampleBatch
@@ -41,6 +44,8 @@ from hierl.torch_policy_graph import (
 
 MCTS_POLICY = "mcts_policy"
 """Sample-batch column of the search policy π (root visit distribution)."""
+MCTS_VALUE = "mcts_value"
+"""Sample-batch column of the root's search value q for the player to move."""
 
 
 def game_for_config(config: Any) -> BoardGame:
@@ -126,7 +131,8 @@ class AlphaZeroPolicy(PolicyGraph):
 
     ``config`` is an ``AlphaZeroConfig``
     (fields read: ``env``, ``env_config``, ``network``, ``hidden_sizes``,
-    ``conv_channels``, ``lr``, ``l2_coeff``, ``augment_symmetries``, ``num_simulations``,
+    ``conv_channels``, ``lr``, ``l2_coeff``, ``value_target``, ``augment_symmetries``,
+    ``num_simulations``,
     ``c_puct``, ``dirichlet_alpha``, ``dirichlet_fraction``, ``temperature_moves``).
     The game is found from the env (a ``BoardGameEnv``).
     """
@@ -166,9 +172,13 @@ class AlphaZeroPolicy(PolicyGraph):
         state_batches: list[np.ndarray] | None = None,
         explore: bool = True,
     ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
-        """Search from each observation; returns moves and ``{"mcts_policy": π}``."""
+        """Search from each observation; returns moves and ``{"mcts_policy": π,
+        "mcts_value": q}``."""
         boards = self.game.from_planes(np.asarray(obs_batch))
-        visits = self.mcts.search(list(boards), add_noise=explore)
+        roots = self.mcts.search_roots(list(boards), add_noise=explore)
+        visits = (
+            np.stack([r.visits for r in roots]) if roots else np.zeros((0, self.game.num_actions))
+        )
         if explore:
             temps = np.array(
                 [
@@ -179,7 +189,12 @@ class AlphaZeroPolicy(PolicyGraph):
         else:
             temps = np.zeros(len(boards))
         actions = select_actions(visits, temps, self.rng)
-        return actions, [], {MCTS_POLICY: visit_policy(visits).astype(np.float32)}
+        values = np.array([root_value(r) for r in roots], dtype=np.float32)
+        return (
+            actions,
+            [],
+            {MCTS_POLICY: visit_policy(visits).astype(np.float32), MCTS_VALUE: values},
+        )
 
     # -- postprocess -------------------------------------------------------------------
     def postprocess_trajectory(
@@ -187,7 +202,8 @@ class AlphaZeroPolicy(PolicyGraph):
         batch: SampleBatch,
         other_agent_batches: Mapping[str, SampleBatch] | None = None,
     ) -> SampleBatch:
-        """Add ``value_targets`` z: the game result for the player who moved at each row.
+        """Add ``value_targets``: the game result z for the player who moved at each row,
+        the search value q (``mcts_value``) or ``(z + q) / 2``, as ``value_target`` says.
 
         Raises:
             ValueError: if the game did not end (self-play needs whole games).
@@ -201,6 +217,10 @@ class AlphaZeroPolicy(PolicyGraph):
         plies_to_end = np.arange(batch.count - 1, -1, -1)
         # CRUCIAL: players alternate, so the result flips sign every ply going backwards.
         z = final * np.where(plies_to_end % 2 == 0, 1.0, -1.0)
+        target = self.config.value_target
+        if target != "outcome":
+            q = np.asarray(batch[MCTS_VALUE], dtype=np.float64)
+            z = q if target == "search" else 0.5 * (z + q)
         batch[SampleBatch.VALUE_TARGETS] = z.astype(np.float32)
         return batch
 
@@ -224,7 +244,8 @@ class AlphaZeroPolicy(PolicyGraph):
         return out_planes.reshape(n, -1), out_pi
 
     def loss(self, batch: SampleBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        """``(z - v)^2 - π·log p + l2_coeff * ||θ||^2``, means over rows."""
+        """``(t - v)^2 - π·log p + l2_coeff * ||θ||^2``, means over rows (t: the value
+        target)."""
         obs, pi = batch[SampleBatch.OBS], batch[MCTS_POLICY]
         if self.config.augment_symmetries:
             obs, pi = self._augment(obs, pi, self.rng)
