@@ -14,6 +14,7 @@ import difflib
 import inspect
 import itertools
 import logging
+import math
 import textwrap
 import types
 import typing
@@ -303,3 +304,19 @@ class Config:
             raise ConfigError(
                 f"config field '{name}' = {getattr(self, name)!r} is invalid: {valid}"
             )
+
+    def check_schedule(self, name: str, x: str, y: str) -> None:
+        """Check a piecewise-linear ``[[x, y], ...]`` field (or None): at least one point,
+        every ``x >= 0`` and ``y >= 0`` (a rate may anneal to 0), all finite."""
+        points = getattr(self, name)
+        self.check(
+            name,
+            points is None
+            or (
+                len(points) >= 1
+                and all(
+                    len(p) == 2 and 0 <= p[0] < math.inf and 0 <= p[1] < math.inf for p in points
+                )
+            ),
+            f"None or [[{x} >= 0, {y} >= 0], ...] with finite numbers",
+        )

@@ -637,6 +637,22 @@ def test_in_process_loop_is_deterministic_for_a_seed():
     assert any(not np.array_equal(l1[k], l3[k]) for k in l1)
 
 
+@pytest.mark.parametrize(
+    "schedule,want",
+    # learning starts after 128 moves, so every round runs past the schedule's last point
+    [(None, 1e-3), ([[0, 1e-2], [1, 2.5e-4]], 2.5e-4), ([[0, 4e-3], [1e9, 4e-3]], 4e-3)],
+)
+def test_learners_follow_the_lr_schedule_over_self_play_moves(schedule, want):
+    trainer = AlphaZeroTrainer(_config(lr=1e-3, lr_schedule=schedule, seed=0))
+    try:
+        result = trainer.train()
+        optimizer = trainer.learners[0].policy.optimizer
+        assert result["learner/lr"] == pytest.approx(want, rel=1e-12)
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(want, rel=1e-12)
+    finally:
+        trainer.stop()
+
+
 def test_time_budget_ends_the_iteration():
     trainer = AlphaZeroTrainer(_config(time_budget_s=0.05, train_rounds_per_iter=None))
     try:
@@ -678,6 +694,11 @@ def test_config_errors_name_the_bad_value():
             AlphaZeroConfig.from_dict(_config(num_arena_workers=0, **arena_work))
     with pytest.raises(ConfigError, match="learning_starts"):
         AlphaZeroConfig.from_dict(_config(learning_starts=8))
+    for schedule in ([], [[0, -1e-3]], [[-1, 1e-3]], [[0, float("nan")]], [[float("inf"), 0]]):
+        with pytest.raises(ConfigError, match=r"lr_schedule.*moves >= 0, lr >= 0"):
+            AlphaZeroConfig.from_dict(_config(lr_schedule=schedule))
+    with pytest.raises(ConfigError, match=r"lr_schedule.*\[\[0, 0\.001, 5\]\].*wrong type"):
+        AlphaZeroConfig.from_dict(_config(lr_schedule=[[0, 1e-3, 5]]))
     with pytest.raises(ConfigError, match="strength_opponent"):
         AlphaZeroConfig.from_dict(_config(strength_opponent="human"))
     with pytest.raises(ConfigError, match="unknown config key 'num_simulation'"):

@@ -132,6 +132,12 @@ def test_nan_loss_is_refused_with_batch_statistics_and_leaves_weights(caplog):
         (PPOConfig, {"lr": float("nan")}, r"'lr' = nan is invalid: must be > 0"),
         (
             PPOConfig,
+            {"lr_schedule": [[0, 3e-4], [1000, -1e-4]]},
+            r"'lr_schedule' = .*-0\.0001.* is invalid: None or \[\[timestep >= 0, lr >= 0\]",
+        ),
+        (PPOConfig, {"lr_schedule": [[0, float("nan")]]}, r"'lr_schedule' = .*nan.*is invalid"),
+        (
+            PPOConfig,
             {"batch_mode": "whole"},
             r"'batch_mode' = 'whole' is not valid; valid values: 'truncate_episodes'",
         ),

@@ -197,6 +197,7 @@ class TrainerConfig(SamplingSettings, BaseConfig):
         self.check("timesteps_per_iteration", self.timesteps_per_iteration >= 0, ">= 0")
         self.check("gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
         self.check("lr", self.lr > 0, "must be > 0")
+        self.check_schedule("lr_schedule", "timestep", "lr")
         self.check("grad_clip", self.grad_clip is None or self.grad_clip > 0, "must be > 0")
         self.check("metrics_smoothing_episodes", self.metrics_smoothing_episodes >= 1, ">= 1")
         self.check("max_evaluator_restarts", self.max_evaluator_restarts >= 0, "must be >= 0")

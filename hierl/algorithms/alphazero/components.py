@@ -123,15 +123,22 @@ class AlphaZeroLearner(_NetworkActor):
         """Inverse of ``get_state``."""
         self.policy.set_state(state)
 
-    def train(self, batch: SampleBatch) -> tuple[Weights, dict[str, float]]:
-        """SGD over ``batch`` in minibatches of ``train_batch_size``; return the
-        candidate's weights and mean learner stats."""
+    def train(
+        self, batch: SampleBatch, lr: float | None = None
+    ) -> tuple[Weights, dict[str, float]]:
+        """SGD over ``batch`` in minibatches of ``train_batch_size`` (at learning rate
+        ``lr`` if given, from then on); return the candidate's weights and mean learner
+        stats."""
+        if lr is not None:
+            for group in self.policy.optimizer.param_groups:
+                group["lr"] = float(lr)
         size = self.config.train_batch_size
         stats = UpdateStats()
         for start in range(0, batch.count - size + 1, size):
             stats.add(self.policy.learn_on_batch(batch.slice(start, start + size)))
         mean = stats.result() if stats.applied or stats.skipped else {}
         mean["num_updates"] = float(self.policy.num_updates)
+        mean["lr"] = float(self.policy.optimizer.param_groups[0]["lr"])
         return self.policy.get_weights(), mean
 
 

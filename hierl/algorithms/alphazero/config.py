@@ -47,6 +47,9 @@ class AlphaZeroConfig(BaseConfig):
     """Minibatch steps per training round (one round = one candidate)."""
     lr: float = 1e-3
     """Adam learning rate."""
+    lr_schedule: tuple[tuple[float, float], ...] | None = None
+    """Piecewise-linear ``[[self-play moves, lr], ...]`` overriding ``lr`` when set: each
+    training round runs at the rate for the self-play moves made when it starts."""
     l2_coeff: float = 1e-4
     """Weight of the L2 penalty c·||θ||² in the loss."""
     value_target: str = "outcome"
@@ -131,6 +134,7 @@ class AlphaZeroConfig(BaseConfig):
             f"replay_capacity ({self.replay_capacity})",
         )
         self.check("lr", self.lr > 0, "must be > 0")
+        self.check_schedule("lr_schedule", "moves", "lr")
         self.check("l2_coeff", self.l2_coeff >= 0, "must be >= 0")
         self.check("value_target", self.value_target in VALUE_TARGETS, "outcome, search or average")
         self.check("network", self.network in ("auto", "mlp", "conv"), "auto, mlp or conv")

@@ -83,7 +83,7 @@ from hierl.evaluators.spec import EvaluatorSpec
 from hierl.optimizers.replay.buffer import ReplayBuffer
 from hierl.policy_graph import Weights
 from hierl.sample_batch import DEFAULT_POLICY_ID
-from hierl.utils import seed_everything
+from hierl.utils import piecewise_linear, seed_everything
 
 logger = logging.getLogger(__name__)
 
@@ -264,11 +264,13 @@ class AlphaZeroTrainer(BaseTrainer):
         if self.counters["replay_added"] < self.config.learning_starts:
             return
         rows = self.config.train_batch_size * self.config.sgd_steps_per_round
+        schedule = self.config.lr_schedule
+        lr = piecewise_linear(schedule, self.counters["moves"]) if schedule else None
         for j in sorted(self._idle_learners):
             # the rows travel replay actor -> learner by reference, not via the driver
             batch_ref = self._rt.call(self.replay, "sample", rows)
             weights_ref, stats_ref = self._rt.call(
-                self.learners[j], "train", batch_ref, num_returns=2
+                self.learners[j], "train", batch_ref, lr, num_returns=2
             )
             self._outstanding[stats_ref] = ("train", j, (weights_ref, self._restores))
         self._idle_learners.clear()
