@@ -164,6 +164,26 @@ def test_root_value_is_the_visit_weighted_mean_of_the_edges_q():
     assert root_value(root) == pytest.approx((win - 0.5 * others) / 40)
 
 
+def test_a_given_subtree_keeps_its_statistics_and_runs_the_new_simulations():
+    game = TicTacToe()
+    mcts = MCTS(game, uniform_evaluator(game), num_simulations=30, rng=np.random.default_rng(0))
+    first = mcts.search_roots([game.initial_board()])[0]
+    child = first.children[int(first.visits.argmax())]
+    before_visits = child.visits.copy()
+    # the child's own edges hold all its visits but the first (which expanded it)
+    assert before_visits.sum() == first.visits.max() - 1
+    (again,) = mcts.search_roots([child.board.copy()], subtrees=[child])
+    assert again is child
+    assert again.visits.sum() == before_visits.sum() + 30
+    assert np.all(again.visits >= before_visits)
+    fresh = mcts.search_roots([child.board.copy()])[0]
+    assert fresh.visits.sum() == 30 and fresh is not child
+    with pytest.raises(ValueError, match="not its board's"):
+        mcts.search_roots([game.initial_board()], subtrees=[child])
+    with pytest.raises(ValueError, match="one subtree for two boards"):
+        mcts.search_roots([child.board, child.board], subtrees=[child, child])
+
+
 def test_root_dirichlet_noise_only_on_legal_moves():
     game = TicTacToe()
     board = game.next_board(game.initial_board(), 4)
@@ -255,6 +275,30 @@ def test_compute_actions_returns_moves_and_search_policy():
     assert all(pi[i, a] == pi[i].max() for i, a in enumerate(actions))  # greedy
     q = extra[MCTS_VALUE]
     assert q.shape == (2,) and q.dtype == np.float32 and np.all(np.abs(q) <= 1)
+
+
+def test_self_play_reuses_the_subtree_below_each_move_it_played():
+    policy = _policy(num_simulations=16, reuse_tree=True, temperature_moves=0)
+    game = policy.game
+    boards = np.stack([game.initial_board(), game.next_board(game.initial_board(), 4)])
+    actions, _, extra = policy.compute_actions(game.to_planes(boards).reshape(2, -1))
+    assert len(policy.subtrees) == 2
+    # the env's next observation is each kept child's board: the search goes on from it
+    nexts = np.stack([game.next_board(b, a) for b, a in zip(boards, actions, strict=True)])
+    kept = [policy.subtrees[b.tobytes()] for b in nexts]
+    carried = [int(node.visits.sum()) for node in kept]
+    assert carried == [round(16 * extra[MCTS_POLICY][i, a]) - 1 for i, a in enumerate(actions)]
+    policy.compute_actions(game.to_planes(nexts).reshape(2, -1))
+    assert [int(node.visits.sum()) for node in kept] == [c + 16 for c in carried]
+    # greedy acting neither keeps nor uses subtrees; new weights drop them
+    assert len(policy.subtrees) == 2
+    policy.set_weights(policy.get_weights())
+    assert policy.subtrees == {}
+    policy.compute_actions(game.to_planes(nexts).reshape(2, -1), explore=False)
+    assert policy.subtrees == {}
+    off = _policy(num_simulations=16, temperature_moves=0)
+    off.compute_actions(game.to_planes(boards).reshape(2, -1))
+    assert off.subtrees == {}
 
 
 def test_loss_is_the_alphazero_loss_and_learning_fits_a_batch():

@@ -77,6 +77,11 @@ class AlphaZeroConfig(BaseConfig):
     """Weight of the root noise in self-play priors."""
     temperature_moves: int = 4
     """Self-play moves sampled with τ = 1 at the start of each game; greedy afterwards."""
+    reuse_tree: bool = False
+    """Self-play keeps the subtree below each move it plays and searches the next
+    position from it (AlphaGo Zero, Methods: "the search tree is reused at subsequent
+    time-steps"): its visits count in the next search policy, and ``num_simulations``
+    more are run.  Dropped when new weights arrive; arenas and acting search afresh."""
     # -- gate --
     gate: bool = True
     """AlphaGo Zero's arena gate: a candidate becomes the best only by beating it.  False:

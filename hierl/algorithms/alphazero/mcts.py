@@ -134,15 +134,35 @@ class MCTS:
             child = node.children[action] = Node(board, self.game.outcome(board))
         return child
 
-    def search_roots(self, boards: Sequence[np.ndarray], add_noise: bool = False) -> list[Node]:
-        """Run the search on each (non-terminal) board; return the root nodes."""
-        roots = [Node(np.asarray(b, dtype=np.int8), None) for b in boards]
-        for root in roots:
+    def search_roots(
+        self,
+        boards: Sequence[np.ndarray],
+        add_noise: bool = False,
+        subtrees: Sequence[Node | None] | None = None,
+    ) -> list[Node]:
+        """Run the search on each (non-terminal) board; return the root nodes.
+
+        ``subtrees[i]``, if given and not None, is a node of an earlier search whose
+        board is ``boards[i]``: the search goes on from it, its statistics kept
+        (AlphaGo Zero's tree reuse), and ``num_simulations`` more are run.
+        """
+        given = subtrees if subtrees is not None else [None] * len(boards)
+        roots = [
+            node if node is not None else Node(np.asarray(b, dtype=np.int8), None)
+            for b, node in zip(boards, given, strict=True)
+        ]
+        for root, board in zip(roots, boards, strict=True):
+            if not np.array_equal(root.board, board):
+                raise ValueError("a subtree given to search_roots is not its board's")
             if self.game.outcome(root.board) is not None:
                 raise ValueError("MCTS needs non-terminal root positions")
+        if len({id(root) for root in roots}) != len(roots):
+            raise ValueError("search_roots got one subtree for two boards")
         if not roots:
             return roots
-        self._expand(roots)
+        fresh = [root for root in roots if not root.expanded]
+        if fresh:
+            self._expand(fresh)
         if add_noise and self.dirichlet_fraction > 0:
             for root in roots:
                 assert root.prior is not None and root.legal is not None

@@ -29,7 +29,13 @@ import torch
 from torch import nn
 
 from hierl.algorithms.alphazero.games import BoardGame, game_of_env
-from hierl.algorithms.alphazero.mcts import MCTS, root_value, select_actions, visit_policy
+from hierl.algorithms.alphazero.mcts import (
+    MCTS,
+    Node,
+    root_value,
+    select_actions,
+    visit_policy,
+)
 from hierl.evaluators.env import EnvContext, resolve_env_creator
 from hierl.policy_graph import NONFINITE_GRADS_SKIPPED, PolicyGraph, Weights
 from hierl.sample_batch import SampleBatch
@@ -132,8 +138,8 @@ class AlphaZeroPolicy(PolicyGraph):
     ``config`` is an ``AlphaZeroConfig``
     (fields read: ``env``, ``env_config``, ``network``, ``hidden_sizes``,
     ``conv_channels``, ``lr``, ``l2_coeff``, ``value_target``, ``augment_symmetries``,
-    ``num_simulations``,
-    ``c_puct``, ``dirichlet_alpha``, ``dirichlet_fraction``, ``temperature_moves``).
+    ``num_simulations``, ``c_puct``, ``dirichlet_alpha``, ``dirichlet_fraction``,
+    ``temperature_moves``, ``reuse_tree``).
     The game is found from the env (a ``BoardGameEnv``).
     """
 
@@ -146,6 +152,8 @@ class AlphaZeroPolicy(PolicyGraph):
         self.rng = np.random.default_rng(int(np.random.randint(2**31)))
         self.mcts = self.make_mcts(config.num_simulations)
         self.num_updates = 0
+        self.subtrees: dict[bytes, Node] = {}
+        """``reuse_tree``: the subtree below each move self-play just played, by board."""
 
     def make_mcts(self, num_simulations: int) -> MCTS:
         """A search with this policy's network and exploration settings."""
@@ -175,7 +183,10 @@ class AlphaZeroPolicy(PolicyGraph):
         """Search from each observation; returns moves and ``{"mcts_policy": π,
         "mcts_value": q}``."""
         boards = self.game.from_planes(np.asarray(obs_batch))
-        roots = self.mcts.search_roots(list(boards), add_noise=explore)
+        reuse = explore and self.config.reuse_tree
+        # pop: a subtree serves one board (two games can reach the same position)
+        kept = [self.subtrees.pop(b.tobytes(), None) for b in boards] if reuse else None
+        roots = self.mcts.search_roots(list(boards), add_noise=explore, subtrees=kept)
         visits = (
             np.stack([r.visits for r in roots]) if roots else np.zeros((0, self.game.num_actions))
         )
@@ -189,6 +200,12 @@ class AlphaZeroPolicy(PolicyGraph):
         else:
             temps = np.zeros(len(boards))
         actions = select_actions(visits, temps, self.rng)
+        if reuse:
+            self.subtrees = {}
+            for root, action in zip(roots, actions, strict=True):
+                child = root.children.get(int(action))
+                if child is not None and child.expanded and child.terminal is None:
+                    self.subtrees[child.board.tobytes()] = child
         values = np.array([root_value(r) for r in roots], dtype=np.float32)
         return (
             actions,
@@ -289,8 +306,9 @@ class AlphaZeroPolicy(PolicyGraph):
         return module_weights(self.model)
 
     def set_weights(self, weights: Weights) -> None:
-        """Load network weights (Adam moments are kept)."""
+        """Load network weights (Adam moments are kept; kept subtrees are dropped)."""
         load_module_weights(self.model, weights, type(self).__name__)
+        self.subtrees = {}
 
     def get_state(self) -> dict[str, Any]:
         """Weights, Adam state and counters."""
