@@ -134,18 +134,10 @@ class MCTS:
             child = node.children[action] = Node(board, self.game.outcome(board))
         return child
 
-    def search_roots(
-        self,
-        boards: Sequence[np.ndarray],
-        add_noise: bool = False,
-        subtrees: Sequence[Node | None] | None = None,
+    def _roots(
+        self, boards: Sequence[np.ndarray], subtrees: Sequence[Node | None] | None
     ) -> list[Node]:
-        """Run the search on each (non-terminal) board; return the root nodes.
-
-        ``subtrees[i]``, if given and not None, is a node of an earlier search whose
-        board is ``boards[i]``: the search goes on from it, its statistics kept
-        (AlphaGo Zero's tree reuse), and ``num_simulations`` more are run.
-        """
+        """A root per board: its given subtree, else a new node; all checked."""
         given = subtrees if subtrees is not None else [None] * len(boards)
         roots = [
             node if node is not None else Node(np.asarray(b, dtype=np.int8), None)
@@ -158,6 +150,21 @@ class MCTS:
                 raise ValueError("MCTS needs non-terminal root positions")
         if len({id(root) for root in roots}) != len(roots):
             raise ValueError("search_roots got one subtree for two boards")
+        return roots
+
+    def search_roots(
+        self,
+        boards: Sequence[np.ndarray],
+        add_noise: bool = False,
+        subtrees: Sequence[Node | None] | None = None,
+    ) -> list[Node]:
+        """Run the search on each (non-terminal) board; return the root nodes.
+
+        ``subtrees[i]``, if given and not None, is a node of an earlier search whose
+        board is ``boards[i]``: the search goes on from it, its statistics kept
+        (AlphaGo Zero's tree reuse), and ``num_simulations`` more are run.
+        """
+        roots = self._roots(boards, subtrees)
         if not roots:
             return roots
         fresh = [root for root in roots if not root.expanded]
