@@ -210,7 +210,10 @@ class MCTS:
 
     def search(self, boards: Sequence[np.ndarray], add_noise: bool = False) -> np.ndarray:
         """Root visit counts ``(B, num_actions)`` after the search on each board."""
-        roots = self.search_roots(boards, add_noise)
+        return self.root_visits(self.search_roots(boards, add_noise))
+
+    def root_visits(self, roots: Sequence[Node]) -> np.ndarray:
+        """The searched ``roots``' visit counts, ``(len(roots), num_actions)``."""
         if not roots:
             return np.zeros((0, self.game.num_actions))
         return np.stack([r.visits for r in roots])

@@ -187,9 +187,7 @@ class AlphaZeroPolicy(PolicyGraph):
         # pop: a subtree serves one board (two games can reach the same position)
         kept = [self.subtrees.pop(b.tobytes(), None) for b in boards] if reuse else None
         roots = self.mcts.search_roots(list(boards), add_noise=explore, subtrees=kept)
-        visits = (
-            np.stack([r.visits for r in roots]) if roots else np.zeros((0, self.game.num_actions))
-        )
+        visits = self.mcts.root_visits(roots)
         if explore:
             temps = np.array(
                 [
