@@ -164,6 +164,32 @@ def test_root_value_is_the_visit_weighted_mean_of_the_edges_q():
     assert root_value(root) == pytest.approx((win - 0.5 * others) / 40)
 
 
+def test_selection_is_puct_on_the_backed_up_statistics_at_every_node():
+    game = TicTacToe()
+    rng = np.random.default_rng(3)
+
+    def evaluate(boards):  # arbitrary priors and values, so that Q and U both matter
+        return rng.dirichlet(np.ones(9), size=len(boards)), rng.uniform(-1, 1, len(boards))
+
+    mcts = MCTS(game, evaluate, num_simulations=200, c_puct=1.3, rng=np.random.default_rng(4))
+    (root,) = mcts.search_roots([game.initial_board()], add_noise=True)
+    checked, stack = 0, [root]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children.values())
+        if not node.expanded:
+            continue
+        visits, value_sum = node.visits, node.value_sum
+        # Q and N(s) as the definitions give them, from the edges' counts
+        q = np.where(visits > 0, value_sum / np.maximum(visits, 1), 0.0)
+        np.testing.assert_array_equal(node.q, q)
+        assert node.total == visits.sum()
+        u = 1.3 * node.prior * math.sqrt(visits.sum() + 1) / (1 + visits)
+        assert mcts._select(node) == int(np.argmax(np.where(node.legal, q + u, -np.inf)))
+        checked += 1
+    assert checked > 50 and root.total == 200
+
+
 def test_a_given_subtree_keeps_its_statistics_and_runs_the_new_simulations():
     game = TicTacToe()
     mcts = MCTS(game, uniform_evaluator(game), num_simulations=30, rng=np.random.default_rng(0))

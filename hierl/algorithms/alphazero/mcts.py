@@ -19,6 +19,7 @@ prior (with Dirichlet noise mixed in at the root when exploring).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -37,10 +38,23 @@ class Node:
         board: canonical board (player to move = +1).
         terminal: game value for the player to move if the game is over, else None.
         prior, visits, value_sum: per-action arrays, set on expansion.
+        q: per-action mean value ``value_sum / visits`` (0 while unvisited), and
+            total: ``visits.sum()``: both kept by the backup, read by selection.
         children: action → child Node (created on first visit).
     """
 
-    __slots__ = ("board", "children", "legal", "prior", "terminal", "value_sum", "visits")
+    __slots__ = (
+        "board",
+        "children",
+        "illegal",
+        "legal",
+        "prior",
+        "q",
+        "terminal",
+        "total",
+        "value_sum",
+        "visits",
+    )
 
     def __init__(self, board: np.ndarray, terminal: float | None):
         self.board = board
@@ -48,7 +62,10 @@ class Node:
         self.prior: np.ndarray | None = None
         self.visits: np.ndarray | None = None
         self.value_sum: np.ndarray | None = None
+        self.q: np.ndarray | None = None
+        self.total = 0.0
         self.legal: np.ndarray | None = None
+        self.illegal: np.ndarray | None = None
         self.children: dict[int, Node] = {}
 
     @property
@@ -63,8 +80,19 @@ class Node:
         # a network putting (almost) no mass on legal moves falls back to uniform
         self.prior = p / total if total > 1e-8 else legal / legal.sum()
         self.legal = legal
+        self.illegal = np.where(legal, 0.0, -np.inf)  # added to scores: -inf off the board
         self.visits = np.zeros(len(prior))
         self.value_sum = np.zeros(len(prior))
+        self.q = np.zeros(len(prior))
+
+    def backup(self, action: int, value: float) -> None:
+        """Count one simulation through ``action`` that returned ``value`` (for this
+        node's player to move)."""
+        assert self.visits is not None and self.value_sum is not None and self.q is not None
+        self.visits[action] += 1
+        self.value_sum[action] += value
+        self.q[action] = self.value_sum[action] / self.visits[action]
+        self.total += 1.0
 
 
 def uniform_evaluator(game: BoardGame) -> EvaluateFn:
@@ -121,11 +149,10 @@ class MCTS:
         return np.asarray(values, dtype=np.float64).reshape(-1)
 
     def _select(self, node: Node) -> int:
-        assert node.visits is not None and node.prior is not None and node.legal is not None
-        visits = node.visits
-        q = np.divide(node.value_sum, visits, out=np.zeros_like(visits), where=visits > 0)
-        u = self.c_puct * node.prior * np.sqrt(visits.sum() + 1.0) / (1.0 + visits)
-        return int(np.argmax(np.where(node.legal, q + u, -np.inf)))
+        """The legal move maximising ``Q + U`` (the first of equal ones)."""
+        assert node.visits is not None and node.prior is not None and node.q is not None
+        u = self.c_puct * node.prior * math.sqrt(node.total + 1.0) / (1.0 + node.visits)
+        return int((node.q + u + node.illegal).argmax())
 
     def _child(self, node: Node, action: int) -> Node:
         child = node.children.get(action)
@@ -203,9 +230,7 @@ class MCTS:
                     # CRUCIAL: the value is for the player to move at the child; the
                     # parent's mover is the opponent, so flip the sign at every ply.
                     value = -value
-                    assert node.visits is not None and node.value_sum is not None
-                    node.visits[action] += 1
-                    node.value_sum[action] += value
+                    node.backup(action, value)
         return roots
 
     def search(self, boards: Sequence[np.ndarray], add_noise: bool = False) -> np.ndarray:

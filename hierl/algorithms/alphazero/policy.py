@@ -122,7 +122,7 @@ def build_network(game: BoardGame, config: Any) -> AlphaZeroNet:
     return AlphaZeroNet(game, network, config.hidden_sizes, config.conv_channels).eval()
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def evaluate_boards(
     model: AlphaZeroNet, game: BoardGame, boards: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
