@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from common import RECORD_HELP, REPO_ROOT, record
+from common import REPO_ROOT, record
 
 from hierl.algorithms.alphazero import AlphaZeroConfig, AlphaZeroPolicy
 from hierl.algorithms.alphazero.games import BoardGame
@@ -126,7 +126,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15, help="timed rounds of each")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="3 rounds of 4 positions")
-    parser.add_argument("--record", action="store_true", help=RECORD_HELP)
     args = parser.parse_args()
     torch.set_num_threads(1)
     config = load_config(args.file)
@@ -146,7 +145,7 @@ def main() -> None:
         f"(the tree: {figures['tree_ms_per_simulation'] * 1e3:.1f} us a simulation)"
     )
     settings = {"file": str(args.file.relative_to(REPO_ROOT)), "rounds": rounds, "seed": args.seed}
-    path = record("mcts_search", settings, figures, commit=args.record)
+    path = record("mcts_search", settings, figures)
     print(f"written {path}")
 
 
