@@ -448,9 +448,9 @@ class Trainer(BaseTrainer):
         """Inverse of ``get_state``; broadcasts weights and filters to remote evaluators."""
         try:
             self.local_evaluator.restore(state["evaluator"])
+            self.optimizer.restore(state["optimizer"])
         except ValueError as e:
             raise CheckpointError(f"checkpoint does not fit this {self.name} trainer: {e}") from e
-        self.optimizer.restore(state["optimizer"])
         self.evaluators.set_input_states(state.get("inputs", {}))
         counters = state["counters"]
         self.iteration = int(counters["iteration"])

@@ -171,13 +171,19 @@ class PolicyOptimizer(OptimizerCapabilities):
 
     def collect_episodes(self) -> list[EpisodeRecord]:
         """The episodes finished since the last call, for the trainer's result: by
-        default every evaluator's (a failed remote one is handled and skipped);
-        optimizers that play episodes themselves (ES) add theirs."""
-        episodes = self.local_evaluator.get_metrics()
+        default every evaluator's (``episodes_by_evaluator``); optimizers that play
+        episodes themselves (ES) add theirs."""
+        return [e for _, episodes in self.episodes_by_evaluator() for e in episodes]
+
+    def episodes_by_evaluator(self) -> list[tuple[int, list[EpisodeRecord]]]:
+        """``(worker index, episodes finished since the last call)`` of the local
+        evaluator (index 0) and of every remote one (1..N; a failed one is handled and
+        skipped)."""
+        out = [(0, self.local_evaluator.get_metrics())]
         if self.remote_evaluators:
-            for _, eps in self.evaluators.call_remotes(lambda e: e.get_metrics.remote()):
-                episodes.extend(eps)
-        return episodes
+            for actor, episodes in self.evaluators.call_remotes(lambda e: e.get_metrics.remote()):
+                out.append((self.evaluators.worker_index(actor), episodes))
+        return out
 
     def foreach_evaluator(self, fn: Callable[[PolicyEvaluator], T]) -> list[T]:
         """Apply ``fn`` to the local and every remote evaluator."""

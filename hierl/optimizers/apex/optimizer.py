@@ -17,11 +17,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from hierl.evaluators import EpisodeRecord
 from hierl.evaluators.ray_runtime import ActorGroup
+from hierl.optimizers.apex.rungs import RungReturns
 from hierl.optimizers.apex.samplers import ReplaySamplers, pin_epsilon_ladder
 from hierl.optimizers.apex.sharded_replay import ShardedReplay, ShardedReplayConfig
 from hierl.optimizers.apex.tasks import ApexTask
@@ -78,6 +81,9 @@ class ApexConfig(ShardedReplayConfig):
     epsilon_alpha: float = 7.0
     """The ladder's exponent range (the paper's 7): the last evaluator gets
     ``epsilon_base ** (1 + epsilon_alpha)``."""
+    rung_window_episodes: int = 100
+    """With the ladder, each rung's ``rung_<i>/episode_reward_mean`` is over its last
+    this-many episodes (``rungs.RungReturns``; 100, as the SB3 zoo's training curves)."""
     min_step_time_s: float = 1.0
     """Each ``step()`` runs the event loop at least this long (and at least one round)."""
     wait_timeout_s: float = 0.01
@@ -94,6 +100,7 @@ class ApexConfig(ShardedReplayConfig):
             "max_sample_requests_in_flight_per_evaluator",
             "learner_queue_size",
             "max_weight_sync_delay",
+            "rung_window_episodes",
         ):
             self.check(name, getattr(self, name) >= 1, "must be >= 1")
         self.check("epsilon_base", 0 <= self.epsilon_base <= 1, "must be in [0, 1]")
@@ -149,6 +156,8 @@ class ApexOptimizer(PolicyOptimizer):
         if cfg.per_worker_epsilon:
             self.epsilons = pin_epsilon_ladder(self.evaluators, cfg.epsilon_base, cfg.epsilon_alpha)
             self.samplers.epsilons = self.epsilons
+        self.rungs = RungReturns(cfg.rung_window_episodes)
+        """Each rung's training return (reported while there is a ladder)."""
         self.learner = LearnerThread(
             replay_learner(self.local_evaluator.policy),
             cfg.learner_queue_size,
@@ -250,13 +259,24 @@ class ApexOptimizer(PolicyOptimizer):
         for out in self.learner.drain_outqueue():
             self.replay.update_priorities(out.tag, out.indexes, out.td_error)
 
-    # -- reporting and teardown ----------------------------------------------------------
+    # -- reporting, checkpoints and teardown -------------------------------------------
+    def collect_episodes(self) -> list[EpisodeRecord]:
+        """Every evaluator's finished episodes; with the ladder, each sampling
+        evaluator's also count towards its rung (the local one is rung 1 when it
+        samples, without remote evaluators)."""
+        by_evaluator = self.episodes_by_evaluator()
+        if self.epsilons:
+            for index, episodes in by_evaluator:
+                if index or not self.remote_evaluators:
+                    self.rungs.add(max(index, 1), episodes)
+        return [e for _, episodes in by_evaluator for e in episodes]
+
     def stats(self) -> dict[str, float]:
         """Counters, queue and in-flight sizes, and rates over the last ``step()``: env
         steps delivered (``sample_steps_per_s``), learner updates and rows completed
         (``learner_updates_per_s``, ``learner_rows_per_s``) and ``learner_busy_frac``;
         with the epsilon ladder, its smallest and largest value (``epsilon_min``,
-        ``epsilon_max``)."""
+        ``epsilon_max``) and each rung's training return (``RungReturns.metrics``)."""
         out = {
             **super().stats(),
             **self.replay.stats(),
@@ -273,7 +293,17 @@ class ApexOptimizer(PolicyOptimizer):
             out["prioritized_replay_beta"] = self.beta
         if self.epsilons:
             out.update(epsilon_min=min(self.epsilons), epsilon_max=max(self.epsilons))
+            out.update(self.rungs.metrics(self.epsilons))
         return out
+
+    def save(self) -> dict[str, Any]:
+        """The base counters and the rungs' windows."""
+        return {**super().save(), "rungs": self.rungs.get_state()}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Inverse of ``save`` (a checkpoint from before the rungs were kept has none)."""
+        super().restore(state)
+        self.rungs.set_state(state.get("rungs", {}))
 
     def stop(self) -> None:
         """Stop the learner thread and the replay shards (the evaluators stay)."""
