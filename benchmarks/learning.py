@@ -16,7 +16,8 @@ and wall-clock of the first evaluation of at least ``R``; with ``--stop-at-targe
 seed's run ends there (time-to-target comparisons).
 
 Writes, under ``benchmarks/curves/<name>/``: one CSV per implementation and
-seed (env steps, wall-clock seconds, training and greedy evaluation returns), a PNG of the
+seed (env steps, wall-clock seconds, training and greedy evaluation returns; for Ape-X,
+the training return is the last rung's of the epsilon ladder, ``training_return``), a PNG of the
 evaluation curves, and ``summary.json`` with the git commit; then rewrites the
 experiment's table in ``benchmarks/RESULTS.md`` from those files (each seed's last
 evaluation and the mean of its evaluations over the last sixth of the budget), so a reader
@@ -68,6 +69,17 @@ def _write_csv(path: Path, rows: list[dict[str, float]]) -> None:
     tmp.replace(path)  # atomic: a cut-off run never leaves half a file
 
 
+def training_return(result: dict[str, Any]) -> float:
+    """A result's training return (the mean of the last 100 episodes): the trainer's
+    ``episode_reward_mean``, or under Ape-X's epsilon ladder the last rung's (the
+    evaluator nearest greedy; the pooled mean mixes in play at epsilon 0.4)."""
+    rungs = [k for k in result if k.startswith("rung_") and k.endswith("/episode_reward_mean")]
+    if not rungs:
+        return result["episode_reward_mean"]
+    last = max(rungs, key=lambda k: int(k[len("rung_") : -len("/episode_reward_mean")]))
+    return result[last]
+
+
 def run_hierl(
     spec: ExperimentSpec,
     seed: int,
@@ -104,7 +116,7 @@ def run_hierl(
                 {
                     "timesteps": result["timesteps_total"],
                     "wall_s": result["time_total_s"],
-                    "episode_reward_mean": result["episode_reward_mean"],
+                    "episode_reward_mean": training_return(result),
                     "evaluation_reward_mean": result.get(
                         "evaluation/episode_reward_mean", float("nan")
                     ),

@@ -156,3 +156,10 @@ def test_the_table_gives_each_seeds_final_evaluation_and_tail_mean(learning, tmp
     assert "from 500 env steps on" in lines[3]
     assert lines[7] == "| hierl | 2 | 600 | 90.0 | 70, 110 | 80.0 | 60, 100 | 0.0 min |"
     assert lines[8] == "| sb3 | 1 | 600 | 60.0 | 60 | 60.0 | 60 | 0.0 min |"
+
+
+def test_the_training_return_is_the_last_rung_s_under_the_ladder(learning):
+    assert learning.training_return({"episode_reward_mean": 3.0}) == 3.0
+    ladder = {f"rung_{i}/episode_reward_mean": float(i) for i in (1, 2, 9, 10)}
+    pooled = {"episode_reward_mean": 5.5, "rung_10/epsilon": 0.01, **ladder}
+    assert learning.training_return(pooled) == 10.0  # rung 10, the greediest, not "9" > "10"
