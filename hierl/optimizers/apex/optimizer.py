@@ -260,16 +260,16 @@ class ApexOptimizer(PolicyOptimizer):
             self.replay.update_priorities(out.tag, out.indexes, out.td_error)
 
     # -- reporting, checkpoints and teardown -------------------------------------------
-    def collect_episodes(self) -> list[EpisodeRecord]:
-        """Every evaluator's finished episodes; with the ladder, each sampling
-        evaluator's also count towards its rung (the local one is rung 1 when it
-        samples, without remote evaluators)."""
-        by_evaluator = self.episodes_by_evaluator()
+    def episodes_by_evaluator(self) -> list[tuple[int, list[EpisodeRecord]]]:
+        """``PolicyOptimizer.episodes_by_evaluator``; with the ladder, each sampling
+        evaluator's episodes also count towards its rung (the local one is rung 1 when
+        it samples, without remote evaluators)."""
+        by_evaluator = super().episodes_by_evaluator()
         if self.epsilons:
             for index, episodes in by_evaluator:
                 if index or not self.remote_evaluators:
                     self.rungs.add(max(index, 1), episodes)
-        return [e for _, episodes in by_evaluator for e in episodes]
+        return by_evaluator
 
     def stats(self) -> dict[str, float]:
         """Counters, queue and in-flight sizes, and rates over the last ``step()``: env
