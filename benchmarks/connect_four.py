@@ -20,6 +20,9 @@ resumes), ``curve.png`` (score against training hours, the goals drawn) and
 goals: >= 0.9 against mcts-1000, >= 0.5 against alphabeta-6).
 
     python benchmarks/connect_four.py RUN_DIR [--games 100] [--name connect-four-alphazero]
+
+``--jobs N`` plays N matches at once, each in its own process with one torch thread (one
+per core); a match's games and seeds are those it plays alone, so the rows are the same.
 """
 
 from __future__ import annotations
@@ -27,8 +30,11 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import multiprocessing
 import sys
 import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +72,12 @@ def parse_opponent(label: str) -> tuple[str, dict[str, int]]:
     if name in ("mcts", "alphabeta") and number.isdigit():
         return name, {"rollouts" if name == "mcts" else "depth": int(number)}
     raise SystemExit(f"unknown opponent {label!r}; valid: random, mcts-N, alphabeta-D")
+
+
+def canonical(label: str) -> str:
+    """The label a row records for opponent ``label`` (``mcts-1000``, ``alphabeta-6``)."""
+    name, settings = parse_opponent(label)
+    return describe_opponent(name, **settings)
 
 
 def checkpoints(run_dir: Path) -> list[Path]:
@@ -106,6 +118,25 @@ def score_checkpoint(path: Path, label: str, args: Any) -> dict[str, Any]:
         "score_seconds": time.perf_counter() - start,
         "command": play_command(path, name, settings, args),
     }
+
+
+def _one_torch_thread() -> None:
+    """A ``--jobs`` worker's initializer: one core each, no oversubscription."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def score_all(tasks: list[tuple[Path, str]], args: Any, jobs: int) -> Iterator[dict[str, Any]]:
+    """The rows of ``tasks`` (checkpoint, opponent), in order with one job, else as their
+    matches finish in ``jobs`` processes."""
+    if jobs == 1:
+        yield from (score_checkpoint(path, label, args) for path, label in tasks)
+        return
+    spawn = multiprocessing.get_context("spawn")  # no forked copy of a torch runtime
+    with ProcessPoolExecutor(jobs, mp_context=spawn, initializer=_one_torch_thread) as pool:
+        futures = [pool.submit(score_checkpoint, path, label, args) for path, label in tasks]
+        yield from (future.result() for future in as_completed(futures))
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
@@ -194,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         help="score only these iterations' checkpoints (overrides --every)",
     )
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="matches played at once, one process each"
+    )
     parser.add_argument("--name", default="connect-four-alphazero", help="curves/<name>/")
     parser.add_argument("--out", type=Path, help="write here instead of curves/<name>/")
     parser.add_argument(
@@ -202,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         help="score nothing: redraw curve.png and summary.json from scores.csv",
     )
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        raise SystemExit(f"--jobs must be >= 1, got {args.jobs}")
     for label in args.opponents:
         parse_opponent(label)
     out = args.out or CURVES_DIR / args.name
@@ -220,25 +256,26 @@ def main(argv: list[str] | None = None) -> int:
         found = found[:: args.every]
     if not found and not rows:
         raise SystemExit(f"no checkpoints under {args.run_dir}")
-    for path in found:
-        for label in args.opponents:
-            name, settings = parse_opponent(label)
-            if (int(path.name), describe_opponent(name, **settings)) in done:
-                continue
-            row = score_checkpoint(path, label, args)
-            new_file = not csv_path.exists()
-            with csv_path.open("a", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=FIELDS)
-                if new_file:
-                    writer.writeheader()
-                writer.writerow(row)
-            rows.append(row)
-            print(
-                f"iteration {row['iteration']} ({row['train_hours']:.2f} h) vs {row['opponent']}: "
-                f"{row['wins']}/{row['draws']}/{row['losses']} score {row['score']:.3f} "
-                f"({row['score_seconds']:.0f} s)   # {row['command']}",
-                flush=True,
-            )
+    tasks = [
+        (path, label)
+        for path in found
+        for label in args.opponents
+        if (int(path.name), canonical(label)) not in done
+    ]
+    for row in score_all(tasks, args, args.jobs):
+        new_file = not csv_path.exists()
+        with csv_path.open("a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=FIELDS)
+            if new_file:
+                writer.writeheader()
+            writer.writerow(row)
+        rows.append(row)
+        print(
+            f"iteration {row['iteration']} ({row['train_hours']:.2f} h) vs {row['opponent']}: "
+            f"{row['wins']}/{row['draws']}/{row['losses']} score {row['score']:.3f} "
+            f"({row['score_seconds']:.0f} s)   # {row['command']}",
+            flush=True,
+        )
     plot(rows, out / "curve.png", f"AlphaZero, Connect Four: {args.games} games per point")
     summary = summarize(rows, args, out)
     for label, goal in summary["goals"].items():

@@ -465,6 +465,17 @@ def test_connect_four_benchmark_rows_replay_with_the_printed_hierl_play_command(
     assert "iteration" not in again.stdout  # scored already: resumed, nothing replayed
     with (out / "scores.csv").open() as f:
         assert len(list(csv.DictReader(f))) == 2
+    # Two matches at once, in two processes: the same games, so the same rows.
+    out2 = tmp_path / "curve-jobs"
+    jobs = [*script[:4], str(out2), *script[5:], "alphabeta-2", "--jobs", "2"]
+    subprocess.run(jobs, check=True, timeout=300, capture_output=True)
+    with (out2 / "scores.csv").open() as f:
+        parallel = {r["opponent"]: r for r in csv.DictReader(f)}
+    for row in rows:
+        assert {**parallel[row["opponent"]], "score_seconds": None} == {
+            **row,
+            "score_seconds": None,
+        }
     bad = [*script, "--iterations", "2"]
     refused = subprocess.run(bad, timeout=300, capture_output=True, text=True)
     assert refused.returncode == 1
