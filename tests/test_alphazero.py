@@ -24,6 +24,7 @@ from hierl.algorithms.alphazero import (
 )
 from hierl.algorithms.alphazero.games import MinimaxPlayer, TicTacToe, play_games
 from hierl.algorithms.alphazero.mcts import root_value, select_actions, visit_policy
+from hierl.algorithms.alphazero.opponents import make_opponent
 from hierl.algorithms.alphazero.policy import MCTS_POLICY, MCTS_VALUE
 from hierl.algorithms.resources import trainer_bundles
 from hierl.config import ConfigError
@@ -623,6 +624,32 @@ def test_lost_arena_is_recreated_and_restarts_are_bounded(ray_session):
             match=r"self_play actor 0 failed after max_actor_restarts=2 recreations \(2 made",
         ):
             trainer.train()
+    finally:
+        trainer.stop()
+
+
+def test_strength_check_against_mcts_plays_hierl_plays_rollout_opponent():
+    """``strength_opponent: mcts`` is the pure MCTS of ``hierl play --opponent mcts``
+    (``baseline_simulations`` random rollouts a move), seeded as the check seeds it:
+    the same games, so the same result."""
+    from hierl.algorithms.alphazero.components import Arena, _both_sides
+
+    c4 = {"env": "hierl/ConnectFour-v0", "env_config": {"rows": 4, "cols": 5}}
+    trainer = AlphaZeroTrainer(_config(**c4, strength_opponent="mcts", baseline_simulations=30))
+    try:
+        config, game = trainer.config, trainer.game
+        arena = Arena(trainer.observation_space, trainer.action_space, config, None)
+        weights = trainer.get_weights()
+        got = arena.strength(weights, "mcts", 6, 17)
+        pair = tuple(make_opponent("mcts", game, rollouts=30, seed=s) for s in (18, 19))
+        arena.first.set_weights(weights)
+        model = arena._player(arena.first, config.num_simulations, 0, 17)
+        assert got == _both_sides(game, model, pair, 6)
+        assert got.games == 6
+        board = game.initial_board()  # the same search: the same visits, 30 in all
+        visits = arena.opponent("mcts", 5).search(board)
+        assert visits == make_opponent("mcts", game, rollouts=30, seed=5).search(board)
+        assert sum(visits.values()) == 30
     finally:
         trainer.stop()
 

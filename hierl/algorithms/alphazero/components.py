@@ -29,7 +29,8 @@ from hierl.algorithms.alphazero.games import (
     play_games,
 )
 from hierl.algorithms.alphazero.match import ArenaResult
-from hierl.algorithms.alphazero.mcts import MCTS, MCTSPlayer, uniform_evaluator
+from hierl.algorithms.alphazero.mcts import MCTSPlayer
+from hierl.algorithms.alphazero.opponents import RolloutMCTSPlayer
 from hierl.algorithms.alphazero.policy import MCTS_POLICY, AlphaZeroPolicy
 from hierl.evaluators.policy_evaluator import PolicyEvaluator
 from hierl.policy_graph import UpdateStats, Weights
@@ -172,7 +173,8 @@ class Arena(_NetworkActor):
         return _both_sides(self.game, cand, pair, num_games, seeds=(seed, seed + 2))
 
     def opponent(self, name: str, seed: int) -> Player:
-        """A fixed opponent: ``minimax`` (Tic-Tac-Toe only), ``random`` or ``mcts``."""
+        """A fixed opponent: ``minimax`` (Tic-Tac-Toe only), ``random`` or ``mcts`` (pure
+        MCTS with ``baseline_simulations`` random rollouts a move: ``hierl play``'s)."""
         if name == "minimax":
             if not isinstance(self.game, TicTacToe):
                 raise ValueError(
@@ -183,13 +185,7 @@ class Arena(_NetworkActor):
         if name == "random":
             return RandomPlayer(self.game, seed)
         if name == "mcts":
-            mcts = MCTS(
-                self.game,
-                uniform_evaluator(self.game),
-                self.config.baseline_simulations,
-                self.config.c_puct,
-            )
-            return MCTSPlayer(mcts, 0, np.random.default_rng(seed))
+            return RolloutMCTSPlayer(self.game, self.config.baseline_simulations, seed=seed)
         raise ValueError(f"unknown strength opponent {name!r}; valid: minimax, random, mcts")
 
     def strength(self, weights: Weights, opponent: str, num_games: int, seed: int) -> ArenaResult:

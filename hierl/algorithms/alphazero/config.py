@@ -99,12 +99,13 @@ class AlphaZeroConfig(BaseConfig):
     strength_games: int = 20
     """Games of the best model vs ``strength_opponent`` per iteration (0: skip)."""
     strength_opponent: str = "auto"
-    """``minimax`` (perfect, Tic-Tac-Toe only), ``mcts`` (uniform-prior search),
-    ``random``, or ``auto`` (minimax for Tic-Tac-Toe, else mcts)."""
+    """``minimax`` (perfect, Tic-Tac-Toe only), ``mcts`` (pure MCTS with
+    ``baseline_simulations`` random rollouts a move, the opponent of ``hierl play
+    --opponent mcts``), ``random``, or ``auto`` (minimax for Tic-Tac-Toe, else mcts)."""
     strength_simulations: int | None = None
     """MCTS simulations per move of the model under test (None: ``num_simulations``)."""
     baseline_simulations: int = 100
-    """Simulations of the ``mcts`` baseline opponent."""
+    """Simulations (each with one random rollout) per move of the ``mcts`` opponent."""
     # -- iteration --
     time_budget_s: float | None = 30.0
     """Seconds of the event loop per ``train()`` (None: only ``train_rounds_per_iter``)."""
