@@ -488,3 +488,69 @@ def test_rollout_of_an_alphazero_checkpoint_points_at_hierl_play(c4, capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
     assert "ALPHAZERO checkpoint" in err and f"hierl play {c4[0]}" in err
+
+
+# -- 5b. the value head on solved positions (benchmarks/connect_four_values.py) ----------
+VALUES = BENCHMARK.parent / "connect_four_values.py"
+
+
+def test_solved_positions_parse_to_the_movers_board():
+    sys.path.insert(0, str(BENCHMARK.parent))
+    try:
+        from connect_four_values import board_of
+    finally:
+        sys.path.remove(str(BENCHMARK.parent))
+    game = ConnectFour()
+    # columns 4, 4, 5, 3 (1-based): the first player moves again, so its stones are +1
+    want = _board(game, mine=[(5, 3), (5, 4)], theirs=[(4, 3), (5, 2)])
+    np.testing.assert_array_equal(board_of(game, "4453", "x:1"), want)
+    # after 4, 4, 5 the second player moves: the board is from its side
+    want = _board(game, mine=[(4, 3)], theirs=[(5, 3), (5, 4)])
+    np.testing.assert_array_equal(board_of(game, "445", "x:1"), want)
+    for moves, why in (
+        ("48", "move 2 ('8') is not legal"),
+        ("1111111", "move 7 plays the full column 1"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(f"x:1: {why}")):
+            board_of(game, moves, "x:1")
+    with pytest.raises(ValueError, match="the game is over"):
+        board_of(game, "1212121", "x:1")  # four in column 1
+
+
+def test_value_accuracy_of_a_constant_network_is_the_share_it_calls(tmp_path):
+    """A network whose value is 0.5 everywhere calls every position a win: its decisive
+    accuracy is wins / (wins + losses), its outcome accuracy wins / all, and |v| on draws
+    0.5."""
+    trainer = AlphaZeroTrainer({**TINY, "env": "hierl/ConnectFour-v0"})
+    try:
+        weights = trainer.best_policy.get_weights()
+        weights["value_head.weight"] = np.zeros_like(weights["value_head.weight"])
+        weights["value_head.bias"] = np.full_like(weights["value_head.bias"], np.arctanh(0.5))
+        trainer.best_policy.set_weights(weights)
+        trainer.save(tmp_path / "run" / "checkpoints" / "000001")
+    finally:
+        trainer.stop()
+    positions = tmp_path / "positions"
+    positions.mkdir()
+    # 3 wins, 2 draws, 1 loss (scores as the test sets write them), a blank line, a file
+    # that is not a test set
+    lines = ["4 5", "44 -3", "445 0", "4453 2", "1 1", "2 0", "", ""]
+    (positions / "Test_L1_R1").write_text("\n".join(lines))
+    (positions / "README").write_text("not a test set\n")
+    out = tmp_path / "curve"
+    script = [sys.executable, str(VALUES), str(tmp_path / "run"), "--out", str(out)]
+    subprocess.run([*script, "--positions", str(positions)], check=True, timeout=300)
+    with (out / "values.csv").open() as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["test_set"] == "Test_L1_R1" and row["iteration"] == "0"
+    assert (row["positions"], row["wins"], row["draws"], row["losses"]) == ("6", "3", "2", "1")
+    assert float(row["decisive_accuracy"]) == pytest.approx(3 / 4)
+    assert float(row["outcome_accuracy"]) == pytest.approx(3 / 6)
+    assert float(row["draw_abs_value"]) == pytest.approx(0.5, abs=1e-6)
+    assert (out / "values.png").stat().st_size > 0
+    (positions / "Test_L1_R2").write_text("4 5\n" + "1" * 70 + " 1\n")
+    refused = subprocess.run(
+        [*script, "--positions", str(positions)], timeout=300, capture_output=True, text=True
+    )
+    assert refused.returncode == 1
+    assert f"{positions / 'Test_L1_R2'}:2: expected 'MOVES SCORE'" in refused.stderr
