@@ -328,8 +328,11 @@ def test_self_play_reuses_the_subtree_below_each_move_it_played():
     assert off.subtrees == {}
 
 
-def test_loss_is_the_alphazero_loss_and_learning_fits_a_batch():
-    policy = _policy(augment_symmetries=False, l2_coeff=1e-3, lr=3e-3)
+@pytest.mark.parametrize("network", ["mlp", "resnet"])
+def test_loss_is_the_alphazero_loss_and_learning_fits_a_batch(network):
+    resnet = {"conv_channels": 8, "res_blocks": 2, "hidden_sizes": [16]}
+    extra = resnet if network == "resnet" else {}
+    policy = _policy(augment_symmetries=False, l2_coeff=1e-3, lr=3e-3, network=network, **extra)
     game = policy.game
     rng = np.random.default_rng(0)
     boards = [game.initial_board()]
@@ -358,6 +361,43 @@ def test_loss_is_the_alphazero_loss_and_learning_fits_a_batch():
     assert last["value_loss"] < 0.05 * first["value_loss"] + 1e-3
     # the policy head approaches the targets: cross-entropy near the targets' entropy
     assert last["policy_loss"] - last["policy_target_entropy"] < 0.05
+
+
+def test_resnet_is_alphago_zeros_network_and_its_batch_statistics_travel():
+    channels, blocks, hidden = 8, 2, 16
+    policy = _policy(
+        network="resnet", conv_channels=channels, res_blocks=blocks, hidden_sizes=[hidden]
+    )
+    cells, moves = 9, 9
+
+    def conv_bn(inputs, outputs, kernel):  # no conv bias; the batch norm's scale and shift
+        return inputs * outputs * kernel * kernel + 2 * outputs
+
+    tower = conv_bn(2, channels, 3) + blocks * 2 * conv_bn(channels, channels, 3)
+    policy_head = conv_bn(channels, 2, 1) + (2 * cells * moves + moves)
+    value_head = conv_bn(channels, 1, 1) + (cells * hidden + hidden) + (hidden + 1)
+    want = tower + policy_head + value_head
+    assert sum(p.numel() for p in policy.model.parameters()) == want
+    weights = policy.get_weights()
+    stats = [k for k in weights if k.endswith("running_mean")]
+    assert len(stats) == 1 + 2 * blocks + 2  # every batch norm's statistics are weights
+    game = policy.game
+    boards = np.stack([game.initial_board(), game.next_board(game.initial_board(), 4)] * 16)
+    obs = game.to_planes(boards).reshape(len(boards), -1)
+    pi = np.full((len(boards), moves), 1 / moves, np.float32)
+    batch = SampleBatch(
+        {SampleBatch.OBS: obs, MCTS_POLICY: pi, SampleBatch.VALUE_TARGETS: np.ones(32, np.float32)}
+    )
+    policy.learn_on_batch(batch)  # training mode: batch statistics, running ones updated
+    assert not policy.model.training
+    moved = policy.get_weights()
+    assert not np.allclose(moved[stats[0]], weights[stats[0]])
+    other = _policy(
+        network="resnet", conv_channels=channels, res_blocks=blocks, hidden_sizes=[hidden]
+    )
+    other.set_weights(moved)  # a self-play actor's copy searches with the same network
+    for got, want in zip(other.evaluate(boards), policy.evaluate(boards), strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_symmetry_augmentation_keeps_pairs_consistent():

@@ -359,6 +359,31 @@ def test_export_onnx(c4, tmp_path):
     assert logits.shape == (1, 5) and value.shape == (1,)
 
 
+def test_export_of_a_resnet_checkpoint_matches_its_player(tmp_path):
+    resnet = {"network": "resnet", "conv_channels": 4, "res_blocks": 1, **C4}
+    trainer = AlphaZeroTrainer({**TINY, **resnet})
+    try:
+        trainer.train()  # one iteration, saved as a run saves it
+        path = trainer.save(tmp_path / "resnet")
+    finally:
+        trainer.stop()
+    player = AlphaZeroPlayer.from_checkpoint(path)
+    boards = np.stack([_board(player.game, [(3, 1)], [(3, 2)]), player.game.initial_board()])
+    priors, values = player.evaluate(boards)
+    planes = player.game.to_planes(boards)
+    model = torch.jit.load(str(export_network(player, tmp_path / "pt", "torchscript").model_path))
+    with torch.no_grad():
+        logits, value = model(torch.from_numpy(planes))
+    np.testing.assert_allclose(torch.softmax(logits, -1).numpy(), priors, atol=1e-5)
+    np.testing.assert_allclose(value.numpy(), values, atol=1e-5)
+    onnxruntime = pytest.importorskip("onnxruntime")
+    exported = export_network(player, tmp_path / "onnx", "onnx")
+    session = onnxruntime.InferenceSession(str(exported.model_path))
+    logits, value = session.run(None, {"board_planes": planes})
+    np.testing.assert_allclose(torch.softmax(torch.from_numpy(logits), -1), priors, atol=1e-5)
+    np.testing.assert_allclose(value, values, atol=1e-5)
+
+
 def test_served_search_answers_a_board_with_move_visits_and_value(c4):
     served = ServedSearch.from_checkpoint(c4[0], max_simulations=50)
     assert served.spec()["default_simulations"] == 8

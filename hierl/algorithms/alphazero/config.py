@@ -61,11 +61,15 @@ class AlphaZeroConfig(BaseConfig):
     """Train on a random board symmetry of each position (8 for Tic-Tac-Toe, 2 for Connect Four)."""
     # -- network --
     network: str = "auto"
-    """``mlp``, ``conv`` or ``auto`` (conv for boards of >= 16 cells)."""
+    """``mlp``, ``conv``, ``resnet`` (AlphaGo Zero's residual tower and convolutional
+    heads) or ``auto`` (conv for boards of >= 16 cells)."""
     hidden_sizes: tuple[int, ...] = (128, 128)
-    """Hidden layers of the MLP (the conv net uses the first as its hidden layer)."""
+    """Hidden layers of the MLP (the conv net uses the first as its hidden layer, the
+    resnet as its value head's)."""
     conv_channels: int = 32
-    """Channels of the conv net's two 3x3 convolutions."""
+    """Channels of the conv net's two 3x3 convolutions, or of the resnet's tower."""
+    res_blocks: int = 5
+    """Residual blocks of the ``resnet`` tower (two 3x3 convolutions each)."""
     # -- search --
     num_simulations: int = 50
     """MCTS simulations per self-play move."""
@@ -143,7 +147,12 @@ class AlphaZeroConfig(BaseConfig):
         self.check_schedule("lr_schedule", "moves", "lr")
         self.check("l2_coeff", self.l2_coeff >= 0, "must be >= 0")
         self.check("value_target", self.value_target in VALUE_TARGETS, "outcome, search or average")
-        self.check("network", self.network in ("auto", "mlp", "conv"), "auto, mlp or conv")
+        self.check(
+            "network",
+            self.network in ("auto", "mlp", "conv", "resnet"),
+            "auto, mlp, conv or resnet",
+        )
+        self.check("res_blocks", self.res_blocks >= 0, "must be >= 0")
         self.check("hidden_sizes", all(h >= 1 for h in self.hidden_sizes), "sizes >= 1")
         self.check("conv_channels", self.conv_channels >= 1, "must be >= 1")
         self.check("c_puct", self.c_puct > 0, "must be > 0")

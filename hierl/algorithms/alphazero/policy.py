@@ -67,7 +67,12 @@ class AlphaZeroNet(nn.Module):
     """Shared torso with a policy head (logits) and a value head (tanh).
 
     ``network="mlp"``: fully connected ``hidden_sizes`` on the flattened planes;
-    ``"conv"``: two 3x3 convolutions of ``conv_channels`` then one hidden layer.
+    ``"conv"``: two 3x3 convolutions of ``conv_channels`` then one hidden layer;
+    ``"resnet"``: AlphaGo Zero's network (Silver et al. 2017, Methods): a 3x3 convolution
+    and ``res_blocks`` residual blocks of ``conv_channels``, each convolution batch-
+    normalised, then a policy head (1x1 convolution to 2 planes, a linear layer to the
+    moves) and a value head (1x1 convolution to 1 plane, a hidden layer of
+    ``hidden_sizes[0]``, a linear layer to the value).
     Input: planes ``(B, 2, rows, cols)`` or flattened ``(B, 2*rows*cols)``.
     """
 
@@ -77,11 +82,18 @@ class AlphaZeroNet(nn.Module):
         network: str = "mlp",
         hidden_sizes: tuple[int, ...] = (128, 128),
         conv_channels: int = 32,
+        res_blocks: int = 5,
     ):
         super().__init__()
         self.shape = (2, game.rows, game.cols)
         cells = game.rows * game.cols
         self.conv: nn.Module | None = None
+        if network == "resnet":
+            self.conv = ResidualTower(conv_channels, res_blocks)
+            self.policy_head = ConvHead(conv_channels, 2, cells, (), game.num_actions)
+            self.value_head = ConvHead(conv_channels, 1, cells, tuple(hidden_sizes[:1]), 1)
+            self.torso = nn.Identity()
+            return
         if network == "conv":
             self.conv = nn.Sequential(
                 nn.Conv2d(2, conv_channels, 3, padding=1),
@@ -113,13 +125,66 @@ class AlphaZeroNet(nn.Module):
         return self.policy_head(h), torch.tanh(self.value_head(h)).squeeze(-1)
 
 
+class ResidualTower(nn.Module):
+    """AlphaGo Zero's torso: a 3x3 convolution (2 planes to ``channels``), then ``blocks``
+    residual blocks ``relu(x + bn(conv(relu(bn(conv(x))))))``; every convolution is
+    followed by batch normalisation (``train()`` in learning, ``eval()`` in search; the
+    running statistics travel with the weights)."""
+
+    def __init__(self, channels: int, blocks: int):
+        super().__init__()
+        self.stem = nn.Sequential(_conv_bn(2, channels, 3), nn.ReLU())
+        self.blocks = nn.ModuleList(
+            nn.Sequential(
+                _conv_bn(channels, channels, 3), nn.ReLU(), _conv_bn(channels, channels, 3)
+            )
+            for _ in range(blocks)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        for block in self.blocks:
+            x = torch.relu(x + block(x))
+        return x
+
+
+class ConvHead(nn.Module):
+    """A head on the tower: a 1x1 convolution to ``planes`` (batch-normalised, ReLU),
+    flattened, then linear layers through ``hidden`` (ReLU) to ``outputs``."""
+
+    def __init__(
+        self, channels: int, planes: int, cells: int, hidden: tuple[int, ...], outputs: int
+    ):
+        super().__init__()
+        layers: list[nn.Module] = [_conv_bn(channels, planes, 1), nn.ReLU(), nn.Flatten()]
+        width = planes * cells
+        for size in hidden:
+            layers += [nn.Linear(width, size), nn.ReLU()]
+            width = size
+        layers.append(nn.Linear(width, outputs))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def _conv_bn(inputs: int, outputs: int, kernel: int) -> nn.Sequential:
+    """A convolution (same padding, no bias: the batch norm has one) and its batch norm."""
+    return nn.Sequential(
+        nn.Conv2d(inputs, outputs, kernel, padding=kernel // 2, bias=False),
+        nn.BatchNorm2d(outputs),
+    )
+
+
 def build_network(game: BoardGame, config: Any) -> AlphaZeroNet:
     """The network ``config`` describes (``network``, ``hidden_sizes``, ``conv_channels``;
     ``network="auto"``: conv for boards of >= 16 cells), in eval mode."""
     network = config.network
     if network == "auto":
         network = "conv" if game.rows * game.cols >= 16 else "mlp"
-    return AlphaZeroNet(game, network, config.hidden_sizes, config.conv_channels).eval()
+    return AlphaZeroNet(
+        game, network, config.hidden_sizes, config.conv_channels, config.res_blocks
+    ).eval()
 
 
 @torch.inference_mode()
