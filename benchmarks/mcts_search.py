@@ -144,7 +144,11 @@ def main() -> None:
         f"  network share of the search: {figures['network_share']:.2f} "
         f"(the tree: {figures['tree_ms_per_simulation'] * 1e3:.1f} us a simulation)"
     )
-    settings = {"file": str(args.file.relative_to(REPO_ROOT)), "rounds": rounds, "seed": args.seed}
+    settings = {
+        "file": str(args.file.resolve().relative_to(REPO_ROOT)),
+        "rounds": rounds,
+        "seed": args.seed,
+    }
     path = record("mcts_search", settings, figures)
     print(f"written {path}")
 
