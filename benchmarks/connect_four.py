@@ -109,7 +109,7 @@ def score_checkpoint(path: Path, label: str, args: Any) -> dict[str, Any]:
     return {
         "iteration": int(state["iteration"]),
         "train_hours": float(state["time_total_s"]) / 3600.0,
-        "opponent": describe_opponent(name, **settings),
+        "opponent": canonical(label),
         "games": result.games,
         "wins": result.wins,
         "draws": result.draws,

@@ -36,15 +36,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import BENCH_DIR
-from connect_four import checkpoints
+from connect_four import CURVES_DIR, checkpoints
 
 from hierl.algorithms.alphazero.games import BoardGame, ConnectFour
 from hierl.algorithms.alphazero.player import AlphaZeroPlayer
 from hierl.checkpoint import load_checkpoint
 from hierl.files import atomic_write
 
-CURVES_DIR = BENCH_DIR / "curves"
 TEST_SET = re.compile(r"^Test_L([123])_R([123])$")
 """The test sets' file names."""
 DRAW_BAND = 1 / 3
