@@ -21,6 +21,10 @@ goals: >= 0.9 against mcts-1000, >= 0.5 against alphabeta-6).
 
     python benchmarks/connect_four.py RUN_DIR [--games 100] [--name connect-four-alphazero]
 
+Each row also records each side's thinking time per move made (the model searches its
+games' boards in one batched call: its time per move is the compute a move costs it), so
+that a search budget can be compared with the opponent's at equal time.
+
 ``--jobs N`` plays N matches at once, each in its own process with one torch thread (one
 per core); a match's games and seeds are those it plays alone, so the rows are the same.
 """
@@ -33,18 +37,21 @@ import json
 import multiprocessing
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from common import BENCH_DIR
 
+from hierl.algorithms.alphazero.games import Player
 from hierl.algorithms.alphazero.match import play_match
 from hierl.algorithms.alphazero.opponents import describe_opponent, make_opponent
 from hierl.algorithms.alphazero.player import AlphaZeroPlayer
 from hierl.bench.report import git_info
 from hierl.checkpoint import load_checkpoint
+from hierl.files import atomic_write
 
 CURVES_DIR = BENCH_DIR / "curves"
 DEFAULT_OPPONENTS = ("mcts-1000", "alphabeta-4", "alphabeta-6", "alphabeta-8")
@@ -61,7 +68,11 @@ FIELDS = (
     "score",
     "score_seconds",
     "command",
+    "model_ms_per_move",
+    "opponent_ms_per_move",
 )
+"""A row's columns; the last two (each side's thinking time, added later) are empty in
+rows scored before they were."""
 
 
 def parse_opponent(label: str) -> tuple[str, dict[str, int]]:
@@ -97,14 +108,41 @@ def play_command(path: Path, name: str, settings: dict[str, int], args: Any) -> 
     )
 
 
+class TimedPlayer:
+    """A player that adds up the time it spends choosing moves, and the moves it makes.
+
+    The model searches all its games' boards in one batched call, the baselines one board
+    at a time: seconds per move made is the compute each side spends on a move either way.
+    """
+
+    def __init__(self, player: Player):
+        self.player = player
+        self.seconds = 0.0
+        self.moves = 0
+
+    def select_moves(self, boards: Sequence[np.ndarray]) -> list[int]:
+        """The wrapped player's moves, timed."""
+        start = time.perf_counter()
+        moves = self.player.select_moves(boards)
+        self.seconds += time.perf_counter() - start
+        self.moves += len(boards)
+        return moves
+
+    @property
+    def ms_per_move(self) -> float:
+        """Milliseconds per move made (0 before the first)."""
+        return 1000.0 * self.seconds / self.moves if self.moves else 0.0
+
+
 def score_checkpoint(path: Path, label: str, args: Any) -> dict[str, Any]:
     """One row: the checkpoint's best model against opponent ``label``."""
     name, settings = parse_opponent(label)
     # as cmd_play does it, so that the printed command replays this match
-    player = AlphaZeroPlayer.from_checkpoint(path, simulations=args.simulations, seed=args.seed)
-    opponent = make_opponent(name, player.game, **settings, seed=args.seed)
+    model = AlphaZeroPlayer.from_checkpoint(path, simulations=args.simulations, seed=args.seed)
+    player = TimedPlayer(model)
+    opponent = TimedPlayer(make_opponent(name, model.game, **settings, seed=args.seed))
     start = time.perf_counter()
-    result = play_match(player.game, player, opponent, args.games, args.opening_moves, args.seed)
+    result = play_match(model.game, player, opponent, args.games, args.opening_moves, args.seed)
     _, state = load_checkpoint(path, keys=("iteration", "time_total_s"))
     return {
         "iteration": int(state["iteration"]),
@@ -117,6 +155,8 @@ def score_checkpoint(path: Path, label: str, args: Any) -> dict[str, Any]:
         "score": result.score,
         "score_seconds": time.perf_counter() - start,
         "command": play_command(path, name, settings, args),
+        "model_ms_per_move": player.ms_per_move,
+        "opponent_ms_per_move": opponent.ms_per_move,
     }
 
 
@@ -140,10 +180,24 @@ def score_all(tasks: list[tuple[Path, str]], args: Any, jobs: int) -> Iterator[d
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of ``scores.csv`` (none if absent), every ``FIELDS`` cell present: those
+    of columns added after a row was written are empty."""
     if not path.exists():
         return []
     with path.open() as f:
-        return list(csv.DictReader(f))
+        return [{k: r.get(k) or "" for k in FIELDS} for r in csv.DictReader(f)]
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    """All ``rows`` to ``path``, atomically, under the header of ``FIELDS``."""
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=FIELDS)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    atomic_write(path, write)
 
 
 def plot(rows: list[dict[str, Any]], out: Path, title: str) -> None:
@@ -263,17 +317,13 @@ def main(argv: list[str] | None = None) -> int:
         if (int(path.name), canonical(label)) not in done
     ]
     for row in score_all(tasks, args, args.jobs):
-        new_file = not csv_path.exists()
-        with csv_path.open("a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=FIELDS)
-            if new_file:
-                writer.writeheader()
-            writer.writerow(row)
         rows.append(row)
+        write_rows(csv_path, rows)
         print(
             f"iteration {row['iteration']} ({row['train_hours']:.2f} h) vs {row['opponent']}: "
             f"{row['wins']}/{row['draws']}/{row['losses']} score {row['score']:.3f} "
-            f"({row['score_seconds']:.0f} s)   # {row['command']}",
+            f"({row['score_seconds']:.0f} s; ms a move: model {row['model_ms_per_move']:.1f}, "
+            f"opponent {row['opponent_ms_per_move']:.1f})   # {row['command']}",
             flush=True,
         )
     plot(rows, out / "curve.png", f"AlphaZero, Connect Four: {args.games} games per point")

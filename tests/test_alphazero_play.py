@@ -496,11 +496,22 @@ def test_connect_four_benchmark_rows_replay_with_the_printed_hierl_play_command(
     subprocess.run(jobs, check=True, timeout=300, capture_output=True)
     with (out2 / "scores.csv").open() as f:
         parallel = {r["opponent"]: r for r in csv.DictReader(f)}
+    timings = {"score_seconds": None, "model_ms_per_move": None, "opponent_ms_per_move": None}
     for row in rows:
-        assert {**parallel[row["opponent"]], "score_seconds": None} == {
-            **row,
-            "score_seconds": None,
-        }
+        assert float(row["model_ms_per_move"]) > 0 and float(row["opponent_ms_per_move"]) > 0
+        assert {**parallel[row["opponent"]], **timings} == {**row, **timings}
+    # A file from before the timing columns: rewritten with them, its rows kept.
+    old = [{k: v for k, v in r.items() if k not in timings or k == "score_seconds"} for r in rows]
+    with (out2 / "scores.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(old[0]))
+        writer.writeheader()
+        writer.writerows(old)
+    more = [*script[:4], str(out2), *script[5:], "alphabeta-1"]  # one new row
+    subprocess.run(more, check=True, timeout=300, capture_output=True)
+    with (out2 / "scores.csv").open() as f:
+        upgraded = list(csv.DictReader(f))
+    assert upgraded[:2] == [{**r, "model_ms_per_move": "", "opponent_ms_per_move": ""} for r in old]
+    assert upgraded[2]["opponent"] == "alphabeta-1" and float(upgraded[2]["model_ms_per_move"]) > 0
     bad = [*script, "--iterations", "2"]
     refused = subprocess.run(bad, timeout=300, capture_output=True, text=True)
     assert refused.returncode == 1
