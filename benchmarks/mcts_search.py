@@ -16,15 +16,25 @@ The two are timed in alternating rounds in one process, one torch thread (as a
 self-play actor's half CPU runs); medians are reported.  Written to
 ``benchmarks/results/mcts_search.json`` with the machine's load averages.
 
+``--reuse-plies P`` also measures what ``reuse_tree`` costs: ``P`` plies of self-play as
+an evaluator plays them (``AlphaZeroPolicy.compute_actions``: root noise, the file's
+temperature moves; a finished game restarts from the empty board), once with tree reuse
+and once without, in alternating rounds, the same seeds; it reports moves/s, network
+calls and the mean number of PUCT selections a simulation makes (its descent depth) for
+each.  ``--checkpoint`` searches with a trained run's best network instead of a fresh
+one (a trained network's priors are sharper, so its trees are deeper).
+
 Usage::
 
     .venv/bin/python benchmarks/mcts_search.py              # ~1 minute
     .venv/bin/python benchmarks/mcts_search.py --quick      # a smoke test
+    .venv/bin/python benchmarks/mcts_search.py --reuse-plies 200 --checkpoint RUN/checkpoints/000017
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 from pathlib import Path
@@ -36,6 +46,7 @@ from common import REPO_ROOT, record
 
 from hierl.algorithms.alphazero import AlphaZeroConfig, AlphaZeroPolicy
 from hierl.algorithms.alphazero.games import BoardGame
+from hierl.algorithms.alphazero.player import AlphaZeroPlayer
 from hierl.tune.experiments import load_experiments
 
 DEFAULT_FILE = REPO_ROOT / "examples" / "tuned" / "connect-four-alphazero-3.yaml"
@@ -84,11 +95,82 @@ def network_only(policy: AlphaZeroPolicy, planes: list[torch.Tensor]) -> None:
             torch.softmax(logits, dim=-1)
 
 
-def run(config: AlphaZeroConfig, positions: int, rounds: int, seed: int) -> dict[str, Any]:
-    """Alternating timings of the search and of its network calls alone."""
+def make_policy(
+    config: AlphaZeroConfig, seed: int, checkpoint: Path | None = None
+) -> AlphaZeroPolicy:
+    """The file's policy, seeded; with ``checkpoint``, that run's best network in it."""
     torch.manual_seed(seed)
-    np.random.seed(seed)
+    np.random.seed(seed)  # the policy's search RNG
     policy = AlphaZeroPolicy(None, None, config)
+    if checkpoint is not None:
+        trained = AlphaZeroPlayer.from_checkpoint(checkpoint).model
+        policy.model.load_state_dict(trained.state_dict())
+    return policy
+
+
+class CountingSelect:
+    """Counts a search's PUCT selections (one per tree level a simulation descends)."""
+
+    def __init__(self, policy: AlphaZeroPolicy):
+        self.select = policy.mcts._select
+        self.calls = 0
+        policy.mcts._select = self
+
+    def __call__(self, node: Any) -> int:
+        self.calls += 1
+        return self.select(node)
+
+
+def self_play(policy: AlphaZeroPolicy, games: int, plies: int) -> dict[str, float]:
+    """``plies`` moves on each of ``games`` boards side by side, as self-play makes them."""
+    game = policy.game
+    boards = [game.initial_board() for _ in range(games)]
+    selections = CountingSelect(policy)
+    calls = policy.mcts.num_evaluations
+    start = time.perf_counter()
+    for _ in range(plies):
+        actions, _, _ = policy.compute_actions(game.to_planes(np.stack(boards)))
+        for i, action in enumerate(actions):
+            board = game.next_board(boards[i], int(action))
+            boards[i] = game.initial_board() if game.outcome(board) is not None else board
+    seconds = time.perf_counter() - start
+    simulations = games * plies * policy.config.num_simulations
+    return {
+        "seconds": seconds,
+        "moves_per_s": games * plies / seconds,
+        "network_calls_per_move": (policy.mcts.num_evaluations - calls) / plies,
+        "selections_per_simulation": selections.calls / simulations,
+    }
+
+
+def run_reuse(
+    config: AlphaZeroConfig, games: int, plies: int, rounds: int, seed: int, checkpoint: Path | None
+) -> dict[str, Any]:
+    """Self-play with and without ``reuse_tree``, alternating rounds; medians."""
+    rows: dict[str, list[dict[str, float]]] = {"reuse": [], "fresh": []}
+    for k in range(rounds):
+        for name in ("reuse", "fresh"):
+            mode = dataclasses.replace(config, reuse_tree=name == "reuse")
+            rows[name].append(self_play(make_policy(mode, seed + k, checkpoint), games, plies))
+    figures: dict[str, Any] = {
+        name: {key: statistics.median(r[key] for r in mine) for key in mine[0]}
+        for name, mine in rows.items()
+    }
+    figures["reuse_over_fresh_moves_per_s"] = (
+        figures["reuse"]["moves_per_s"] / figures["fresh"]["moves_per_s"]
+    )
+    return figures
+
+
+def run(
+    config: AlphaZeroConfig,
+    positions: int,
+    rounds: int,
+    seed: int,
+    checkpoint: Path | None = None,
+) -> dict[str, Any]:
+    """Alternating timings of the search and of its network calls alone."""
+    policy = make_policy(config, seed, checkpoint)
     game = policy.game
     boards = random_positions(game, positions, game.rows * game.cols // 2, seed)
     recorder = RecordingEvaluator(policy)
@@ -126,6 +208,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15, help="timed rounds of each")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="3 rounds of 4 positions")
+    parser.add_argument("--checkpoint", type=Path, help="search with this run's best network")
+    parser.add_argument(
+        "--reuse-plies", type=int, default=0, help="also time P plies of self-play, reuse vs not"
+    )
+    parser.add_argument("--reuse-rounds", type=int, default=3, help="rounds of each (medians)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     config = load_config(args.file)
@@ -133,7 +220,7 @@ def main() -> None:
     rounds = args.rounds
     if args.quick:
         positions, rounds = 4, 3
-    figures = run(config, positions, rounds, args.seed)
+    figures = run(config, positions, rounds, args.seed, args.checkpoint)
     print(
         f"{figures['positions']} positions x {figures['num_simulations']} simulations "
         f"({figures['network_calls_per_search']} network calls a search)\n"
@@ -144,10 +231,26 @@ def main() -> None:
         f"  network share of the search: {figures['network_share']:.2f} "
         f"(the tree: {figures['tree_ms_per_simulation'] * 1e3:.1f} us a simulation)"
     )
+    if args.reuse_plies:
+        figures["self_play"] = run_reuse(
+            config, positions, args.reuse_plies, args.reuse_rounds, args.seed, args.checkpoint
+        )
+        for name in ("reuse", "fresh"):
+            f = figures["self_play"][name]
+            print(
+                f"  self-play, {'tree reuse' if name == 'reuse' else 'fresh trees'}: "
+                f"{f['moves_per_s']:6.1f} moves/s, {f['network_calls_per_move']:.1f} network "
+                f"calls a move, {f['selections_per_simulation']:.2f} selections a simulation"
+            )
+        ratio = figures["self_play"]["reuse_over_fresh_moves_per_s"]
+        print(f"  reuse / fresh moves/s: {ratio:.2f}")
     settings = {
         "file": str(args.file.resolve().relative_to(REPO_ROOT)),
         "rounds": rounds,
         "seed": args.seed,
+        "checkpoint": str(args.checkpoint) if args.checkpoint else None,
+        "reuse_plies": args.reuse_plies,
+        "reuse_rounds": args.reuse_rounds,
     }
     path = record("mcts_search", settings, figures)
     print(f"written {path}")

@@ -3,6 +3,8 @@ search made (so the ratio is the network's share of the search), and the script 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -68,3 +70,36 @@ def test_load_config_reads_a_tuned_file_and_refuses_another_algorithm(bench, tmp
     other.write_text("x:\n  run: PPO\n  env: CartPole-v1\n")
     with pytest.raises(SystemExit, match="runs PPO, not ALPHAZERO"):
         bench.load_config(other)
+
+
+def test_self_play_with_tree_reuse_skips_the_root_call_of_kept_subtrees(bench):
+    # 3 games of 4x5 Connect Four, 4 plies each (no game can end): without reuse every
+    # move is a root call plus one per simulation round (1 + 6); with reuse the first
+    # move is too, and a later one skips the root call (6) when all three boards search
+    # from kept subtrees (two games on one board share one: the other starts afresh).
+    figures = bench.run_reuse(
+        AlphaZeroConfig.from_dict(SMALL), games=3, plies=4, rounds=1, seed=0, checkpoint=None
+    )
+    assert figures["fresh"]["network_calls_per_move"] == 7.0
+    assert (7 + 3 * 6) / 4 <= figures["reuse"]["network_calls_per_move"] < 7.0
+    for mode in ("fresh", "reuse"):  # every simulation descends from an expanded root
+        assert figures[mode]["selections_per_simulation"] >= 1.0
+    ratio = figures["reuse"]["moves_per_s"] / figures["fresh"]["moves_per_s"]
+    assert figures["reuse_over_fresh_moves_per_s"] == pytest.approx(ratio)
+
+
+def test_a_checkpoint_s_best_network_replaces_the_fresh_one(bench, tmp_path):
+    from hierl.algorithms.alphazero import AlphaZeroTrainer
+
+    config = AlphaZeroConfig.from_dict({**SMALL, "num_self_play_workers": 0, "seed": 7})
+    trainer = AlphaZeroTrainer(config)
+    try:
+        path = trainer.save(tmp_path / "ckpt")
+        best = trainer.best_policy.model.state_dict()
+    finally:
+        trainer.stop()
+    policy = bench.make_policy(config, seed=1, checkpoint=Path(path))
+    for name, tensor in policy.model.state_dict().items():
+        torch.testing.assert_close(tensor, best[name])
+    fresh = bench.make_policy(config, seed=1).model.state_dict()
+    assert any(not torch.equal(fresh[k], best[k]) for k in best)
