@@ -16,8 +16,9 @@ beside it::
 Writes ``benchmarks/curves/<name>/scores.csv`` (one row per checkpoint and opponent,
 appended as they finish: rerunning skips the rows already there, so a long scoring run
 resumes), ``curve.png`` (score against training hours, the goals drawn) and
-``summary.json`` (commit, command, settings, the latest checkpoint's scores against the
-goals: >= 0.9 against mcts-1000, >= 0.5 against alphabeta-6).
+``summary.json`` (commit, command, settings, the latest checkpoint's scores, and the
+goals: >= 0.9 against mcts-1000, >= 0.5 against alphabeta-6, judged on the last
+checkpoint saved within 3 hours of training).
 
     python benchmarks/connect_four.py RUN_DIR [--games 100] [--name connect-four-alphazero]
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import multiprocessing
 import sys
 import time
@@ -56,7 +58,9 @@ from hierl.files import atomic_write
 CURVES_DIR = BENCH_DIR / "curves"
 DEFAULT_OPPONENTS = ("mcts-1000", "alphabeta-4", "alphabeta-6", "alphabeta-8")
 GOALS = {"mcts-1000": 0.9, "alphabeta-6": 0.5}
-"""Issue 36's goals: the score to reach within 3 hours of training."""
+"""Issue 36's goals: the score to reach within ``GOAL_HOURS`` of training."""
+GOAL_HOURS = 3.0
+"""The goals judge each opponent's last checkpoint saved within this much training."""
 FIELDS = (
     "iteration",
     "train_hours",
@@ -229,18 +233,29 @@ def plot(rows: list[dict[str, Any]], out: Path, title: str) -> None:
     plt.close(fig)
 
 
-def summarize(rows: list[dict[str, Any]], args: Any, out: Path) -> dict[str, Any]:
+def last_rows(rows: list[dict[str, Any]], max_hours: float = math.inf) -> dict[str, Any]:
+    """Each opponent's row of the latest checkpoint saved within ``max_hours``."""
     latest: dict[str, dict[str, Any]] = {}
     for r in rows:
-        if r["opponent"] not in latest or int(r["iteration"]) > int(
-            latest[r["opponent"]]["iteration"]
-        ):
-            latest[r["opponent"]] = r
+        if float(r["train_hours"]) > max_hours:
+            continue
+        label = r["opponent"]
+        if label not in latest or int(r["iteration"]) > int(latest[label]["iteration"]):
+            latest[label] = r
+    return latest
+
+
+def summarize(rows: list[dict[str, Any]], args: Any, out: Path) -> dict[str, Any]:
+    """``summary.json``: settings, each opponent's latest row, and the goals, judged on
+    the last checkpoint within ``GOAL_HOURS`` (a run's final iteration can end past it)."""
+    latest, judged = last_rows(rows), last_rows(rows, GOAL_HOURS)
     goals = {
         label: {
             "goal": goal,
-            "score": float(latest[label]["score"]) if label in latest else None,
-            "met": label in latest and float(latest[label]["score"]) >= goal,
+            "within_hours": GOAL_HOURS,
+            "iteration": int(judged[label]["iteration"]) if label in judged else None,
+            "score": float(judged[label]["score"]) if label in judged else None,
+            "met": label in judged and float(judged[label]["score"]) >= goal,
         }
         for label, goal in GOALS.items()
     }
@@ -330,7 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(rows, args, out)
     for label, goal in summary["goals"].items():
         verdict = "met" if goal["met"] else "not met"
-        print(f"goal {label} >= {goal['goal']}: latest {goal['score']} ({verdict})", flush=True)
+        judged = (
+            f"checkpoint {goal['iteration']} scored {goal['score']}"
+            if goal["iteration"] is not None
+            else "no checkpoint scored"
+        )
+        print(f"goal {label} >= {goal['goal']} within {GOAL_HOURS:g} h: {judged} ({verdict})")
     return 0
 
 

@@ -4,6 +4,7 @@ opponents on closed-form positions, matches, ``hierl play`` (terminal and matche
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import re
@@ -32,6 +33,7 @@ from hierl.cli import main
 from hierl.cli.play import play_human
 from hierl.evaluators.wire import WireError
 from hierl.serve.search import ServedSearch
+from tests.support.benchmarks import import_benchmark
 
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "connect_four.py"
 C4 = {"env": "hierl/ConnectFour-v0", "env_config": {"rows": 4, "cols": 5}}
@@ -496,12 +498,13 @@ def test_connect_four_benchmark_rows_replay_with_the_printed_hierl_play_command(
     subprocess.run(jobs, check=True, timeout=300, capture_output=True)
     with (out2 / "scores.csv").open() as f:
         parallel = {r["opponent"]: r for r in csv.DictReader(f)}
-    timings = {"score_seconds": None, "model_ms_per_move": None, "opponent_ms_per_move": None}
+    thinking = {"model_ms_per_move": "", "opponent_ms_per_move": ""}
+    timings = {"score_seconds": None, **thinking}
     for row in rows:
         assert float(row["model_ms_per_move"]) > 0 and float(row["opponent_ms_per_move"]) > 0
         assert {**parallel[row["opponent"]], **timings} == {**row, **timings}
-    # A file from before the timing columns: rewritten with them, its rows kept.
-    old = [{k: v for k, v in r.items() if k not in timings or k == "score_seconds"} for r in rows]
+    # A file from before the thinking-time columns: rewritten with them, its rows kept.
+    old = [{k: v for k, v in r.items() if k not in thinking} for r in rows]
     with (out2 / "scores.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(old[0]))
         writer.writeheader()
@@ -510,7 +513,7 @@ def test_connect_four_benchmark_rows_replay_with_the_printed_hierl_play_command(
     subprocess.run(more, check=True, timeout=300, capture_output=True)
     with (out2 / "scores.csv").open() as f:
         upgraded = list(csv.DictReader(f))
-    assert upgraded[:2] == [{**r, "model_ms_per_move": "", "opponent_ms_per_move": ""} for r in old]
+    assert upgraded[:2] == [{**r, **thinking} for r in old]
     assert upgraded[2]["opponent"] == "alphabeta-1" and float(upgraded[2]["model_ms_per_move"]) > 0
     bad = [*script, "--iterations", "2"]
     refused = subprocess.run(bad, timeout=300, capture_output=True, text=True)
@@ -524,6 +527,37 @@ def test_rollout_of_an_alphazero_checkpoint_points_at_hierl_play(c4, capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
     assert "ALPHAZERO checkpoint" in err and f"hierl play {c4[0]}" in err
+
+
+def test_connect_four_goals_judge_the_last_checkpoint_within_three_hours(tmp_path):
+    bench = import_benchmark("connect_four")
+    # (iteration, training hours, score vs mcts-1000, score vs alphabeta-6)
+    checkpoints = ((16, 2.72, 0.91, 0.4), (17, 2.89, 0.85, 0.6), (18, 3.06, 0.95, 0.3))
+    rows = [
+        {"iteration": it, "train_hours": hours, "opponent": label, "score": score}
+        for it, hours, *scores in checkpoints
+        for label, score in zip(("mcts-1000", "alphabeta-6"), scores, strict=True)
+    ]
+    rows = [{**{k: "" for k in bench.FIELDS}, **r} for r in rows]
+    args = argparse.Namespace(
+        run_dir=tmp_path, games=100, opening_moves=2, simulations=None, seed=0
+    )
+    summary = bench.summarize(rows, args, tmp_path)
+    # iteration 18 ended past 3 hours: the latest row, but not the one the goals judge
+    assert {k: int(r["iteration"]) for k, r in summary["latest"].items()} == {
+        "mcts-1000": 18,
+        "alphabeta-6": 18,
+    }
+    goals = summary["goals"]
+    assert goals["mcts-1000"] == {
+        "goal": 0.9,
+        "within_hours": 3.0,
+        "iteration": 17,
+        "score": 0.85,
+        "met": False,
+    }
+    assert goals["alphabeta-6"]["iteration"] == 17 and goals["alphabeta-6"]["met"]
+    assert json.loads((tmp_path / "summary.json").read_text())["goals"] == goals
 
 
 # -- 5b. the value head on solved positions (benchmarks/connect_four_values.py) ----------
