@@ -565,11 +565,7 @@ VALUES = BENCHMARK.parent / "connect_four_values.py"
 
 
 def test_solved_positions_parse_to_the_movers_board():
-    sys.path.insert(0, str(BENCHMARK.parent))
-    try:
-        from connect_four_values import board_of
-    finally:
-        sys.path.remove(str(BENCHMARK.parent))
+    board_of = import_benchmark("connect_four_values").board_of
     game = ConnectFour()
     # columns 4, 4, 5, 3 (1-based): the first player moves again, so its stones are +1
     want = _board(game, mine=[(5, 3), (5, 4)], theirs=[(4, 3), (5, 2)])

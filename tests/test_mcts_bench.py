@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from hierl.algorithms.alphazero import AlphaZeroConfig, AlphaZeroPolicy
+from hierl.algorithms.alphazero import AlphaZeroConfig, AlphaZeroPolicy, AlphaZeroTrainer
 from hierl.algorithms.alphazero.policy import evaluate_boards
 from tests.support.benchmarks import import_benchmark
 
@@ -89,8 +89,6 @@ def test_self_play_with_tree_reuse_skips_the_root_call_of_kept_subtrees(bench):
 
 
 def test_a_checkpoint_s_best_network_replaces_the_fresh_one(bench, tmp_path):
-    from hierl.algorithms.alphazero import AlphaZeroTrainer
-
     config = AlphaZeroConfig.from_dict({**SMALL, "num_self_play_workers": 0, "seed": 7})
     trainer = AlphaZeroTrainer(config)
     try:
