@@ -20,8 +20,9 @@ seed (env steps, wall-clock seconds, training and greedy evaluation returns; for
 the training return is the last rung's of the epsilon ladder, ``training_return``), a PNG of the
 evaluation curves, and ``summary.json`` with the git commit; then rewrites the
 experiment's table in ``benchmarks/RESULTS.md`` from those files (each seed's last
-evaluation and the mean of its evaluations over the last sixth of the budget), so a reader
-can regenerate it with the same command.
+evaluation and the mean of its evaluations over the last sixth of the budget; with
+``--every STEPS``, also each seed's latest evaluation at every STEPS env steps and the
+medians), so a reader can regenerate it with the same command.
 """
 
 from __future__ import annotations
@@ -402,10 +403,39 @@ def _first_reaching(rows: list[dict[str, float]], target: float) -> dict[str, fl
     return None
 
 
+def _columns(budget: int, every: int) -> list[int]:
+    """The env steps of the ``--every`` table: ``every``, ``2 * every``, ... up to ``budget``."""
+    return list(range(every, budget + 1, every))
+
+
+def _latest_evaluations(rows: list[dict[str, float]], columns: list[int]) -> list[float]:
+    """Per column, the latest evaluation at or before its env steps (NaN: none yet, or the
+    run has not reached the column)."""
+    out = []
+    for column in columns:
+        evals = [
+            r["evaluation_reward_mean"]
+            for r in rows
+            if r["timesteps"] <= column
+            and r["evaluation_reward_mean"] == r["evaluation_reward_mean"]
+        ]
+        reached = bool(rows) and rows[-1]["timesteps"] >= column
+        out.append(evals[-1] if evals and reached else float("nan"))
+    return out
+
+
 def summarize(
-    name: str, out: Path, spec: ExperimentSpec, budget: int, target: float | None = None
+    name: str,
+    out: Path,
+    spec: ExperimentSpec,
+    budget: int,
+    target: float | None = None,
+    every: int | None = None,
 ) -> dict[str, Any]:
-    """Write summary.json and the PNG from every CSV under ``out``; the summary."""
+    """Write summary.json and the PNG from every CSV under ``out``; the summary.
+
+    ``every``: each run also records its latest evaluation at every ``every`` env steps
+    (``evaluations_every``), the rows of ``--every``'s table."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -428,6 +458,8 @@ def summarize(
         }
         if target is not None:
             run["reached_target"] = _first_reaching(rows, target)
+        if every is not None:
+            run["evaluations_every"] = _latest_evaluations(rows, _columns(budget, every))
         runs.setdefault(impl, []).append(run)
         pts = [
             (r["timesteps"], r["evaluation_reward_mean"])
@@ -456,6 +488,7 @@ def summarize(
         "env": spec.env,
         "budget": budget,
         "target": target,
+        "every": every,
         "git": git_info(),
         "machine": machine_info(),
         "runs": runs,
@@ -503,8 +536,40 @@ def update_results_md(name: str, summary: dict[str, Any], command: str) -> None:
                 + " |"
             )
         lines.append(row)
+    if summary.get("every"):
+        lines += ["", *_evaluations_table(summary)]
     lines.append(f"<!-- end {name} -->")
     replace_results_block(name, "\n".join(lines))
+
+
+def _evaluations_table(summary: dict[str, Any]) -> list[str]:
+    """``--every``'s table: each seed's latest greedy evaluation at every ``every`` env
+    steps, then each implementation's median over the seeds that reached the column."""
+
+    def cell(value: float) -> str:
+        return f"{value:,.0f}" if value == value else ""
+
+    columns = _columns(summary["budget"], summary["every"])
+    labels = [f"{c // 1000:,}k" if c % 1000 == 0 else f"{c:,}" for c in columns]
+    lines = [
+        "Greedy evaluation return, each seed's latest at or before each column's env steps:",
+        "",
+        "| env steps | " + " | ".join(labels) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
+    medians = []
+    for impl, runs in summary["runs"].items():
+        for run in runs:
+            values = run["evaluations_every"]
+            lines.append(f"| {impl} seed {run['seed']} | " + " | ".join(map(cell, values)) + " |")
+        per_column = zip(*(run["evaluations_every"] for run in runs), strict=True)
+        reached = [[v for v in column if v == v] for column in per_column]
+        medians.append(
+            f"| **{impl} median** | "
+            + " | ".join(cell(statistics.median(v)) if v else "" for v in reached)
+            + " |"
+        )
+    return lines + medians
 
 
 def main() -> None:
@@ -524,6 +589,11 @@ def main() -> None:
         "--target", type=float, help="also report when evaluation first reached this return"
     )
     parser.add_argument(
+        "--every",
+        type=int,
+        help="also tabulate each seed's latest evaluation at every EVERY env steps",
+    )
+    parser.add_argument(
         "--stop-at-target",
         action="store_true",
         help="stop each seed's run at its first evaluation of at least --target",
@@ -531,6 +601,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.stop_at_target and args.target is None:
         parser.error("--stop-at-target needs --target")
+    if args.every is not None and args.every < 1:
+        parser.error(f"--every must be >= 1 env step, got {args.every}")
     experiments = load_experiments(args.file)
     if len(experiments) != 1:
         raise SystemExit(f"{args.file} has {len(experiments)} experiments; expected one")
@@ -556,13 +628,14 @@ def main() -> None:
         return
     for seed in range(args.seeds):
         run_seed(seed)
-    summary = summarize(name, out, spec, budget, args.target)
+    summary = summarize(name, out, spec, budget, args.target, args.every)
     command = " ".join(
         ["python benchmarks/learning.py", args.file, f"--seeds {args.seeds}"]
         + ([f"--budget {args.budget}"] if args.budget else [])
         + ([f"--peer {args.peer}"] if args.peer else [])
         + ([f"--target {args.target:g}"] if args.target is not None else [])
         + (["--stop-at-target"] if args.stop_at_target else [])
+        + ([f"--every {args.every}"] if args.every is not None else [])
     )
     update_results_md(name, summary, command)
     print(f"wrote {out} and {RESULTS_MD}")

@@ -158,6 +158,53 @@ def test_the_table_gives_each_seeds_final_evaluation_and_tail_mean(learning, tmp
     assert lines[8] == "| sb3 | 1 | 600 | 60.0 | 60 | 60.0 | 60 | 0.0 min |"
 
 
+def test_every_tabulates_each_seeds_latest_evaluation_and_the_medians(
+    learning, tmp_path, monkeypatch
+):
+    spec = ExperimentSpec(run="SAC", env="Hopper-v5", config={})
+    nan = float("nan")
+    curves = {  # (env steps, evaluation) rows; NaN: no evaluation at that row
+        "hierl_seed0.csv": [(100, 1), (200, 2), (300, 3), (400, nan), (500, 5), (600, 6)],
+        "hierl_seed1.csv": [(150, 10), (250, nan), (350, 30), (450, 40)],  # cut at 450
+        "hierl_seed2.csv": [(200, 7), (400, 9), (600, 11)],
+        "sb3_seed0.csv": [(100, nan), (200, nan), (300, 4), (600, 8)],
+    }
+    for name, points in curves.items():
+        rows = _rows(*(steps for steps, _ in points))
+        for row, (_, value) in zip(rows, points, strict=True):
+            row["evaluation_reward_mean"] = value
+        learning._write_csv(tmp_path / name, rows)
+    summary = learning.summarize("demo", tmp_path, spec, 600, every=200)
+    table = {
+        f"{impl} {run['seed']}": run["evaluations_every"]
+        for impl, runs in summary["runs"].items()
+        for run in runs
+    }
+    expected = {
+        "hierl 0": [2, 3, 6],  # at 400 the latest is 300's
+        "hierl 1": [10, 30, nan],  # never reached 600
+        "hierl 2": [7, 9, 11],
+        "sb3 0": [nan, 4, 8],  # no evaluation by 200
+    }
+    assert table.keys() == expected.keys()
+    for key, values in expected.items():
+        assert table[key] == pytest.approx(values, nan_ok=True), key
+    blocks = []
+    monkeypatch.setattr(learning, "replace_results_block", lambda name, b: blocks.append(b))
+    learning.update_results_md("demo", summary, "python benchmarks/learning.py demo.yaml")
+    lines = blocks[0].splitlines()
+    start = lines.index("| env steps | 200 | 400 | 600 |")
+    assert lines[start + 2 : start + 8] == [
+        "| hierl seed 0 | 2 | 3 | 6 |",
+        "| hierl seed 1 | 10 | 30 |  |",
+        "| hierl seed 2 | 7 | 9 | 11 |",
+        "| sb3 seed 0 |  | 4 | 8 |",
+        "| **hierl median** | 7 | 9 | 8 |",  # 600: the median of the two seeds there
+        "| **sb3 median** |  | 4 | 8 |",
+    ]
+    assert lines[-1] == "<!-- end demo -->"
+
+
 def test_the_training_return_is_the_last_rung_s_under_the_ladder(learning):
     assert learning.training_return({"episode_reward_mean": 3.0}) == 3.0
     ladder = {f"rung_{i}/episode_reward_mean": float(i) for i in (1, 2, 9, 10)}
