@@ -33,6 +33,7 @@ from tests.support.actor_critic import (
     TINY_NET,
     TINY_PENDULUM,
     changed,
+    critic_grads_around_the_actor_step,
     make_batch,
     normalise,
     np_critic,
@@ -290,6 +291,14 @@ def test_policy_delay_updates_actor_and_targets_every_dth_update():
     assert policy.num_updates == 6
 
 
+def test_the_actor_step_computes_no_gradients_of_the_critics():
+    policy = make_policy(twin_q=True, policy_delay=1)
+    applied, after = critic_grads_around_the_actor_step(policy, make_batch(n=16))
+    assert applied and all(torch.equal(a, b) for a, b in zip(applied, after, strict=True))
+    critics = [p for critic in policy.model.critics() for p in critic.parameters()]
+    assert all(p.requires_grad for p in critics)  # thawed after the step
+
+
 # -- config, state, trainers ---------------------------------------------------------------
 @pytest.mark.parametrize(
     ("changes", "message"),
@@ -493,3 +502,17 @@ def test_compute_td_errors_leaves_a_compressed_batch_compressed():
     td_errors = policy.compute_td_errors(batch)
     assert td_errors.shape == (batch.count,) and (td_errors >= 0).all()
     assert batch.is_compressed(SB.OBS)  # it goes on to replay as it came
+
+
+def test_frozen_thaws_only_what_it_froze_even_after_an_error():
+    from hierl.algorithms.actor_critic import frozen
+
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    net[1].bias.requires_grad_(False)  # frozen before: stays frozen
+    x = torch.ones(1, 2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="inside"), frozen([net]):
+        assert not any(p.requires_grad for p in net.parameters())
+        net(x).sum().backward()  # the input still gets its gradient
+        assert x.grad is not None and all(p.grad is None for p in net.parameters())
+        raise RuntimeError("inside")
+    assert [p.requires_grad for p in net.parameters()] == [True, True, True, False]

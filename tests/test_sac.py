@@ -34,6 +34,7 @@ from tests.support.actor_critic import (
     TINY_NET,
     TINY_PENDULUM,
     changed,
+    critic_grads_around_the_actor_step,
     make_batch,
     normalise,
     np_critic,
@@ -292,6 +293,14 @@ def test_temperature_loss_and_its_adam_step(target_entropy):
     assert policy.alpha == pytest.approx(0.5 * math.exp(-0.01 * np.sign(gradient)), rel=1e-5)
     # entropy above the target lowers alpha; below raises it
     assert (policy.alpha < 0.5) == (target_entropy == -5.0)
+
+
+def test_the_actor_step_computes_no_gradients_of_the_critics():
+    policy = make_policy(lr=1e-3)
+    applied, after = critic_grads_around_the_actor_step(policy, make_batch(n=16))
+    assert applied and all(torch.equal(a, b) for a, b in zip(applied, after, strict=True))
+    critics = [p for critic in policy.model.critics() for p in critic.parameters()]
+    assert all(p.requires_grad for p in critics)  # thawed after the step
 
 
 def test_default_target_entropy_is_minus_the_action_dimension():

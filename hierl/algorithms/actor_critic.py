@@ -14,9 +14,10 @@ The algorithms (``ddpg.py``, ``sac.py``) add their networks, acting rule and upd
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -86,6 +87,23 @@ class DDPGCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         return self.net(torch.cat([obs, u], dim=-1)).squeeze(-1)
+
+
+@contextlib.contextmanager
+def frozen(modules: Iterable[nn.Module]) -> Iterator[None]:
+    """Within the block the parameters of ``modules`` require no gradient, so a loss
+    differentiated through them (the actor's, through the critics) neither computes nor
+    accumulates their gradients; the gradients it gives other parameters are the same.
+    (Spinning Up's SAC freezes its Q-networks in its policy step for the same reason.)
+    """
+    params = [p for module in modules for p in module.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
 
 
 class GreedyActorCritic(nn.Module):

@@ -39,7 +39,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from hierl.algorithms.actor_critic import ActorCriticConfig, ActorCriticPolicy, DDPGCritic
+from hierl.algorithms.actor_critic import (
+    ActorCriticConfig,
+    ActorCriticPolicy,
+    DDPGCritic,
+    frozen,
+)
 from hierl.algorithms.trainer import Trainer
 from hierl.algorithms.trainer_config import same_defaults
 from hierl.models.networks import MLP, ModelConfig
@@ -327,10 +332,12 @@ class DDPGPolicy(ActorCriticPolicy):
             return LearnResult(stats, None)
         self.num_updates += 1
         if self.num_updates % self.config.policy_delay == 0:
-            # The actor climbs the first critic, just updated (TD3's order).
-            actor_loss = -self.model.critic(obs, self.model.actor(obs)).mean()
-            self.actor_optimizer.zero_grad(set_to_none=True)
-            actor_loss.backward()
+            # The actor climbs the first critic, just updated (TD3's order); no gradients
+            # of the critics' weights are computed for it.
+            with frozen(self.model.critics()):
+                actor_loss = -self.model.critic(obs, self.model.actor(obs)).mean()
+                self.actor_optimizer.zero_grad(set_to_none=True)
+                actor_loss.backward()
             values = {**self._clip(self.model.actor, "actor"), "actor_loss": actor_loss.detach()}
             actor_stats = self._step("actor", values, batch)
             if not actor_stats[NONFINITE_GRADS_SKIPPED]:

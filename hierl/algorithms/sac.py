@@ -47,7 +47,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from hierl.algorithms.actor_critic import ActorCriticConfig, ActorCriticPolicy, DDPGCritic
+from hierl.algorithms.actor_critic import (
+    ActorCriticConfig,
+    ActorCriticPolicy,
+    DDPGCritic,
+    frozen,
+)
 from hierl.algorithms.trainer import Trainer
 from hierl.algorithms.trainer_config import same_defaults
 from hierl.devices import host_floats
@@ -343,10 +348,12 @@ class SACPolicy(ActorCriticPolicy):
         if stats[NONFINITE_GRADS_SKIPPED]:
             return LearnResult(stats, None)
         self.num_updates += 1
-        # The actor descends on the critics just updated (SB3's and the authors' order).
-        actor_loss, logp_pi = self.actor_objective(tb[SB.OBS], alpha)
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        actor_loss.backward()
+        # The actor descends on the critics just updated (SB3's and the authors' order);
+        # no gradients of the critics' weights are computed for it.
+        with frozen(model.critics()):
+            actor_loss, logp_pi = self.actor_objective(tb[SB.OBS], alpha)
+            self.actor_optimizer.zero_grad(set_to_none=True)
+            actor_loss.backward()
         values = {**self._clip(model.actor, "actor"), "actor_loss": actor_loss.detach()}
         actor_stats = self._step("actor", values, batch)
         skipped = actor_stats.pop(NONFINITE_GRADS_SKIPPED)

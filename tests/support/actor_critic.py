@@ -97,3 +97,23 @@ def perturb_targets(policy: torch.nn.Module) -> None:
 def changed(a: dict, b: dict, prefix: str) -> bool:
     """Whether any weight named ``prefix...`` differs between ``a`` and ``b``."""
     return any(not np.array_equal(a[k], b[k]) for k in a if k.startswith(prefix))
+
+
+def critic_grads_around_the_actor_step(policy, batch: SB) -> tuple[list, list]:
+    """One ``learn_on_batch``: the critics' gradients as the critic step applied them,
+    and as they are after the whole update (actor step included)."""
+    params = [p for critic in policy.model.critics() for p in critic.parameters()]
+    applied = []
+    step = policy._step
+
+    def recording_step(which, values, batch):
+        if which == "critic":
+            applied.extend(p.grad.clone() for p in params)
+        return step(which, values, batch)
+
+    policy._step = recording_step
+    try:
+        policy.learn_on_batch(batch)
+    finally:
+        del policy._step
+    return applied, [p.grad for p in params]
