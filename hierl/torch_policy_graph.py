@@ -130,13 +130,14 @@ def batch_statistics(batch: Mapping[str, Any]) -> str:
 
 def grads_finite(params: list[nn.Parameter]) -> torch.Tensor:
     """Whether every gradient of ``params`` is finite: a 0-dim bool tensor on their device
-    (read it with the update's other stats, one transfer).  The per-tensor max-abs (one
-    foreach kernel) is NaN or inf exactly when a gradient holds one; unlike a norm it
-    cannot overflow."""
-    grads = [p.grad for p in params if p.grad is not None]
+    (read it with the update's other stats, one transfer).  The per-tensor max-abs is NaN
+    or inf exactly when a gradient holds one; unlike a norm it cannot overflow.  (Taken as
+    ``abs().amax()``: ``_foreach_norm(grads, inf)`` gives the same, about six times
+    slower on CPU, where it has no fused kernel.)"""
+    grads = [p.grad for p in params if p.grad is not None and p.grad.numel()]
     if not grads:
         return torch.ones((), dtype=torch.bool)
-    return torch.isfinite(torch.stack(torch._foreach_norm(grads, math.inf))).all()
+    return torch.isfinite(torch.stack([g.abs().amax() for g in grads])).all()
 
 
 _refusals: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = weakref.WeakKeyDictionary()

@@ -30,8 +30,35 @@ from hierl.optimizers.sharded_ps.param_server import ParameterShard, compute_gra
 from hierl.optimizers.sharded_ps.sharding import ShardSpec
 from hierl.policy_graph import NONFINITE_GRADS_SKIPPED, UpdateStats
 from hierl.sample_batch import SampleBatch
+from hierl.torch_policy_graph import grads_finite
 
 pytestmark = pytest.mark.timeout(120)
+
+
+def _params(*grads: torch.Tensor | None) -> list[torch.nn.Parameter]:
+    params = []
+    for grad in grads:
+        p = torch.nn.Parameter(torch.zeros(1 if grad is None else grad.shape))
+        p.grad = grad
+        params.append(p)
+    return params
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("where", [0, 1, 2])
+def test_grads_finite_finds_one_bad_entry_in_any_gradient(bad, where):
+    grads = [torch.randn(300, 300), torch.randn(7), torch.randn(3, 4)]
+    assert bool(grads_finite(_params(*grads)))
+    grads[where].view(-1)[-1] = bad
+    assert not bool(grads_finite(_params(*grads)))
+
+
+def test_grads_finite_does_not_overflow_and_skips_missing_or_empty_gradients():
+    huge = torch.full((100, 100), 3e38)  # a sum of squares would overflow float32
+    assert bool(grads_finite(_params(huge, -huge, None, torch.zeros(0))))
+    assert bool(grads_finite(_params(None)))
+    assert not bool(grads_finite(_params(None, torch.zeros(0), torch.tensor([float("nan")]))))
+
 
 CARTPOLE = {
     "env": "CartPole-v1",
