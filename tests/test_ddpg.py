@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from hierl.algorithms.actor_critic import frozen
 from hierl.algorithms.ddpg import (
     ApexDDPGConfig,
     ApexDDPGTrainer,
@@ -505,8 +506,6 @@ def test_compute_td_errors_leaves_a_compressed_batch_compressed():
 
 
 def test_frozen_thaws_only_what_it_froze_even_after_an_error():
-    from hierl.algorithms.actor_critic import frozen
-
     net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
     net[1].bias.requires_grad_(False)  # frozen before: stays frozen
     x = torch.ones(1, 2, requires_grad=True)
