@@ -63,14 +63,11 @@ def copy_sb3_weights(sb3, policy: SACPolicy) -> None:
     networks (hierl's actor has one last layer for the mean and the log std)."""
     actor = sb3.actor
     ours = policy.model.actor.net.net
+    copy_parameters([(actor.latent_pi, ours[:4]), *critic_pairs(sb3, policy.model)])
     with torch.no_grad():
-        for i in (0, 2):
-            ours[i].weight.copy_(actor.latent_pi[i].weight)
-            ours[i].bias.copy_(actor.latent_pi[i].bias)
         ours[4].weight.copy_(torch.cat([actor.mu.weight, actor.log_std.weight]))
         ours[4].bias.copy_(torch.cat([actor.mu.bias, actor.log_std.bias]))
         model = policy.model
-        copy_parameters(critic_pairs(sb3, model))
         model.log_alpha.copy_(sb3.log_ent_coef.detach().reshape(model.log_alpha.shape))
 
 
